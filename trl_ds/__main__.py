@@ -1,0 +1,64 @@
+"""`python -m trl_ds [overrides]`: compose → validate → build → write the run dir → launch this node's share.
+
+Hydra runs here only, once; ranks read the run dir. A user mistake prints one message and exits with code 2
+before anything spawns.
+"""
+import os
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
+from .errors import EXIT_USER_ERROR, ConfigError
+from .schema import register
+from .summary import print_dry_run, print_summary
+from .values import value
+
+CONFIG_DIR = next(p for p in (os.path.join(os.path.dirname(__file__), "conf"),
+                              os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf"))
+                  if os.path.isdir(p))
+_task_started = False
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")
+def app(cfg) -> None:
+    global _task_started
+    _task_started = True
+    from .app import build, write_run_dir
+    from .launch.run import run_node
+
+    hydra_cfg = HydraConfig.get()
+    run_dir = os.path.abspath(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    try:
+        prepared = build(cfg, run_dir, launching=not cfg.dry_run)
+    except ConfigError as err:
+        print(f"trl_ds: {err.render()}", file=sys.stderr)
+        if multirun:  # an invalid point of a sweep is skipped, the sweep goes on
+            return
+        sys.exit(EXIT_USER_ERROR)
+    write_run_dir(cfg, prepared)
+    if cfg.dry_run:
+        print_dry_run(cfg, prepared)
+        return
+    node = cfg.cluster.node_rank
+    rc = run_node(prepared.node_commands[node], dict(cfg.launcher.env))
+    print_summary(cfg, prepared, rc)
+    if rc != 0 and not multirun:
+        sys.exit(1)
+
+
+def main() -> None:
+    register()
+    try:
+        app()
+    except SystemExit as exit_:
+        # Hydra exits 1 on a composition error (unknown option, misspelled key, wrong type): a user mistake.
+        if exit_.code == 1 and not _task_started:
+            sys.exit(EXIT_USER_ERROR)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Memory: the estimate before launch and the measurement on every rank."""

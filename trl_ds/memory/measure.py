@@ -1,0 +1,66 @@
+"""What each rank really holds, measured the same way the estimate is made.
+
+Model-state bytes are counted exactly from the engine's own tensors (parameters or their ZeRO-3 partitions,
+gradients, the optimizer's fp32 partitions and its state), each storage once, split by the device it lives on.
+Peak RSS (CPU) and peak allocated/reserved (GPU) give the process-level picture.
+"""
+import resource
+from typing import Dict, Iterable
+
+GiB = 2 ** 30
+
+
+def measure_rank(trainer, rank: int) -> Dict:
+    import torch
+
+    engine = getattr(trainer, "deepspeed", None) or trainer.model_wrapped
+    states = model_state_bytes(engine)
+    report = {"rank": rank, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+              "model_states": states, "parameters": sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel()
+                                                        for p in engine.module.parameters())}
+    if torch.cuda.is_available():
+        report["gpu_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        report["gpu_peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    return report
+
+
+def model_state_bytes(engine) -> Dict[str, Dict[str, int]]:
+    """Bytes per component and device: {"params": {"cpu": n}, "gradients": {...}, "optimizer": {...}}."""
+    seen = set()
+    counts: Dict[str, Dict[str, int]] = {"params": {}, "gradients": {}, "optimizer": {}}
+
+    def add(kind: str, tensors: Iterable) -> None:
+        import torch
+
+        for t in tensors:
+            if not torch.is_tensor(t) or t.numel() == 0:
+                continue
+            storage = t.untyped_storage()
+            key = (t.device.type, storage.data_ptr())
+            if key in seen:
+                continue
+            seen.add(key)
+            counts[kind][t.device.type] = counts[kind].get(t.device.type, 0) + storage.nbytes()
+
+    params = list(engine.module.parameters())
+    add("params", (getattr(p, "ds_tensor", p.data) for p in params))
+    add("gradients", (p.grad for p in params))
+    optimizer = engine.optimizer
+    inner = getattr(optimizer, "optimizer", optimizer)
+    add("gradients", _flatten(getattr(optimizer, "averaged_gradients", None)))
+    for attr in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat"):
+        add("optimizer", _flatten(getattr(optimizer, attr, None)))
+    if inner is not None:
+        add("optimizer", (q for group in inner.param_groups for q in group["params"]))
+        add("optimizer", (v for state in inner.state.values() for v in state.values()))
+    return counts
+
+
+def _flatten(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _flatten(item)]
+    return [value]

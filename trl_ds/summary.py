@@ -1,0 +1,61 @@
+"""What the launching process prints: the dry-run commands, or the outcome of the run."""
+import glob
+import os
+
+from .launch.run import failed_rank_log, tail
+from .launch.script import format_command
+from .rundir import read_json, write_json
+from .values import dtype, offloads, value, world_size
+
+MiB = 2 ** 20
+
+
+def describe(cfg) -> str:
+    c = cfg.cluster
+    where = offloads(cfg)
+    return (f"{c.nodes} node(s) × {c.gpus_per_node} {value(c.device)} rank(s) = world {world_size(cfg)}, "
+            f"ZeRO stage {cfg.zero.stage}, offload optimizer={where['optimizer']} param={where['param']}, "
+            f"{dtype(cfg)}, model {cfg.model.name}")
+
+
+def print_dry_run(cfg, prepared) -> None:
+    b = prepared.batch
+    print(f"trl_ds dry run: {describe(cfg)}")
+    print(f"  batch: global {b.global_size} = micro {b.micro} × world {b.world} × accumulation {b.accumulation}")
+    print(f"  run dir: {prepared.run_dir}")
+    print("  launch commands (bash launch.sh NODE_RANK runs the same):")
+    for rank, cmd in enumerate(prepared.node_commands):
+        print(f"    node {rank}: {format_command(cmd)}")
+
+
+def print_summary(cfg, prepared, returncode: int) -> None:
+    run_dir = prepared.run_dir
+    path = os.path.join(run_dir, "summary.json")
+    if returncode != 0 or not os.path.exists(path):
+        log = failed_rank_log(run_dir)
+        reason = f"launcher exited with code {returncode}"
+        write_json(path, {"status": "failed", "reason": reason, "log": log, "run_dir": run_dir})
+        print(f"trl_ds: run FAILED ({reason}); {describe(cfg)}")
+        if log:
+            print(f"  first failing rank's log: {log}\n{tail(log)}")
+        print(f"  run dir: {run_dir}")
+        return
+    s = read_json(path)
+    print(f"trl_ds: run {s['status']}: {describe(cfg)}")
+    print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
+    print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")
+    print(f"  world size     {s['world_size']} ({s['distributed_type']}, {s['device']})")
+    for mem_path in sorted(glob.glob(os.path.join(run_dir, "memory", "rank_*.json"))):
+        print(f"  memory         {format_memory(read_json(mem_path))}")
+    print(f"  run dir        {run_dir}")
+
+
+def format_memory(m: dict) -> str:
+    states = {kind: sum(by_device.values()) for kind, by_device in m["model_states"].items()}
+    text = (f"rank {m['rank']}: peak RSS {m['peak_rss_bytes'] / MiB:.0f} MiB; model states "
+            f"{sum(states.values()) / MiB:.2f} MiB (params {states['params'] / MiB:.2f}, "
+            f"grads {states['gradients'] / MiB:.2f}, optimizer {states['optimizer'] / MiB:.2f})")
+    if "gpu_peak_allocated_bytes" in m:
+        text += (f"; GPU peak allocated {m['gpu_peak_allocated_bytes'] / MiB:.0f} MiB, "
+                 f"reserved {m['gpu_peak_reserved_bytes'] / MiB:.0f} MiB")
+    return text

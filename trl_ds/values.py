@@ -1,0 +1,40 @@
+"""Small readers over the typed config shared by the builders and the validator."""
+import os
+from enum import Enum
+from typing import Any
+
+LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+
+
+def value(x: Any) -> Any:
+    """An enum's plain value (configs hold enums; JSON, YAML and messages want strings)."""
+    return x.value if isinstance(x, Enum) else x
+
+
+def world_size(cfg) -> int:
+    return cfg.cluster.nodes * cfg.cluster.gpus_per_node
+
+
+def dtype(cfg) -> str:
+    """The precision in force: `auto` means bf16 on cuda clusters and fp32 on CPU."""
+    chosen = value(cfg.precision.dtype)
+    if chosen == "auto":
+        return "bf16" if value(cfg.cluster.device) == "cuda" else "fp32"
+    return chosen
+
+
+def offloads(cfg) -> dict:
+    return {"optimizer": value(cfg.offload.optimizer), "param": value(cfg.offload.param)}
+
+
+def uses_nvme(cfg) -> bool:
+    return "nvme" in offloads(cfg).values()
+
+
+def nvme_path(cfg, run_dir: str) -> str:
+    return cfg.offload.nvme_path or os.path.join(run_dir, "nvme")
+
+
+def is_local_path(name: str) -> bool:
+    """A model or dataset name that must exist here rather than on the hub."""
+    return name.startswith(("/", "./", "../", "~")) or name.endswith(LOCAL_DATA_SUFFIXES) or os.path.exists(name)
