@@ -26,7 +26,7 @@ def app(cfg) -> None:
     global _task_started
     _task_started = True
     from .app import build, write_run_dir
-    from .launch.run import run_node
+    from .launch import start
 
     hydra_cfg = HydraConfig.get()
     run_dir = os.path.abspath(hydra_cfg.runtime.output_dir)
@@ -42,8 +42,7 @@ def app(cfg) -> None:
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
-    node = cfg.cluster.node_rank
-    rc = run_node(prepared.node_commands[node], dict(cfg.launcher.env))
+    rc = start(cfg, prepared.node_commands)
     print_summary(cfg, prepared, rc)
     if rc != 0 and not multirun:
         sys.exit(1)

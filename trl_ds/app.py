@@ -10,8 +10,7 @@ from .batch import Batch
 from .data import write_tiny_dataset
 from .deepspeed_config import build_ds_config
 from .env import collect_env
-from .launch.script import render_launch_script
-from .launch.torchrun import build_node_commands
+from .launch import build_commands, write_launch_files
 from .rundir import RESOLVED_CONFIG, write_json, write_text
 from .trainer_config import TINY_DATA_DIR, TRAINER_YAML, build_trainer_args
 from .validate import validate
@@ -31,7 +30,7 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
     batch = validate(cfg, run_dir, launching)
     return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),
                     trainer_args=build_trainer_args(cfg, batch, run_dir),
-                    node_commands=build_node_commands(cfg, run_dir))
+                    node_commands=build_commands(cfg, run_dir))
 
 
 def write_run_dir(cfg, prepared: Prepared) -> None:
@@ -42,8 +41,7 @@ def write_run_dir(cfg, prepared: Prepared) -> None:
     write_text(os.path.join(run_dir, TRAINER_YAML),
                "# trl sft --config trainer.yaml   (TRL's own argument names)\n"
                + yaml.safe_dump(prepared.trainer_args, sort_keys=False))
-    write_text(os.path.join(run_dir, "launch.sh"),
-               render_launch_script(prepared.node_commands, run_dir, dict(cfg.launcher.env)), mode=0o755)
+    write_launch_files(cfg, run_dir, prepared.node_commands)
     write_json(os.path.join(run_dir, "env.json"), collect_env())
     if cfg.trainer.dataset_name == "tiny":
         write_tiny_dataset(os.path.join(run_dir, TINY_DATA_DIR))

@@ -1,0 +1,19 @@
+# make run   — set up .venv if needed, then train the tiny model on 2 CPU ranks with real DeepSpeed ZeRO-2
+# make test  — set up .venv if needed, then run the whole test suite (what CI runs)
+PY := .venv/bin/python
+
+.PHONY: setup run test dry-run clean
+setup:
+	@bash scripts/setup_env.sh
+
+run: setup
+	$(PY) -m trl_ds
+
+test: setup
+	$(PY) -m pytest -q -ra tests
+
+dry-run: setup
+	$(PY) -m trl_ds cluster=2x8 zero=stage3 model=llama3-8b dry_run=true
+
+clean:
+	rm -rf outputs multirun .pytest_cache
