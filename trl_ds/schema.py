@@ -1,6 +1,6 @@
 """Typed schema of every config group, registered in Hydra's ConfigStore.
 
-YAML presets under conf/ extend these (`defaults: [base_<group>]`), so a misspelled key fails at compose time with
+YAML presets under conf/ merge into `RunConfig`, so a misspelled key or a wrong type fails at compose time with
 Hydra's own message. Keys that map onto DeepSpeed JSON or TRL arguments keep those libraries' names.
 """
 from dataclasses import dataclass, field
@@ -172,9 +172,5 @@ class RunConfig:
 
 
 def register() -> None:
-    cs = ConfigStore.instance()
-    cs.store(name="base_run", node=RunConfig)
-    for group, node in [("model", ModelConfig), ("zero", ZeroConfig), ("offload", OffloadConfig),
-                        ("cluster", ClusterConfig), ("trainer", TrainerConfig),
-                        ("precision", PrecisionConfig), ("launcher", LauncherConfig)]:
-        cs.store(group=group, name=f"base_{group}", node=node)
+    """The top-level schema types every group's preset when it merges in (conf/config.yaml lists it first)."""
+    ConfigStore.instance().store(name="base_run", node=RunConfig)
