@@ -4,6 +4,7 @@ Hydra runs here only, once; ranks read the run dir. A user mistake prints one me
 before anything spawns.
 """
 import os
+import shutil
 import sys
 
 import hydra
@@ -37,6 +38,7 @@ def app(cfg) -> None:
         print(f"trl_ds: {err.render()}", file=sys.stderr)
         if multirun:  # an invalid point of a sweep is skipped, the sweep goes on
             return
+        _remove_if_only_hydra(run_dir)
         sys.exit(EXIT_USER_ERROR)
     write_run_dir(cfg, prepared)
     if cfg.dry_run:
@@ -46,6 +48,12 @@ def app(cfg) -> None:
     print_summary(cfg, prepared, rc)
     if rc != 0 and not multirun:
         sys.exit(1)
+
+
+def _remove_if_only_hydra(run_dir: str) -> None:
+    """A rejected config leaves no run dir behind (Hydra made one with just .hydra/ before we ran)."""
+    if os.path.isdir(run_dir) and os.listdir(run_dir) == [".hydra"]:
+        shutil.rmtree(run_dir)
 
 
 def main() -> None:

@@ -79,16 +79,26 @@ def build_trainer(cfg, run_dir: str):
 
 
 class MetricsLogger(TrainerCallback):
-    """Appends each logging step's metrics (loss, learning rate, grad norm) to metrics.jsonl on rank 0."""
+    """Appends each logging step's metrics and throughput to metrics.jsonl on rank 0."""
 
     def __init__(self, path: str):
         self.path = path
+        self.last = None  # (time, step) of the previous log
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.last = (time.time(), state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
+        now = time.time()
+        samples = (state.global_step - self.last[1]) * args.per_device_train_batch_size * args.world_size \
+            * args.gradient_accumulation_steps
+        record = {"step": state.global_step, "time": round(now, 3), **logs,
+                  "samples_per_second": round(samples / max(now - self.last[0], 1e-9), 3)}
+        self.last = (now, state.global_step)
         with open(self.path, "a") as f:
-            f.write(json.dumps({"step": state.global_step, "time": round(time.time(), 3), **logs}) + "\n")
+            f.write(json.dumps(record) + "\n")
 
 
 def summarize(run_dir: str, trainer, metrics: dict, wall: float, state) -> dict:

@@ -51,4 +51,4 @@ def test_user_mistake_exits_2_without_traceback(tmp_path, args, message):
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert message in out.stderr
     assert "Traceback" not in out.stderr + out.stdout
-    assert not (run_dir / "logs").exists() and not (run_dir / "ds_config.json").exists()
+    assert not run_dir.exists()  # nothing written, nothing spawned

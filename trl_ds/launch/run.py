@@ -15,7 +15,8 @@ def resolve_executable(cmd: List[str]) -> List[str]:
 
 
 def run_node(cmd: List[str], env: Dict[str, str]) -> int:
-    full_env = {**os.environ, **env}
+    # torchrun sets 1 thread per rank anyway; saying so ourselves keeps its banner out of every run's output
+    full_env = {"OMP_NUM_THREADS": "1", **os.environ, **env}
     return subprocess.run(resolve_executable(cmd), env=full_env).returncode
 
 

@@ -44,12 +44,17 @@ def model_state_bytes(engine) -> Dict[str, Dict[str, int]]:
 
     params = list(engine.module.parameters())
     add("params", (getattr(p, "ds_tensor", p.data) for p in params))
+    # ZeRO-3 keeps parameters below stage3_param_persistence_threshold whole on every rank, beside their partition.
+    add("params", (p.data for p in params))
     add("gradients", (p.grad for p in params))
     optimizer = engine.optimizer
     inner = getattr(optimizer, "optimizer", optimizer)
     add("gradients", _flatten(getattr(optimizer, "averaged_gradients", None)))
+    # Persistent gradient partitions: ZeRO-3's flat buffer, and ZeRO-1/2 offload's pinned fp32 .grad.
+    add("gradients", _flatten(getattr(optimizer, "grad_partitions_flat_buffer", None)))
     for attr in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat"):
         add("optimizer", _flatten(getattr(optimizer, attr, None)))
+        add("gradients", (t.grad for t in _flatten(getattr(optimizer, attr, None))))
     if inner is not None:
         add("optimizer", (q for group in inner.param_groups for q in group["params"]))
         add("optimizer", (v for state in inner.state.values() for v in state.values()))

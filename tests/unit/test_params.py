@@ -1,0 +1,83 @@
+"""Parameter counts from dimensions equal a transformers meta-device instantiation, exact to the parameter."""
+import glob
+import json
+import os
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from trl_ds.errors import ConfigError
+from trl_ds.models import hf_config
+from trl_ds.params import architecture, count_params, read_hf_config
+
+MODELS = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob("conf/model/*.yaml"))
+
+
+def instantiate(config):
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def largest_module(model) -> int:
+    """DeepSpeed's L_max: params held directly by one module (stage3.model_to_params)."""
+    return max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+
+
+def unique_params(model) -> int:
+    # On the meta device every data_ptr() is 0, so count by identity; parameters() already skips tied duplicates.
+    return sum({id(p): p.numel() for p in model.parameters()}.values())
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_shipped_model_counts_exactly(compose_cfg, name):
+    model_cfg = compose_cfg([f"model={name}"]).model
+    model = instantiate(hf_config(model_cfg))
+    counts = count_params(architecture(model_cfg))
+    assert counts.total == unique_params(model)
+    assert counts.largest_module == largest_module(model)
+
+
+def test_shipped_models_are_all_covered():
+    assert {"tiny", "llama3-70b", "qwen2.5-0.5b", "qwen2.5-14b", "mistral-7b"} <= set(MODELS)
+
+
+def test_known_totals_match_the_published_sizes(compose_cfg):
+    totals = {name: count_params(architecture(compose_cfg([f"model={name}"]).model)).total
+              for name in ("tiny", "llama3-8b", "llama3-70b", "qwen2.5-0.5b")}
+    assert totals == {"tiny": 869_504, "llama3-8b": 8_030_261_248, "llama3-70b": 70_553_706_496,
+                      "qwen2.5-0.5b": 494_032_768}
+
+
+@pytest.mark.parametrize("model_type,extra", [
+    ("llama", {"attention_bias": True, "mlp_bias": True, "head_dim": 48}),
+    ("mistral", {"head_dim": 40}),
+    ("qwen2", {"tie_word_embeddings": True}),
+    ("qwen3", {"head_dim": 24, "attention_bias": True}),
+])
+def test_user_config_json_counts_exactly(tmp_path, model_type, extra):
+    raw = {"model_type": model_type, "vocab_size": 1000, "hidden_size": 96, "intermediate_size": 200,
+           "num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 2, **extra}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    model = instantiate(AutoConfig.for_model(**raw))
+    counts = count_params(read_hf_config(str(tmp_path)))  # a folder holding config.json works too
+    assert counts.total == unique_params(model)
+    assert counts.largest_module == largest_module(model)
+
+
+def test_persistent_params_are_the_small_tensors(compose_cfg):
+    counts = count_params(architecture(compose_cfg(["model=tiny"]).model))
+    # tiny: every tensor (largest 65,536 elements) is below the default 100,000 threshold
+    assert counts.persistent(100_000) == counts.total
+    # only the norms (128 each: 2 per layer × 4 layers + final) are below 1,000
+    assert counts.persistent(1_000) == 9 * 128
+
+
+def test_unreadable_or_unsupported_config_json_is_one_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"model.config_path=.*nope.json cannot be read"):
+        read_hf_config(str(tmp_path / "nope.json"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "vocab_size": 10}))
+    with pytest.raises(ConfigError, match=r"model_type 'gpt2' is not one of llama, mistral, qwen2, qwen3"):
+        read_hf_config(str(path))
