@@ -169,6 +169,7 @@ class RunConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     seed: int = 42
     dry_run: bool = False  # write the run dir and print the commands; spawn nothing
+    save_final_model: bool = True  # <run dir>/final_model, loadable with from_pretrained (gathered under ZeRO-3)
 
 
 def register() -> None:

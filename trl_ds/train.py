@@ -11,8 +11,9 @@ import time
 import yaml
 from transformers import TrainerCallback
 
+from .memory.measure import measure_rank
 from .rundir import load_run_config, read_json, write_json
-from .trainer_config import TINY_MODEL_DIR, TRAINER_YAML
+from .trainer_config import FINAL_MODEL_DIR, TINY_MODEL_DIR, TRAINER_YAML
 
 
 def main(argv) -> int:
@@ -25,9 +26,10 @@ def main(argv) -> int:
     started = time.time()
     result = trainer.train()
     wall = time.time() - started
-    from .memory.measure import measure_rank
     write_json(os.path.join(run_dir, "memory", f"rank_{state.process_index}.json"),
-               measure_rank(trainer, state.process_index))
+               measure_rank(trainer, state.process_index))  # after the last step, before saving gathers weights
+    if cfg.save_final_model:
+        trainer.save_model(os.path.join(run_dir, FINAL_MODEL_DIR))  # ZeRO-3: gathered from every rank
     if state.is_main_process:
         write_json(os.path.join(run_dir, "summary.json"), summarize(run_dir, trainer, result.metrics, wall, state))
     state.wait_for_everyone()

@@ -16,6 +16,7 @@ PASSTHROUGH = ("max_steps", "per_device_train_batch_size", "learning_rate", "wei
 TINY_MODEL_DIR = "model"  # the tiny model is built and saved here by the first rank
 TINY_DATA_DIR = "data"  # the built-in dataset is written here at build time
 TRAINER_YAML = "trainer.yaml"
+FINAL_MODEL_DIR = "final_model"  # the trained weights, loadable with from_pretrained
 
 
 def model_path(cfg, run_dir: str) -> str:

@@ -49,6 +49,9 @@ def check_zero(cfg) -> List[str]:
     elif where["optimizer"] != "none" and stage == 0:
         problems.append(f"offload.optimizer={where['optimizer']} needs a ZeRO stage of 1 or more (got zero.stage=0). "
                         f"Use zero=stage2 or offload=none.")
+    if stage == 3 and cfg.save_final_model and not cfg.zero.stage3_gather_16bit_weights_on_model_save:
+        problems.append("save_final_model=true with zero=stage3 needs zero.stage3_gather_16bit_weights_on_model_save="
+                        "true, or each rank saves only its partition. Set it to true, or save_final_model=false.")
     sizes = ["reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
              "stage3_max_live_parameters", "sub_group_size"]
     problems += [f"zero.{k}={cfg.zero[k]} must be positive." for k in sizes if cfg.zero[k] <= 0]

@@ -105,3 +105,9 @@ def test_model_heads_must_divide(compose_cfg):
     assert problems_of(compose_cfg(["model.num_key_value_heads=3"])) == [
         "model.hidden_size=128, num_attention_heads=4 and num_key_value_heads=3 must divide evenly (hidden by heads, "
         "heads by kv heads)."]
+
+
+def test_zero3_final_save_must_gather(compose_cfg):
+    assert problems_of(compose_cfg(["zero=stage3", "zero.stage3_gather_16bit_weights_on_model_save=false"])) == [
+        "save_final_model=true with zero=stage3 needs zero.stage3_gather_16bit_weights_on_model_save=true, or each "
+        "rank saves only its partition. Set it to true, or save_final_model=false."]
