@@ -4,8 +4,8 @@ Hydra runs here only, once; ranks read the run dir. A user mistake prints one me
 before anything spawns.
 """
 import os
-import shutil
 import sys
+import time
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -13,7 +13,7 @@ from hydra.types import RunMode
 
 from .errors import EXIT_USER_ERROR, ConfigError
 from .schema import register
-from .summary import print_dry_run, print_summary
+from .summary import print_dry_run, print_summary, record_skipped
 from .values import value
 
 CONFIG_DIR = next(p for p in (os.path.join(os.path.dirname(__file__), "conf"),
@@ -27,7 +27,7 @@ def app(cfg) -> None:
     global _task_started
     _task_started = True
     from .app import build, write_run_dir
-    from .launch import start
+    from .launch import start, summarizes_here
 
     hydra_cfg = HydraConfig.get()
     run_dir = os.path.abspath(hydra_cfg.runtime.output_dir)
@@ -35,25 +35,31 @@ def app(cfg) -> None:
     try:
         prepared = build(cfg, run_dir, launching=not cfg.dry_run)
     except ConfigError as err:
-        print(f"trl_ds: {err.render()}", file=sys.stderr)
-        if multirun:  # an invalid point of a sweep is skipped, the sweep goes on
+        if multirun:  # an invalid point of a sweep is skipped with its reason; the sweep goes on
+            record_skipped(run_dir, list(hydra_cfg.overrides.task), err)
             return
-        _remove_if_only_hydra(run_dir)
+        print(f"trl_ds: {err.render()}", file=sys.stderr)
+        _remove_if_empty(run_dir)
         sys.exit(EXIT_USER_ERROR)
-    write_run_dir(cfg, prepared)
+    write_run_dir(cfg, prepared, overrides=list(hydra_cfg.overrides.task))
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
+    started = time.time()
     rc = start(cfg, prepared.node_commands)
-    print_summary(cfg, prepared, rc)
+    if not summarizes_here(cfg):  # a submitted SLURM job, or a node without rank 0: start() said what happened
+        if rc != 0 and not multirun:
+            sys.exit(rc)
+        return
+    print_summary(cfg, prepared, rc, wall_seconds=time.time() - started)
     if rc != 0 and not multirun:
         sys.exit(1)
 
 
-def _remove_if_only_hydra(run_dir: str) -> None:
-    """A rejected config leaves no run dir behind (Hydra made one with just .hydra/ before we ran)."""
-    if os.path.isdir(run_dir) and os.listdir(run_dir) == [".hydra"]:
-        shutil.rmtree(run_dir)
+def _remove_if_empty(run_dir: str) -> None:
+    """A rejected config leaves no run dir behind (Hydra makes an empty one before the app runs)."""
+    if os.path.isdir(run_dir) and not os.listdir(run_dir):
+        os.rmdir(run_dir)
 
 
 def main() -> None:

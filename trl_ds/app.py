@@ -1,7 +1,8 @@
 """From a composed config to a written run dir: validate, build, write. No process is spawned here."""
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, List
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 import yaml
 from omegaconf import OmegaConf
@@ -11,9 +12,13 @@ from .data import write_tiny_dataset
 from .deepspeed_config import build_ds_config
 from .env import collect_env
 from .launch import build_commands, write_launch_files
-from .rundir import RESOLVED_CONFIG, write_json, write_text
-from .trainer_config import TINY_DATA_DIR, TRAINER_YAML, build_trainer_args
+from .memory.estimate import estimate, setup_from_config
+from .plan import check_fit, plan_for_run_dir
+from .interop import write_interop_files
+from .rundir import OVERRIDES, RESOLVED_CONFIG, write_json, write_text
+from .trainer_config import TINY_DATA_DIR, build_trainer_args
 from .validate import validate
+from .values import value
 
 
 @dataclass
@@ -23,25 +28,39 @@ class Prepared:
     ds_config: Dict[str, Any]
     trainer_args: Dict[str, Any]
     node_commands: List[List[str]]
+    plan: Dict[str, Any] = field(default_factory=dict)  # plan.json: the memory estimate and the grid around it
+    memory_warning: Optional[str] = None  # preflight.memory=warn and the estimate does not fit
 
 
 def build(cfg, run_dir: str, launching: bool) -> Prepared:
-    """Validate (raises ConfigError with every problem) and build everything the run dir holds. Pure."""
+    """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
+    cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
     batch = validate(cfg, run_dir, launching)
+    memory = estimate(setup_from_config(cfg))
+    warning = check_fit(cfg, memory)
     return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),
                     trainer_args=build_trainer_args(cfg, batch, run_dir),
-                    node_commands=build_commands(cfg, run_dir))
+                    node_commands=build_commands(cfg, run_dir),
+                    plan=plan_for_run_dir(cfg, memory, task_overrides()), memory_warning=warning)
 
 
-def write_run_dir(cfg, prepared: Prepared) -> None:
+def task_overrides() -> List[str]:
+    """The user's command-line overrides, for the run command plan.json recommends (none outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     run_dir = prepared.run_dir
     os.makedirs(run_dir, exist_ok=True)
     write_text(os.path.join(run_dir, RESOLVED_CONFIG), OmegaConf.to_yaml(cfg, resolve=True))
-    write_json(os.path.join(run_dir, "ds_config.json"), prepared.ds_config)
-    write_text(os.path.join(run_dir, TRAINER_YAML),
-               "# trl sft --config trainer.yaml   (TRL's own argument names)\n"
-               + yaml.safe_dump(prepared.trainer_args, sort_keys=False))
+    write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))
+    write_interop_files(cfg, run_dir, prepared.ds_config, prepared.trainer_args)
     write_launch_files(cfg, run_dir, prepared.node_commands)
     write_json(os.path.join(run_dir, "env.json"), collect_env())
+    write_json(os.path.join(run_dir, "plan.json"), prepared.plan)
+    if prepared.memory_warning:
+        print(f"trl_ds: warning (preflight.memory=warn): {prepared.memory_warning}", file=sys.stderr)
     if cfg.trainer.dataset_name == "tiny":
-        write_tiny_dataset(os.path.join(run_dir, TINY_DATA_DIR))
+        write_tiny_dataset(os.path.join(run_dir, TINY_DATA_DIR), value(cfg.trainer.name))

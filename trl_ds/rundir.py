@@ -6,6 +6,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 RESOLVED_CONFIG = "config.yaml"
+OVERRIDES = "overrides.yaml"  # the command-line overrides of this run (a sweep point's coordinates)
 
 
 def write_json(path: str, data: Any) -> None:

@@ -5,7 +5,7 @@ Hydra's own message. Keys that map onto DeepSpeed JSON or TRL arguments keep tho
 """
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -29,12 +29,34 @@ class Dtype(str, Enum):
     fp16 = "fp16"
 
 
+class PreflightMode(str, Enum):
+    auto = "auto"  # error on cuda clusters, warn on cpu
+    error = "error"  # refuse to launch a config the memory estimate says cannot fit (exit code 2)
+    warn = "warn"  # print the estimate's verdict and launch anyway
+    off = "off"
+
+
 class LauncherName(str, Enum):
-    torchrun = "torchrun"
+    torchrun = "torchrun"  # one torchrun per node, static rendezvous at cluster.master_addr (node 0 = rank 0)
+    deepspeed = "deepspeed"  # the deepspeed launcher over a hostfile (ssh/pdsh, or launcher.no_ssh per node)
+    slurm = "slurm"  # sbatch.sh: srun starts launch.sh (torchrun) on every node of the allocation
 
 
 class TrainerName(str, Enum):
-    sft = "sft"
+    sft = "sft"  # SFTTrainer: plain text, or prompt/completion
+    dpo = "dpo"  # DPOTrainer: prompt/chosen/rejected preference pairs
+    grpo = "grpo"  # GRPOTrainer: prompts, completions generated and scored by reward functions
+    reward = "reward"  # RewardTrainer: chosen/rejected pairs, a sequence-classification head
+
+
+class PeftName(str, Enum):
+    none = "none"
+    lora = "lora"
+
+
+class SequenceParallelName(str, Enum):
+    none = "none"
+    ulysses = "ulysses"  # DeepSpeed's Ulysses (ALST) through accelerate's parallelism_config
 
 
 @dataclass
@@ -53,6 +75,8 @@ class ModelConfig:
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
+    # A Hugging Face config.json (file or folder) whose dimensions the memory planner uses instead of the above.
+    config_path: Optional[str] = None
 
 
 @dataclass
@@ -71,6 +95,9 @@ class ZeroConfig:
     stage3_max_reuse_distance: int = 1_000_000_000  # elements
     stage3_gather_16bit_weights_on_model_save: bool = True
     sub_group_size: int = 1_000_000_000  # elements per optimizer sub-group (stage 3)
+    # ZeRO++ (stage 3, GPUs): hierarchical partitioning with a secondary partition of cluster.gpus_per_node ranks,
+    # quantized weights and gradients (DeepSpeed's zero_hpz_partition_size, zero_quantized_*).
+    zeropp: bool = False
 
 
 @dataclass
@@ -90,6 +117,7 @@ class OffloadConfig:
     pin_memory: bool = True
     # Folder for NVMe swap files; null means <run dir>/nvme.
     nvme_path: Optional[str] = None
+    keep_nvme_files: bool = False  # NVMe swap files are deleted when the run ends unless this is true
     buffer_count: int = 5  # parameter swap buffers (optimizer uses 4)
     buffer_size: int = 100_000_000  # elements per parameter swap buffer
     max_in_cpu: int = 1_000_000_000  # elements of parameters kept in CPU memory
@@ -107,6 +135,12 @@ class ClusterConfig:
     node_rank: int = 0  # which node this launch starts
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
+    # DeepSpeed hostfile (`HOST slots=N` lines, e.g. hostfiles/2x8.txt) for launcher=deepspeed; null: generated
+    # from nodes × gpus_per_node (localhost, or node-0..node-N-1). Relative paths are from the launch folder.
+    hostfile: Optional[str] = None
+    # Network environment for every rank, exported by launch.sh on each node, e.g. NCCL_SOCKET_IFNAME=ib0,
+    # GLOO_SOCKET_IFNAME=eth0, NCCL_IB_HCA=mlx5, NCCL_DEBUG=WARN.
+    env: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -128,10 +162,40 @@ class TrainerConfig:
     lr_scheduler_type: str = "constant"
     warmup_steps: int = 0
     logging_steps: int = 1
-    max_length: int = 64  # tokens per sequence
-    gradient_checkpointing: bool = False
+    max_length: int = 64  # tokens per sequence (sft, dpo, reward)
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, about 1/3 more compute
     dataloader_num_workers: int = 0
-    report_to: str = "none"
+    report_to: str = "none"  # none, tensorboard or wandb (the package must be installed)
+    # Options of one trainer only (TRL's names); setting one for another trainer is an error before launch.
+    beta: float = 0.1  # dpo: how far the policy may move from the reference; grpo: KL coefficient (grpo preset: 0.0)
+    num_generations: int = 4  # grpo: completions per prompt; the global batch must be a multiple of it
+    max_completion_length: int = 8  # grpo: tokens generated per completion
+    temperature: float = 1.0  # grpo: sampling temperature of the generations
+    reward_funcs: List[str] = field(default_factory=list)  # grpo: reward functions by dotted path (pkg.module.fn)
+
+
+@dataclass
+class PeftConfig:
+    """peft=lora: train low-rank adapters only; the base weights stay frozen (PEFT's LoraConfig names)."""
+    name: PeftName = PeftName.none
+    r: int = 8  # adapter rank
+    lora_alpha: int = 16  # scaling: the adapter's update is multiplied by lora_alpha / r
+    lora_dropout: float = 0.05
+    target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class SequenceParallelConfig:
+    """sp=ulysses: ranks that share one sequence, each holding size-th of its tokens (attention all-to-all)."""
+    name: SequenceParallelName = SequenceParallelName.none
+    size: int = 1  # ranks per sequence-parallel group; the data-parallel world is world / size
+    attn_implementation: str = "sdpa"  # sdpa, flash_attention_2 or flash_attention_3 (eager is not supported)
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = 0  # 0: no intermediate checkpoints; N: a checkpoint every N optimizer steps
+    keep_last: int = 2  # complete checkpoints kept; older ones are deleted after a newer one is marked complete
 
 
 @dataclass
@@ -151,10 +215,36 @@ class PrecisionConfig:
 
 
 @dataclass
+class SlurmConfig:
+    """launcher=slurm: #SBATCH options (SLURM's own words) and whether to submit."""
+    job_name: str = "trl_ds"
+    partition: Optional[str] = None  # null: the cluster's default partition
+    account: Optional[str] = None
+    time: Optional[str] = None  # wall-clock limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS; null: default
+    cpus_per_task: Optional[int] = None  # CPUs for each node's task (its launcher and all its ranks)
+    extra_sbatch: List[str] = field(default_factory=list)  # more options, one per #SBATCH line: ["--qos=high"]
+    submit: bool = True  # false: write sbatch.sh only (submit later with: sbatch <run dir>/sbatch.sh)
+
+
+@dataclass
 class LauncherConfig:
     name: LauncherName = LauncherName.torchrun
-    # Extra environment for every rank (e.g. NCCL_SOCKET_IFNAME); written into launch.sh.
+    # Extra environment for every rank; written into launch.sh (cluster.env holds the network variables).
     env: Dict[str, str] = field(default_factory=dict)
+    # Seconds for every node to reach the rendezvous; past it the launch ends naming the node that is missing.
+    rdzv_timeout: int = 900
+    max_restarts: int = 0  # torchrun restarts of a failed node's ranks before the launch fails
+    # launcher=deepspeed: start each node yourself (bash launch.sh NODE_RANK) instead of over ssh/pdsh.
+    no_ssh: bool = False
+    include: str = ""  # launcher=deepspeed --include, e.g. "node-0@node-1:0,1" (hosts, optionally their slots)
+    exclude: str = ""  # launcher=deepspeed --exclude, same syntax
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+
+
+@dataclass
+class PreflightConfig:
+    """Checks before launch; the memory estimate is also written to plan.json in the run dir."""
+    memory: PreflightMode = PreflightMode.auto
 
 
 @dataclass
@@ -166,10 +256,16 @@ class RunConfig:
     trainer: TrainerConfig = MISSING
     precision: PrecisionConfig = MISSING
     launcher: LauncherConfig = MISSING
+    peft: PeftConfig = MISSING
+    sp: SequenceParallelConfig = MISSING
     batch: BatchConfig = field(default_factory=BatchConfig)
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
     seed: int = 42
     dry_run: bool = False  # write the run dir and print the commands; spawn nothing
     save_final_model: bool = True  # <run dir>/final_model, loadable with from_pretrained (gathered under ZeRO-3)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # auto: continue from the run dir's newest complete checkpoint if there is one; never: start over
+    resume: str = "auto"
 
 
 def register() -> None:

@@ -1,6 +1,7 @@
 """What the launching process prints: the dry-run commands, or the outcome of the run."""
 import glob
 import os
+import sys
 
 from .launch.run import failed_rank_log, tail
 from .launch.script import format_command
@@ -28,19 +29,28 @@ def print_dry_run(cfg, prepared) -> None:
         print(f"    node {rank}: {format_command(cmd)}")
 
 
-def print_summary(cfg, prepared, returncode: int) -> None:
+def record_skipped(run_dir: str, overrides, err) -> None:
+    """A sweep point whose config is invalid: one line on stderr, the reason in its summary.json."""
+    print(f"trl_ds: skipping point {' '.join(overrides)}: {' / '.join(err.problems)}", file=sys.stderr)
+    write_json(os.path.join(run_dir, "summary.json"),
+               {"status": "skipped", "reason": " / ".join(err.problems), "run_dir": run_dir})
+
+
+def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
     run_dir = prepared.run_dir
     path = os.path.join(run_dir, "summary.json")
     if returncode != 0 or not os.path.exists(path):
         log = failed_rank_log(run_dir)
         reason = f"launcher exited with code {returncode}"
-        write_json(path, {"status": "failed", "reason": reason, "log": log, "run_dir": run_dir})
+        write_json(path, {"status": "failed", "reason": reason, "log": log, "run_dir": run_dir,
+                          "wall_seconds": round(wall_seconds, 3)})
         print(f"trl_ds: run FAILED ({reason}); {describe(cfg)}")
         if log:
             print(f"  first failing rank's log: {log}\n{tail(log)}")
         print(f"  run dir: {run_dir}")
         return
-    s = read_json(path)
+    s = {**read_json(path), "wall_seconds": round(wall_seconds, 3)}
+    write_json(path, s)
     print(f"trl_ds: run {s['status']}: {describe(cfg)}")
     print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
     print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")

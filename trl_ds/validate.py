@@ -5,15 +5,26 @@ a writable nvme_path, local model and data files) apply only when launching for 
 """
 import ctypes.util
 import os
+import re
+import re
 import shutil
 import subprocess
 from typing import Callable, List
 
 from .batch import Batch, resolve_batch
+from .checkpoint import CHECKPOINT_DIR, latest_complete, read_marker
 from .errors import ConfigError
-from .values import dtype, is_local_path, nvme_path, offloads, value, world_size
+from .reuse import check_run_dir
+from .launch.deepspeed import check_deepspeed_launcher
+from .launch.hostfile import HOST_NAME
+from .launch.script import ENV_NAME
+from .launch.slurm import check_slurm
+from .trainer_rules import (check_generation_batch, check_peft, check_sequence_parallel, check_trainer_here,
+                            check_trainer_options)
+from .values import data_parallel_world, dtype, is_local_path, nvme_path, offloads, value, world_size
 
 LIBAIO_HEADER = "/usr/include/libaio.h"
+IPV6 = re.compile(r"^[0-9A-Fa-f:]+$")
 
 
 def validate(cfg, run_dir: str, launching: bool) -> Batch:
@@ -23,12 +34,16 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
         problems += rule(cfg)
     batch = None
     try:
-        batch = resolve_batch(cfg.trainer.per_device_train_batch_size, world_size(cfg),
+        # Sequence-parallel ranks share their samples: only data-parallel ranks multiply the batch.
+        batch = resolve_batch(cfg.trainer.per_device_train_batch_size, data_parallel_world(cfg),
                               cfg.trainer.gradient_accumulation_steps, cfg.batch.global_size)
+        problems += check_generation_batch(cfg, batch.global_size)
     except ConfigError as err:
         problems += err.problems
+    problems += check_run_dir(cfg, run_dir)
     if launching:
-        problems += check_local_files(cfg) + check_machine(cfg, run_dir)
+        problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_resume(cfg, run_dir)
+        problems += check_trainer_here(cfg)
     if problems:
         raise ConfigError(problems)
     return batch
@@ -80,6 +95,35 @@ def check_cluster(cfg) -> List[str]:
     return problems
 
 
+def check_launcher(cfg) -> List[str]:
+    c, launcher = cfg.cluster, cfg.launcher
+    problems = [f"launcher.rdzv_timeout={launcher.rdzv_timeout} must be at least 1 (seconds), e.g. "
+                f"launcher.rdzv_timeout=900."] if launcher.rdzv_timeout < 1 else []
+    problems += [f"launcher.max_restarts={launcher.max_restarts} must be 0 or more."] if launcher.max_restarts < 0 else []
+    for group, env in (("cluster", c.env), ("launcher", launcher.env)):
+        problems += [f"{group}.env has {name!r}, which is not an environment variable name (letters, digits and _, "
+                     f"not starting with a digit). Rename it, e.g. +{group}.env.NCCL_DEBUG=WARN."
+                     for name in env if not ENV_NAME.match(name)]
+    if not (HOST_NAME.match(c.master_addr) or IPV6.match(c.master_addr)):
+        problems.append(f"cluster.master_addr={c.master_addr!r} is not a host name or address. Give node 0's "
+                        f"name or address, e.g. cluster.master_addr=node-0 or cluster.master_addr=10.0.0.1.")
+    if c.hostfile and value(launcher.name) != "deepspeed":
+        problems.append(f"cluster.hostfile={c.hostfile} is read by the deepspeed launcher only (launcher="
+                        f"{value(launcher.name)} here). Use launcher=deepspeed, or cluster.hostfile=null.")
+    return problems
+
+
+def check_zeropp(cfg) -> List[str]:
+    if not cfg.zero.zeropp:
+        return []
+    problems = [f"zero.zeropp=true needs zero=stage3 (got zero.stage={cfg.zero.stage}). Use zero=stage3 or "
+                f"zero.zeropp=false."] if cfg.zero.stage != 3 else []
+    if value(cfg.cluster.device) != "cuda":
+        problems.append("zero.zeropp=true quantizes with CUDA kernels, and cluster.device=cpu here. Use a GPU "
+                        "cluster such as cluster=2x8, or zero.zeropp=false.")
+    return problems
+
+
 def check_precision(cfg) -> List[str]:
     chosen = dtype(cfg)
     if value(cfg.cluster.device) == "cpu" and chosen != "fp32":
@@ -121,6 +165,41 @@ def check_local_files(cfg) -> List[str]:
     return problems
 
 
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def check_secrets(cfg) -> List[str]:
+    """Values in these blocks are written into launch.sh / sbatch.sh: a secret there would sit in a file."""
+    blocks = {"launcher.env": cfg.launcher.env, "cluster.env": cfg.cluster.get("env", {})}
+    return [f"{where}.{name} looks like a secret, and trl_ds writes {where} into the run dir's scripts. Remove it "
+            f"and export {name} in the environment of the launch instead (ranks inherit it; nothing is written)."
+            for where, block in blocks.items() for name in (block or {}) if SECRET_NAME.search(name)]
+
+
+def check_checkpoint(cfg) -> List[str]:
+    c = cfg.checkpoint
+    problems = [f"checkpoint.every_steps={c.every_steps} must be 0 (off) or more."] if c.every_steps < 0 else []
+    problems += [f"checkpoint.keep_last={c.keep_last} must be at least 1."] if c.keep_last < 1 else []
+    if cfg.resume not in ("auto", "never"):
+        problems.append(f"resume={cfg.resume} is not a choice. Use resume=auto (continue from the newest complete "
+                        f"checkpoint in the run dir) or resume=never.")
+    return problems
+
+
+def check_resume(cfg, run_dir: str) -> List[str]:
+    """A checkpoint written by another world size cannot be loaded as it is (ZeRO partitions by rank)."""
+    latest = latest_complete(os.path.join(run_dir, CHECKPOINT_DIR)) if cfg.resume == "auto" else None
+    if latest is None:
+        return []
+    saved, now = read_marker(latest)["world_size"], world_size(cfg)
+    if saved == now:
+        return []
+    return [f"resume=auto found {latest} written by world size {saved}, but this launch has world size {now}. "
+            f"Relaunch with the same cluster (world size {saved}), or convert it to a universal checkpoint with "
+            f"`python -m deepspeed.checkpoint.ds_to_universal --input_folder {latest}/global_step"
+            f"{read_marker(latest)['step']} --output_folder <folder>` and load that, or set resume=never to start over."]
+
+
 def check_machine(cfg, run_dir: str) -> List[str]:
     """What this machine must have for a real launch."""
     problems = []
@@ -158,4 +237,6 @@ def count_gpus() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
 
 
-RULES: List[Callable] = [check_zero, check_offload, check_cluster, check_precision, check_trainer, check_model]
+RULES: List[Callable] = [check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer, check_model,
+                         check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm,
+                         check_trainer_options, check_peft, check_sequence_parallel]

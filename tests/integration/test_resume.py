@@ -1,0 +1,116 @@
+"""Nothing lost: a rank killed mid-run, a relaunch that resumes, and final weights that reload exactly."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, read_json, run_app
+
+pytestmark = pytest.mark.integration
+
+STEPS, EVERY = 60, 10
+# A model slow enough on 2 cores that the test can kill a rank mid-run (about 10 steps/s).
+SLOW = ["model.hidden_size=256", "model.intermediate_size=704", "model.num_hidden_layers=6", "trainer.max_length=48"]
+
+
+def overrides(stage):
+    return [f"zero={stage}", f"trainer.max_steps={STEPS}", f"checkpoint.every_steps={EVERY}", "checkpoint.keep_last=2",
+            *SLOW]
+
+
+def rank_pid(run_dir, rank):
+    """The pid of the worker with RANK=rank for this run dir (read from /proc, as an operator would with ps)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"trl_ds.train" in cmdline and str(run_dir).encode() in cmdline and f"RANK={rank}".encode() in environ:
+            return int(pid)
+    return None
+
+
+def complete_steps(run_dir):
+    folder = run_dir / "trainer"
+    return sorted(int(p.name.split("-")[1]) for p in folder.glob("checkpoint-*") if (p / "trl_ds_complete.json").exists()) \
+        if folder.exists() else []
+
+
+def kill_rank_after_checkpoint(run_dir, stage, rank=1, after_step=20):
+    cmd = [sys.executable, "-m", "trl_ds", *overrides(stage), f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if any(step >= after_step for step in complete_steps(run_dir)):
+            pid = rank_pid(run_dir, rank)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                break
+        time.sleep(0.02)
+    out, err = proc.communicate(timeout=600)
+    return proc.returncode, out, err
+
+
+def final_weights(run_dir):
+    from safetensors.torch import load_file
+    return load_file(str(run_dir / "final_model" / "model.safetensors"))
+
+
+@pytest.mark.parametrize("stage", ["stage2", "stage3"])
+def test_killed_rank_then_relaunch_equals_uninterrupted(stage, tmp_path):
+    reference = tmp_path / "reference"
+    out = run_app(overrides(stage), reference)
+    assert out.returncode == 0, out.stderr
+    ref = read_json(reference / "summary.json")
+
+    run_dir = tmp_path / "interrupted"
+    code, stdout, stderr = kill_rank_after_checkpoint(run_dir, stage)
+    assert code != 0, "the run finished before the rank could be killed"
+    assert "rank 1" in stdout + stderr
+    assert read_json(run_dir / "summary.json")["status"] == "failed"
+    killed_at = max(complete_steps(run_dir))
+    assert killed_at < STEPS
+
+    out = run_app(overrides(stage), run_dir)  # the same command again
+    assert out.returncode == 0, out.stderr
+    resumed = read_json(run_dir / "summary.json")
+    assert resumed["steps"] == STEPS == ref["steps"]
+    assert resumed["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-5)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(m["step"] == killed_at + 1 for m in metrics)  # it continued after the checkpoint
+    a, b = final_weights(reference), final_weights(run_dir)
+    assert max(((a[k] - b[k]).norm() / a[k].norm()).item() for k in a) < 1e-5
+    assert complete_steps(run_dir) == [STEPS - EVERY, STEPS]  # keep_last=2
+
+
+def test_resume_with_another_world_size_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    out = run_app(["trainer.max_steps=4", "checkpoint.every_steps=2"], run_dir)
+    assert out.returncode == 0, out.stderr
+    out = run_app(["trainer.max_steps=4", "checkpoint.every_steps=2", "cluster.gpus_per_node=1"], run_dir)
+    assert out.returncode == 2
+    assert (f"resume=auto found {run_dir}/trainer/checkpoint-4 written by world size 2, but this launch has world "
+            f"size 1.") in out.stderr
+    assert "deepspeed.checkpoint.ds_to_universal" in out.stderr
+
+
+@pytest.mark.parametrize("extra", [["zero=stage3"], ["zero=stage3", "offload=cpu", "offload.param=cpu"]])
+def test_zero3_final_model_reloads_with_the_engines_logits(extra, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    run_dir = tmp_path / "run"
+    out = run_app([*extra, "trainer.max_steps=3", "zero.stage3_param_persistence_threshold=0"], run_dir)
+    assert out.returncode == 0, out.stderr
+    probe = torch.load(run_dir / "final_model" / "probe_logits.pt")
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "final_model").eval()
+    with torch.no_grad():
+        logits = model(input_ids=probe["input_ids"]).logits
+    assert logits.shape == probe["logits"].shape
+    assert torch.allclose(logits, probe["logits"], rtol=1e-5, atol=1e-5)
+    assert sum(p.numel() for p in model.parameters()) == read_json(run_dir / "memory" / "rank_0.json")["parameters"]
