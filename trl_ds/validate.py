@@ -9,6 +9,7 @@ import re
 import re
 import shutil
 import subprocess
+import tempfile
 from typing import Callable, List
 
 from .batch import Batch, resolve_batch
@@ -220,13 +221,24 @@ def check_nvme(path: str) -> List[str]:
     existing = path
     while not os.path.exists(existing):
         existing = os.path.dirname(existing) or "."
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+    if not os.path.isdir(existing) or not can_write(existing):
         problems.append(f"offload.nvme_path={path} is not writable ({existing} is not a writable folder). "
                         f"Set offload.nvme_path to a folder on a local NVMe drive that you can write.")
     if not (ctypes.util.find_library("aio") and os.path.exists(LIBAIO_HEADER)):
         problems.append("offload=nvme needs libaio for DeepSpeed's async_io op, and it is not installed here. "
                         "Install it with: apt-get install -y libaio-dev (or use offload=cpu).")
     return problems
+
+
+def can_write(folder: str) -> bool:
+    """Try it: permission bits say nothing to root, and /proc or a read-only mount refuse anyway."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".trl_ds_probe", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 def count_gpus() -> int:
