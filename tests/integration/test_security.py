@@ -1,0 +1,58 @@
+"""Secrets never land in files; files follow the user's umask; hostile strings in config stay data in scripts."""
+import os
+import stat
+import subprocess
+
+import pytest
+
+from conftest import read_json, run_app
+
+pytestmark = pytest.mark.integration
+
+SECRET = "hf_sekrit_0123456789"
+
+
+def files_under(folder):
+    return [p for p in folder.rglob("*") if p.is_file()]
+
+
+def test_secrets_reach_ranks_but_no_file(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {"HF_TOKEN": SECRET, "WANDB_API_KEY": SECRET, "MY_PASSWORD": SECRET}
+    out = run_app(["trainer.max_steps=2"], run_dir, env=env)
+    assert out.returncode == 0, out.stderr
+    assert read_json(run_dir / "summary.json")["status"] == "completed"
+    leaks = [str(p) for p in files_under(run_dir) if SECRET.encode() in p.read_bytes()]
+    assert leaks == []
+    assert SECRET not in out.stdout + out.stderr
+
+
+def test_files_follow_the_umask_and_nothing_is_world_writable(tmp_path):
+    run_dir = tmp_path / "run"
+    old = os.umask(0o077)
+    try:
+        out = run_app(["trainer.max_steps=2"], run_dir)
+    finally:
+        os.umask(old)
+    assert out.returncode == 0, out.stderr
+    for path in files_under(run_dir):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0, (path, oct(mode))
+    assert stat.S_IMODE((run_dir / "launch.sh").stat().st_mode) == 0o700
+
+
+def test_hostile_run_dir_and_env_values_stay_data(tmp_path):
+    """A run dir path and launcher.env values with quotes, ; $(...) and backticks: bash -n passes and running the
+    script's preamble executes none of them."""
+    canary = tmp_path / "PWNED"
+    run_dir = tmp_path / f"run \"a\" $(touch {canary}); `touch {canary}`"
+    hostile = f"x\"; touch {canary}; echo \"$(touch {canary})\" `touch {canary}`"
+    out = run_app(["dry_run=true", f"+launcher.env.EXTRA_FLAGS='{hostile}'"], f"'{run_dir}'")
+    assert out.returncode == 0, out.stderr
+    script = run_dir / "launch.sh"
+    assert f"export EXTRA_FLAGS='{hostile}'" in script.read_text()
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    # node rank 9 does not exist: the script exports its env, then stops with exit 2 before any launcher runs
+    done = subprocess.run(["bash", str(script), "9"], capture_output=True, text=True)
+    assert done.returncode == 2 and "NODE_RANK must be" in done.stderr
+    assert not canary.exists()
