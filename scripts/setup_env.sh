@@ -2,7 +2,8 @@
 # Idempotent setup into .venv: `make run` and `make test` call it. Safe to run again; does nothing when up to date.
 #  - torch: the CPU build (torch==2.13.0) on a machine without an NVIDIA GPU; a CUDA torch already present is kept.
 #  - trl_ds and its pinned dependencies, editable, plus pytest.
-#  - libaio-dev (for NVMe offload) with apt-get when root and missing.
+#  - libaio-dev (for NVMe offload), slurm-wlm and munge (the local SLURM test cluster) with apt-get when root and
+#    missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
@@ -30,4 +31,11 @@ fi
 if [ ! -f /usr/include/libaio.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "setup: installing libaio-dev (NVMe offload)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio-dev >/dev/null
+fi
+
+# slurm-wlm and munge: tests/integration/test_slurm.py starts a real 2-node cluster (scripts/slurm_cluster.sh).
+if { ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; } && [ "$(id -u)" = 0 ] \
+    && command -v apt-get >/dev/null; then
+  echo "setup: installing slurm-wlm and munge (local SLURM cluster for the tests)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
 fi

@@ -18,7 +18,7 @@ from .interop import write_interop_files
 from .rundir import OVERRIDES, RESOLVED_CONFIG, write_json, write_text
 from .trainer_config import TINY_DATA_DIR, build_trainer_args
 from .validate import validate
-from .values import value
+from .values import nvme_path, value
 
 
 @dataclass
@@ -58,7 +58,7 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))
     write_interop_files(cfg, run_dir, prepared.ds_config, prepared.trainer_args)
     write_launch_files(cfg, run_dir, prepared.node_commands)
-    write_json(os.path.join(run_dir, "env.json"), collect_env())
+    write_json(os.path.join(run_dir, "env.json"), collect_env(nvme_path(cfg, run_dir)))
     write_json(os.path.join(run_dir, "plan.json"), prepared.plan)
     if prepared.memory_warning:
         print(f"trl_ds: warning (preflight.memory=warn): {prepared.memory_warning}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The built-in tiny SFT dataset and its word-level vocabulary, and loading of user datasets.
+"""The built-in tiny datasets (one shape per trainer) and their word-level vocabulary, and loading of user datasets.
 
 The tiny data is arithmetic in words ("what is three plus four ? seven"), deterministic and learnable, so the loss
 falls within a few steps. It needs no download and no torch.
@@ -30,12 +30,41 @@ def tiny_sft_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]
     return examples
 
 
-def write_tiny_dataset(folder: str) -> str:
-    """Write train.jsonl into folder, so `datasets.load_dataset(folder)` and TRL's CLI both read it."""
+def tiny_preference_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]:
+    """DPO / reward pairs: the right sum is chosen, a wrong one rejected (TRL's explicit-prompt format)."""
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(n):
+        a, b, off = rng.randrange(10), rng.randrange(10), rng.randrange(1, len(NUMBERS))
+        wrong = (a + b + off) % len(NUMBERS)
+        examples.append({"prompt": _question(a, b), "chosen": f" {NUMBERS[a + b]}", "rejected": f" {NUMBERS[wrong]}"})
+    return examples
+
+
+def tiny_prompt_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]:
+    """GRPO prompts; `answer` reaches the reward function (trl_ds.rewards.arithmetic_reward) as a keyword."""
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(n):
+        a, b = rng.randrange(10), rng.randrange(10)
+        examples.append({"prompt": _question(a, b), "answer": NUMBERS[a + b]})
+    return examples
+
+
+def _question(a: int, b: int) -> str:
+    return f"question : what is {NUMBERS[a]} plus {NUMBERS[b]} ? answer :"
+
+
+TINY_EXAMPLES = {"sft": tiny_sft_examples, "dpo": tiny_preference_examples, "reward": tiny_preference_examples,
+                 "grpo": tiny_prompt_examples}
+
+
+def write_tiny_dataset(folder: str, trainer: str = "sft") -> str:
+    """Write the trainer's train.jsonl into folder, so `datasets.load_dataset(folder)` and TRL's CLI both read it."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "train.jsonl")
     with open(path, "w") as f:
-        for example in tiny_sft_examples():
+        for example in TINY_EXAMPLES[trainer]():
             f.write(json.dumps(example) + "\n")
     return path
 

@@ -2,7 +2,7 @@
 from typing import Any, Dict
 
 from .batch import Batch
-from .values import dtype, nvme_path, offloads, value
+from .values import dtype, nvme_path, offloads, sp_size, value
 
 ZERO_COMMON = ("overlap_comm", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size")
 ZERO_1_2 = ("allgather_bucket_size", "round_robin_gradients")
@@ -26,6 +26,11 @@ def build_ds_config(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
     }
     if "nvme" in offloads(cfg).values():
         ds["aio"] = dict(cfg.offload.aio)
+    if sp_size(cfg) > 1:
+        # DeepSpeed derives the global batch from micro × accumulation × (world / sequence_parallel_size); a stated
+        # one would fail transformers' check, which multiplies by the whole world.
+        ds["sequence_parallel_size"] = sp_size(cfg)
+        del ds["train_batch_size"]
     return ds
 
 
@@ -36,12 +41,20 @@ def _zero_block(cfg, run_dir: str) -> Dict[str, Any]:
         return block
     keys = ZERO_COMMON + (ZERO_3 if z.stage == 3 else ZERO_1_2)
     block.update({k: z[k] for k in keys})
+    if z.stage == 3 and z.zeropp:
+        block.update(_zeropp_keys(cfg))
     where = offloads(cfg)
     if where["optimizer"] != "none":
         block["offload_optimizer"] = _offload_optimizer(cfg, where["optimizer"], run_dir)
     if where["param"] != "none":
         block["offload_param"] = _offload_param(cfg, where["param"], run_dir)
     return block
+
+
+def _zeropp_keys(cfg) -> Dict[str, Any]:
+    """ZeRO++: a secondary weight partition inside each node (hpZ), quantized weights (qwZ) and gradients (qgZ)."""
+    return {"zero_hpz_partition_size": cfg.cluster.gpus_per_node, "zero_quantized_weights": True,
+            "zero_quantized_gradients": True}
 
 
 def _offload_optimizer(cfg, device: str, run_dir: str) -> Dict[str, Any]:

@@ -27,7 +27,7 @@ class Architecture:
     num_key_value_heads: int
     head_dim: int
     tie_word_embeddings: bool = False
-    attention_bias: bool = False  # llama/qwen3: bias on q, k, v and o; qwen2 always has q/k/v biases
+    attention_bias: bool = False  # llama/qwen3: bias on q, k, v and o; qwen2 always has q/k/v biases, mistral none
     mlp_bias: bool = False
 
 
@@ -52,14 +52,29 @@ class ParamCounts:
 def architecture(model_cfg) -> Architecture:
     """The model group's dimensions, or those of `model.config_path` (a Hugging Face config.json) when it is set."""
     path = getattr(model_cfg, "config_path", None)
-    if path:
-        return read_hf_config(path)
+    arch = read_hf_config(path) if path else preset_architecture(model_cfg)
+    check_dimensions(arch, f"model.config_path={path}" if path else f"model={model_cfg.name}")
+    return arch
+
+
+def check_dimensions(arch: Architecture, source: str) -> None:
+    """Counting needs positive sizes and whole attention groups (kv heads dividing heads)."""
+    sizes = {k: getattr(arch, k) for k in (*DIM_KEYS, "num_key_value_heads", "head_dim")}
+    problems = [f"{source}: {k}={v} must be at least 1." for k, v in sizes.items() if v < 1]
+    if not problems and arch.num_attention_heads % arch.num_key_value_heads:
+        problems.append(f"{source}: num_attention_heads={arch.num_attention_heads} is not a multiple of "
+                        f"num_key_value_heads={arch.num_key_value_heads}.")
+    if problems:
+        raise ConfigError(problems)
+
+
+def preset_architecture(model_cfg) -> Architecture:
     heads = model_cfg.num_attention_heads
     return Architecture(model_type=model_cfg.model_type, vocab_size=model_cfg.vocab_size,
                         hidden_size=model_cfg.hidden_size, intermediate_size=model_cfg.intermediate_size,
                         num_hidden_layers=model_cfg.num_hidden_layers, num_attention_heads=heads,
                         num_key_value_heads=model_cfg.num_key_value_heads,
-                        head_dim=model_cfg.hidden_size // heads, tie_word_embeddings=model_cfg.tie_word_embeddings,
+                        head_dim=model_cfg.hidden_size // max(heads, 1), tie_word_embeddings=model_cfg.tie_word_embeddings,
                         attention_bias=model_cfg.attention_bias)
 
 
@@ -83,17 +98,18 @@ def read_hf_config(path: str) -> Architecture:
     return Architecture(model_type=kind, vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
                         intermediate_size=raw["intermediate_size"], num_hidden_layers=raw["num_hidden_layers"],
                         num_attention_heads=heads, num_key_value_heads=raw.get("num_key_value_heads") or heads,
-                        head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
+                        head_dim=raw.get("head_dim") or raw["hidden_size"] // max(heads, 1),
                         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-                        attention_bias=bool(raw.get("attention_bias", False)), mlp_bias=bool(raw.get("mlp_bias", False)))
+                        attention_bias=bool(raw.get("attention_bias", False)),
+                        mlp_bias=bool(raw.get("mlp_bias", False)))
 
 
 def layer_modules(arch: Architecture) -> Dict[str, List[int]]:
     """Each module of one decoder layer -> the numel of the parameter tensors it holds directly."""
     h, f = arch.hidden_size, arch.intermediate_size
     q_out, kv_out = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
-    qkv_bias = arch.model_type == "qwen2" or arch.attention_bias
-    o_bias = arch.model_type != "qwen2" and arch.attention_bias
+    configurable = arch.model_type in ("llama", "qwen3") and arch.attention_bias  # Mistral has no biases at all
+    qkv_bias, o_bias = arch.model_type == "qwen2" or configurable, configurable
     mlp_bias = arch.model_type == "llama" and arch.mlp_bias
 
     def linear(fan_in: int, fan_out: int, bias: bool) -> List[int]:

@@ -100,7 +100,8 @@ def check_launcher(cfg) -> List[str]:
     c, launcher = cfg.cluster, cfg.launcher
     problems = [f"launcher.rdzv_timeout={launcher.rdzv_timeout} must be at least 1 (seconds), e.g. "
                 f"launcher.rdzv_timeout=900."] if launcher.rdzv_timeout < 1 else []
-    problems += [f"launcher.max_restarts={launcher.max_restarts} must be 0 or more."] if launcher.max_restarts < 0 else []
+    if launcher.max_restarts < 0:
+        problems.append(f"launcher.max_restarts={launcher.max_restarts} must be 0 or more.")
     for group, env in (("cluster", c.env), ("launcher", launcher.env)):
         problems += [f"{group}.env has {name!r}, which is not an environment variable name (letters, digits and _, "
                      f"not starting with a digit). Rename it, e.g. +{group}.env.NCCL_DEBUG=WARN."

@@ -15,6 +15,16 @@ def world_size(cfg) -> int:
     return cfg.cluster.nodes * cfg.cluster.gpus_per_node
 
 
+def sp_size(cfg) -> int:
+    """Ranks that share one sequence (1 without sequence parallelism)."""
+    return cfg.sp.size if value(cfg.sp.name) != "none" else 1
+
+
+def data_parallel_world(cfg) -> int:
+    """Ranks that read different samples: sequence-parallel ranks share a batch."""
+    return max(world_size(cfg) // sp_size(cfg), 1)
+
+
 def dtype(cfg) -> str:
     """The precision in force: `auto` means bf16 on cuda clusters and fp32 on CPU."""
     chosen = value(cfg.precision.dtype)

@@ -11,8 +11,9 @@ import pytest
 from trl_ds.__main__ import CONFIG_DIR
 from trl_ds.app import build
 from trl_ds.errors import ConfigError
+from trl_ds.values import world_size
 
-GROUPS = ["model", "zero", "offload", "cluster", "trainer", "precision", "launcher"]
+GROUPS = ["model", "zero", "offload", "cluster", "trainer", "precision", "launcher", "peft", "sp"]
 OPTIONS = {g: sorted(p.stem for p in (Path(CONFIG_DIR) / g).glob("*.yaml")) for g in GROUPS}
 ZERO, OFFLOAD = OPTIONS["zero"], OPTIONS["offload"]
 CLUSTERS = ["local", "1x1", "1x8", "2x8", "4x8"]
@@ -36,7 +37,10 @@ def deepspeed_accepts(ds_config, world, monkeypatch):
 
     monkeypatch.setattr(ds_runtime_config, "dist", FakeDist(world))
     parsed = ds_runtime_config.DeepSpeedConfig(ds_config)
-    assert parsed.train_batch_size == ds_config["train_batch_size"]
+    # Sequence-parallel ranks share samples: DeepSpeed multiplies by world / sequence_parallel_size.
+    data_parallel = world // ds_config.get("sequence_parallel_size", 1)
+    expected = ds_config["train_micro_batch_size_per_gpu"] * ds_config["gradient_accumulation_steps"] * data_parallel
+    assert parsed.train_batch_size == ds_config.get("train_batch_size", expected) == expected
     assert parsed.zero_optimization_stage == ds_config["zero_optimization"]["stage"]
     return parsed
 
@@ -67,7 +71,7 @@ def test_every_option_composes_and_builds(group, option, compose_cfg, monkeypatc
         overrides.append("zero=stage3")  # ZeRO-Infinity is a stage-3 feature
     cfg = compose_cfg(overrides)
     prepared = build(cfg, "/tmp/run", launching=False)
-    deepspeed_accepts(prepared.ds_config, prepared.batch.world, monkeypatch)
+    deepspeed_accepts(prepared.ds_config, world_size(cfg), monkeypatch)
 
 
 @pytest.mark.parametrize("zero,offload,cluster", list(itertools.product(ZERO, OFFLOAD, CLUSTERS)))
@@ -120,3 +124,12 @@ def test_trainer_args_agree_with_ds_config_for_transformers(compose_cfg):
     hf.trainer_config_process(args)
     # a single rank here: transformers computes train_batch_size with world 1, so only that key may differ
     assert [m for m in hf.mismatches if "train_batch_size" not in m] == []
+
+
+def test_ulysses_batch_counts_data_parallel_ranks_only(compose_cfg, monkeypatch):
+    """8 ranks, sp.size=4: 2 data-parallel ranks; DeepSpeed's own batch check holds for them."""
+    prepared = build(compose_cfg(["cluster=1x8", "zero=stage3", "sp=ulysses", "sp.size=4", "batch.global_size=8"]),
+                     "/tmp/run", launching=False)
+    assert (prepared.batch.world, prepared.batch.micro, prepared.batch.accumulation) == (2, 2, 2)
+    parsed = deepspeed_accepts(prepared.ds_config, 8, monkeypatch)
+    assert parsed.train_batch_size == 8 and prepared.ds_config["sequence_parallel_size"] == 4

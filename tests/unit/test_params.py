@@ -51,7 +51,7 @@ def test_known_totals_match_the_published_sizes(compose_cfg):
 
 @pytest.mark.parametrize("model_type,extra", [
     ("llama", {"attention_bias": True, "mlp_bias": True, "head_dim": 48}),
-    ("mistral", {"head_dim": 40}),
+    ("mistral", {"head_dim": 40, "attention_bias": True}),  # ignored by Mistral
     ("qwen2", {"tie_word_embeddings": True}),
     ("qwen3", {"head_dim": 24, "attention_bias": True}),
 ])
@@ -81,3 +81,14 @@ def test_unreadable_or_unsupported_config_json_is_one_clear_error(tmp_path):
     path.write_text(json.dumps({"model_type": "gpt2", "vocab_size": 10}))
     with pytest.raises(ConfigError, match=r"model_type 'gpt2' is not one of llama, mistral, qwen2, qwen3"):
         read_hf_config(str(path))
+
+
+def test_impossible_dimensions_are_one_clear_error(tmp_path, compose_cfg):
+    with pytest.raises(ConfigError, match=r"model=tiny: num_attention_heads=4 is not a multiple of "
+                                          r"num_key_value_heads=3\."):
+        architecture(compose_cfg(["model.num_key_value_heads=3"]).model)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "vocab_size": 10, "hidden_size": 0, "intermediate_size": 8,
+                                "num_hidden_layers": 1, "num_attention_heads": 2}))
+    with pytest.raises(ConfigError, match=r"model.config_path=.*config.json: hidden_size=0 must be at least 1\."):
+        architecture(compose_cfg([f"model.config_path={path}"]).model)

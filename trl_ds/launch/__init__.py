@@ -1,30 +1,101 @@
 """Launchers: pure builders of commands and scripts, plus `start`, the only function here that spawns.
 
-The app calls three things, whatever the launcher: `build_commands` (every node's command, as argument lists),
-`write_launch_files` (launch.sh and launcher-specific files into the run dir) and `start` (run this node's share).
+The app calls the same things whatever the launcher: `build_commands` (every node's command, as argument lists;
+the last argument of each is the run dir, the rank worker's one argument), `write_launch_files` (launch.sh, and the
+hostfile or sbatch.sh) and `start` (run this node's share, or submit the job). launch.sh is what runs everywhere:
+`start` runs it, srun runs it on each SLURM node, and a user can run it by hand on each node.
 """
 import os
+import sys
 from typing import Dict, List
 
+from ..errors import ConfigError
 from ..rundir import write_text
+from ..values import value
+from .deepspeed import HOSTFILE, build_deepspeed_commands, load_hosts
+from .failure import NodeView
+from .hostfile import render_hostfile
 from .script import render_launch_script
-from .torchrun import build_node_commands
+from .slurm import SBATCH_SCRIPT, main_addr_from_slurm, render_sbatch, submit_job, under_slurm_job
+from .torchrun import build_node_commands, node_log_dir
+
+LAUNCH_SCRIPT = "launch.sh"
 
 
 def build_commands(cfg, run_dir: str) -> List[List[str]]:
-    return build_node_commands(cfg, run_dir)
+    if value(cfg.launcher.name) == "slurm" and ("\n" in run_dir or "\r" in run_dir):
+        raise ConfigError([f"the run dir {run_dir!r} holds a line break, which sbatch.sh's #SBATCH --output line "
+                           f"cannot carry. Choose another with hydra.run.dir=..."])
+    if value(cfg.launcher.name) == "deepspeed":
+        return build_deepspeed_commands(cfg, run_dir)
+    return build_node_commands(cfg, run_dir)  # torchrun, also what srun runs on each node for launcher=slurm
+
+
+def render_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> Dict[str, str]:
+    """File name in the run dir -> text: launch.sh always, the hostfile or sbatch.sh for their launchers. Pure."""
+    files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes)}
+    name = value(cfg.launcher.name)
+    if name == "deepspeed":
+        hosts, origin, _ = load_hosts(cfg)
+        files[HOSTFILE] = render_hostfile(hosts, origin)
+    if name == "slurm":
+        files[SBATCH_SCRIPT] = render_sbatch(cfg, run_dir)
+    return files
 
 
 def write_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> None:
-    write_text(os.path.join(run_dir, "launch.sh"),
-               render_launch_script(node_commands, run_dir, launch_env(cfg)), mode=0o755)
+    """Written whole, then renamed: with a shared run dir every node writes them, and bash reads a script as it
+    runs, so another node must never truncate one under a running launch.sh."""
+    for name, text in render_launch_files(cfg, run_dir, node_commands).items():
+        path = os.path.join(run_dir, name)
+        write_text(f"{path}.tmp-{os.getpid()}", text, mode=0o755 if name.endswith(".sh") else 0o644)
+        os.replace(f"{path}.tmp-{os.getpid()}", path)
 
 
 def launch_env(cfg) -> Dict[str, str]:
-    return dict(cfg.launcher.env)
+    """cluster.env (network) then launcher.env (anything else); the launcher's entry wins on a clash."""
+    return {**cfg.cluster.env, **cfg.launcher.env}
+
+
+def this_node_rank(cfg) -> int:
+    """Under a SLURM allocation SLURM says which node this is; otherwise cluster.node_rank."""
+    if cfg.cluster.nodes > 1 and under_slurm_job():
+        return int(os.environ["SLURM_NODEID"])
+    return cfg.cluster.node_rank
+
+
+def summarizes_here(cfg) -> bool:
+    """Whether this process ends with the run's summary: not for a submitted job, nor on a node without rank 0."""
+    return value(cfg.launcher.name) != "slurm" and this_node_rank(cfg) == 0
 
 
 def start(cfg, node_commands: List[List[str]]) -> int:
+    run_dir = node_commands[0][-1]
+    env = spawn_env()
+    if value(cfg.launcher.name) == "slurm":
+        if not cfg.launcher.slurm.submit:
+            print(f"trl_ds: wrote {run_dir}/{SBATCH_SCRIPT} (launcher.slurm.submit=false); submit it with: "
+                  f"sbatch {run_dir}/{SBATCH_SCRIPT}")
+            return 0
+        return submit_job(run_dir, env)
     from .run import run_node
 
-    return run_node(node_commands[cfg.cluster.node_rank], launch_env(cfg))
+    from_slurm = cfg.cluster.nodes > 1 and under_slurm_job()
+    rank = this_node_rank(cfg)
+    script = ["bash", os.path.join(run_dir, LAUNCH_SCRIPT)] + ([] if from_slurm else [str(rank)])
+    main_addr = main_addr_from_slurm() if from_slurm else cfg.cluster.master_addr
+    node = NodeView(rank=rank, nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node,
+                    log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr}:{cfg.cluster.master_port}",
+                    rdzv_timeout=cfg.launcher.rdzv_timeout)
+    rc = run_node(script, env, node, watch_rendezvous=value(cfg.launcher.name) == "torchrun")
+    if rc == 0 and rank != 0:
+        print(f"trl_ds: node {rank} done; rank 0 on node 0 writes summary.json and metrics.jsonl in its run dir")
+    return rc
+
+
+def spawn_env() -> Dict[str, str]:
+    """This environment, with this Python's folder first on PATH so torchrun, deepspeed and the SLURM job find the
+    launchers installed beside it (the venv) even when it is not activated."""
+    bin_dir = os.path.dirname(sys.executable)
+    path = [bin_dir] + [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PATH": os.pathsep.join(path)}

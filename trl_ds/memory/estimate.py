@@ -18,10 +18,10 @@ under `buffers`, itemised in `buffer_items`.
 from dataclasses import dataclass, field
 from typing import Dict
 
-from ..params import Architecture, ParamCounts
-from .coefficients import activation_bytes_per_token, logits_bytes_per_token
+from ..params import Architecture, ParamCounts, architecture, count_params
+from ..values import dtype, offloads, value
 
-GiB = 2 ** 30
+GiB, MiB = 2 ** 30, 2 ** 20
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only
 LOAD_BYTES_PER_PARAM = 4  # without zero.Init every rank materialises the model in fp32 (DeepSpeed's assumption)
 CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context, cuBLAS workspace, NCCL buffers per GPU rank (not measured here)
@@ -29,6 +29,17 @@ FRAGMENTATION = 0.10  # caching allocator: reserved is commonly 5-25 % above all
 CPU_RANK_BYTES = int(0.55 * GiB)  # measured: peak RSS of a tiny 2-rank CPU run is 509-580 MiB per rank
 HOST_BYTES_PER_GPU_RANK = 2 * GiB  # host RSS of one GPU rank process (Python, torch, CUDA libraries)
 PLACE = {"none": "device", "cpu": "host", "nvme": "nvme"}  # offload device -> where after_step reports it
+
+# Measured by scripts/measure_activations.py (exact integer fits; tests/unit/test_estimate.py re-measures and pins).
+# Bytes one decoder layer saves per token, by parameter width (2: bf16/fp16, 4: fp32), for h hidden, f ffn,
+# q = heads × head_dim, kv = kv heads × head_dim; identical for Llama, Mistral and Qwen2.
+LAYER_SAVED = {2: {"h": 16, "f": 8, "q": 4, "kv": 4, "heads": 4, "one": 8},
+               4: {"h": 24, "f": 16, "q": 8, "kv": 8, "heads": 4, "one": 8}}
+# TRL's fused LM head (SFTTrainer): tiles of HEAD_TOKEN_TILE × HEAD_VOCAB_TILE logits, fp32 gradient accumulation.
+HEAD_TOKEN_TILE, HEAD_VOCAB_TILE = 4096, 32768  # trl/kernels/chunked_logprob.py, trl.trainer.utils
+HEAD_PEAK = {2: {"vocab_x_hidden": 6, "tokens_x_hidden": 6, "tokens": 24},
+             4: {"vocab_x_hidden": 8, "tokens_x_hidden": 8, "tokens": 24}}
+HEAD_CPU_TILE_TEMPORARIES = 29  # bytes per tile element of the torch fallback on CPU; Triton works in place
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,7 @@ class Setup:
     sub_group_size: int = 1_000_000_000
     buffer_count: int = 5
     buffer_size: int = 100_000_000
+    zeropp: bool = False  # ZeRO++ hpZ keeps a secondary 16-bit parameter partition per node
 
     @property
     def world(self) -> int:
@@ -95,6 +107,21 @@ class Estimate:
         return sum(self.device[k] for k in ("params", "gradients", "optimizer"))
 
 
+def setup_from_config(cfg) -> Setup:
+    """The composed RunConfig's memory-relevant values (reads model.config_path when it is set)."""
+    arch = architecture(cfg.model)
+    z, o, c, where = cfg.zero, cfg.offload, cfg.cluster, offloads(cfg)
+    return Setup(arch=arch, counts=count_params(arch), stage=z.stage, optimizer_offload=where["optimizer"],
+                 param_offload=where["param"], nodes=c.nodes, gpus_per_node=c.gpus_per_node,
+                 device=value(c.device), dtype=dtype(cfg), micro_batch=cfg.trainer.per_device_train_batch_size,
+                 seq_len=cfg.trainer.max_length, gradient_checkpointing=cfg.trainer.gradient_checkpointing,
+                 gpu_memory_gb=c.gpu_memory_gb, cpu_memory_gb=c.cpu_memory_gb,
+                 reduce_bucket_size=z.reduce_bucket_size, overlap_comm=z.overlap_comm,
+                 prefetch_bucket_size=z.stage3_prefetch_bucket_size,
+                 persistence_threshold=z.stage3_param_persistence_threshold, sub_group_size=z.sub_group_size,
+                 buffer_count=o.buffer_count, buffer_size=o.buffer_size, zeropp=bool(z.get("zeropp", False)))
+
+
 def estimate(s: Setup) -> Estimate:
     states, host_states = model_states(s)
     items = device_buffers(s)
@@ -109,37 +136,42 @@ def estimate(s: Setup) -> Estimate:
 
 
 def model_states(s: Setup):
-    """Peak per-rank model states on the device, and the per-rank bytes DeepSpeed keeps on the host (cpu or nvme).
+    """Peak per-rank model states on the device, and the per-rank bytes DeepSpeed keeps off it (cpu or nvme).
 
-    Mixed precision: 2 B params + 2 B grads + 4 B fp32 grads + 12 B (fp32 master + Adam) per parameter, partitioned
-    by stage; ZeRO-3 adds the largest module gathered with its gradient (2 × width × L_max).
+    Mixed precision: 2 B params + 2 B grads + 4 B fp32 grads + 12 B fp32 master and Adam per parameter, partitioned
+    by stage; ZeRO-3 adds the largest module gathered with its gradient (2 × width × L_max) and counts 4 B of
+    gradients, as DeepSpeed's estimator does. fp32 training uses 4 B for the "16-bit" terms.
     """
     psi, n, w, l_max = s.counts.total, s.world, s.width, s.counts.largest_module
-    master = 4 if s.dtype != "fp32" or s.stage > 0 else 0  # fp32 without ZeRO steps the parameters themselves
-    if s.stage == 0:
-        return {"params": w * psi, "gradients": (w + master) * psi, "optimizer": (master + 8) * psi}, 0
     offload_opt = s.optimizer_offload != "none"
-    optimizer = 0 if offload_opt else int((master + 8) * psi / n)
-    host = int((4 + master + 8) * psi / n) if offload_opt else 0  # fp32 grads, master, Adam
+    if s.stage == 0:  # mixed precision: fp32 master copy and a transient fp32 gradient; fp32 steps the params
+        master = 0 if s.dtype == "fp32" else 4
+        return {"params": w * psi, "gradients": (w + master) * psi, "optimizer": (master + 8) * psi}, 0
+    optimizer = 0 if offload_opt else int(12 * psi / n)
+    off_device = int(16 * psi / n) if offload_opt else 0  # fp32 gradients, master weights, Adam moments
     if s.stage < 3:
-        grads16 = w * psi if s.stage == 1 else int(w * psi / n) if not offload_opt else 0
+        grads16 = w * psi if s.stage == 1 else (0 if offload_opt else int(w * psi / n))
         fp32_grads = 0 if offload_opt else int(4 * psi / n)
-        return {"params": w * psi, "gradients": grads16 + fp32_grads, "optimizer": optimizer}, host
-    params = w * l_max + (0 if s.param_offload != "none" else int(w * psi / n))
-    host += int(w * psi / n) if s.param_offload != "none" else 0
+        return {"params": w * psi, "gradients": grads16 + fp32_grads, "optimizer": optimizer}, off_device
+    params_offloaded = s.param_offload != "none"
+    params = w * l_max + (0 if params_offloaded else int(w * psi / n))
+    off_device += int(w * psi / n) if params_offloaded else 0
     gradients = w * l_max + (0 if offload_opt else int(4 * psi / n))
-    return {"params": params, "gradients": gradients, "optimizer": optimizer}, host
+    return {"params": params, "gradients": gradients, "optimizer": optimizer}, off_device
 
 
 def host_model_states(s: Setup, per_rank_host: int) -> int:
-    """Per node: the larger of loading (every rank materialises the model, or one module with zero.Init in stage 3)
-    and the states offloaded to CPU, × DeepSpeed's 1.5. NVMe-offloaded states are on disk, not here."""
-    if s.judged_on_host:  # CPU ranks: exact bytes, no pinned buffers; the ranks' own training RAM dominates loading
-        return per_rank_host * s.gpus_per_node
-    loaded = s.counts.largest_module if s.stage == 3 else s.counts.total
-    load = LOAD_BYTES_PER_PARAM * loaded * s.gpus_per_node
+    """Per node, × DeepSpeed's 1.5, with its zero.Init convention: stages 0-2 load the whole model in fp32 on every
+    rank first (the larger of that and the offloaded states counts); ZeRO-3 loads one module at a time, so only the
+    offloaded states count once there are any. NVMe-offloaded states are on disk, not here."""
     on_cpu = per_rank_host * s.gpus_per_node if "nvme" not in (s.optimizer_offload, s.param_offload) else 0
-    return int(max(load, on_cpu) * HOST_BUFFER_FACTOR)
+    if s.judged_on_host:  # CPU ranks: exact bytes, no pinned buffers; the ranks' own training RAM dominates loading
+        return on_cpu
+    if s.stage == 3:
+        peak = on_cpu or LOAD_BYTES_PER_PARAM * s.counts.largest_module * s.gpus_per_node
+    else:
+        peak = max(LOAD_BYTES_PER_PARAM * s.counts.total * s.gpus_per_node, on_cpu)
+    return int(peak * HOST_BUFFER_FACTOR)
 
 
 def nvme_bytes(s: Setup) -> int:
@@ -149,20 +181,38 @@ def nvme_bytes(s: Setup) -> int:
                + (12 if s.optimizer_offload == "nvme" else 0) * psi_node)
 
 
+def layer_saved_per_token(arch: Architecture, width: int) -> int:
+    c = LAYER_SAVED[width]
+    q, kv = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
+    return (c["h"] * arch.hidden_size + c["f"] * arch.intermediate_size + c["q"] * q + c["kv"] * kv
+            + c["heads"] * arch.num_attention_heads + c["one"])
+
+
 def activations(s: Setup) -> int:
-    """Saved activations of all layers at the start of backward (coefficients measured by
-    scripts/measure_activations.py). With checkpointing each layer keeps its input, and one layer is recomputed."""
+    """Saved activations of all layers at the start of backward (SDPA without padding: no a·s² term). With
+    checkpointing each layer keeps only its input, and one layer is recomputed at a time."""
     tokens = s.micro_batch * s.seq_len
-    per_layer = activation_bytes_per_token(s.arch, s.dtype) * tokens
-    layers = s.arch.num_hidden_layers
+    per_layer = layer_saved_per_token(s.arch, s.width) * tokens
     if s.gradient_checkpointing:
-        return layers * s.width * s.arch.hidden_size * tokens + per_layer
-    return layers * per_layer
+        return s.arch.num_hidden_layers * s.width * s.arch.hidden_size * tokens + per_layer
+    return s.arch.num_hidden_layers * per_layer
 
 
 def logits(s: Setup) -> int:
-    """The lm_head + cross-entropy peak (fp32 log-probabilities and their gradients); checkpointing keeps it."""
-    return int(logits_bytes_per_token(s.arch, s.dtype) * s.micro_batch * s.seq_len)
+    """Peak of TRL's fused LM head + loss; checkpointing does not change it, and the full logits never exist."""
+    return fused_head_peak(s.micro_batch * s.seq_len, s.arch.vocab_size, s.arch.hidden_size, s.width,
+                           on_cpu=s.device == "cpu")
+
+
+def fused_head_peak(tokens: int, vocab: int, hidden: int, width: int, on_cpu: bool) -> int:
+    """One logits tile, the fp32 gradients of the lm_head weight and of the hidden states, per-token statistics."""
+    c = HEAD_PEAK[width]
+    tile_tokens = min(tokens, HEAD_TOKEN_TILE)
+    tile = tile_tokens * HEAD_VOCAB_TILE * width
+    if on_cpu:
+        tile += HEAD_CPU_TILE_TEMPORARIES * tile_tokens * min(vocab, HEAD_VOCAB_TILE)
+    return (tile + c["vocab_x_hidden"] * vocab * hidden + c["tokens_x_hidden"] * tokens * hidden
+            + c["tokens"] * tokens)
 
 
 def device_buffers(s: Setup) -> Dict[str, int]:
@@ -177,6 +227,8 @@ def device_buffers(s: Setup) -> Dict[str, int]:
         items["persistent_params"] = w * s.counts.persistent(s.persistence_threshold)
         if s.optimizer_offload == "none":
             items["grad_partition_16bit"] = int(w * psi / n)
+        if s.zeropp:
+            items["hpz_secondary_params"] = int(w * psi / s.gpus_per_node)
     return items
 
 

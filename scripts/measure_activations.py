@@ -1,0 +1,160 @@
+"""Measure activation bytes of the shipped model families on CPU, from what autograd saves.
+
+    .venv/bin/python scripts/measure_activations.py          # table of fitted coefficients (about 30 s)
+    .venv/bin/python scripts/measure_activations.py --json   # the same as JSON
+
+For small random-init models (Llama, Mistral, Qwen2 are measured; each in bf16 and fp32) one forward with labels
+runs under `saved_tensors_hooks`: every saved tensor's storage is counted once, parameters excluded, and charged to
+the decoder layer that saved it. Attention goes through SDPA with a causal mask and no padding, the path that saves
+only q, k, v, the output and the log-sum-exp (no a·s² matrix), as flash/efficient kernels do on GPU.
+Bytes per token per layer are fitted, exactly and in integers, to
+    c_h·h + c_f·f + c_q·(a·d) + c_kv·(kv·d) + c_a·a + c_1      (d: head_dim, varied apart from h/a on purpose)
+With gradient checkpointing the same count gives the bytes each layer keeps (its input).
+
+The logits/loss term is a peak, not a saved set. TRL's SFTTrainer never materialises the (tokens × vocab) logits:
+its fused LM head (trl/kernels/chunked_logprob.py) scores tiles of 4096 tokens × 32768 vocabulary entries and
+accumulates the lm_head gradient in fp32. The live bytes of every storage that head creates in forward and backward
+are tracked with a dispatch mode and storage weak references, and fitted the same way.
+
+trl_ds/memory/estimate.py holds the results as constants; tests/unit/test_estimate.py re-measures one shape per
+dtype with these functions and pins the constants.
+"""
+import argparse
+import json
+import sys
+from itertools import product
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from transformers import AutoConfig, AutoModelForCausalLM
+
+FAMILIES = ("llama", "mistral", "qwen2")
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+# (hidden, ffn, heads, kv heads, head_dim): independent enough for the six unknowns of the fit.
+SHAPES = [(64, 160, 4, 2, 16), (128, 160, 4, 2, 32), (64, 320, 4, 2, 16), (64, 160, 8, 2, 8),
+          (64, 160, 4, 4, 16), (64, 160, 4, 2, 32), (96, 224, 6, 3, 24)]
+UNKNOWNS = ("h", "f", "q", "kv", "heads", "one")
+BATCH, SEQ, VOCAB = 2, 32, 1000
+HEAD_CHUNK = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE, the vocabulary tile SFTTrainer passes
+
+
+def build(model_type: str, h: int, f: int, a: int, kv: int, d: int, dtype=torch.bfloat16, checkpointing=False):
+    config = AutoConfig.for_model(model_type, vocab_size=VOCAB, hidden_size=h, intermediate_size=f,
+                                  num_hidden_layers=2, num_attention_heads=a, num_key_value_heads=kv, head_dim=d,
+                                  max_position_embeddings=SEQ, attn_implementation="sdpa", use_cache=False)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to(dtype).train()
+    if checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def saved_per_layer_token(model, batch: int = BATCH, seq: int = SEQ) -> float:
+    """Bytes autograd saves in the last decoder layer per token (the first also holds the shared rotary cos/sin)."""
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    last = model.model.layers[-1]
+    seen, inside, total = set(), [False], [0]
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in param_ptrs and ptr not in seen:
+            seen.add(ptr)
+            total[0] += t.untyped_storage().nbytes() if inside[0] else 0
+        return t
+
+    hooks = [last.register_forward_pre_hook(lambda m, args: inside.__setitem__(0, True)),
+             model.model.norm.register_forward_pre_hook(lambda m, args: inside.__setitem__(0, False))]
+    ids = torch.randint(0, VOCAB, (batch, seq))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+    for hook in hooks:
+        hook.remove()
+    return total[0] / (batch * seq)
+
+
+class LiveBytes(TorchDispatchMode):
+    """Peak bytes of the storages created inside the mode that are still alive, checked after every op."""
+
+    def __init__(self):
+        super().__init__()
+        self.live, self.peak = {}, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                self.live[storage.data_ptr()] = (StorageWeakRef(storage), storage.nbytes())
+        self.live = {k: v for k, v in self.live.items() if not v[0].expired()}
+        self.peak = max(self.peak, sum(nbytes for _, nbytes in self.live.values()))
+        return out
+
+
+def fused_head_peak(dtype, tokens: int, vocab: int, hidden: int) -> int:
+    """Peak live bytes of TRL's fused LM head (SFTTrainer's loss: chunked log-probs, no full logits), forward and
+    backward, for `tokens` positions; the hidden states and the lm_head weight themselves are not counted."""
+    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+
+    weight = torch.randn(vocab, hidden, dtype=dtype, requires_grad=True)
+    states = torch.randn(tokens, hidden, dtype=dtype, requires_grad=True)
+    targets = torch.randint(0, vocab, (tokens,))
+    with LiveBytes() as live:
+        log_probs = ChunkedLogProbFunction.apply(states, weight, None, targets, 1.0, HEAD_CHUNK, None, 1.0,
+                                                 ("log_probs", "entropy", "is_top1"))[0]
+        (-log_probs.sum()).backward()
+    return live.peak
+
+
+def measure_head(dtype) -> dict:
+    """Fit the fused head's peak, for tokens below TRL's 4096-token tile and vocabularies below its chunk, to
+    c_NV·N·V + c_Vh·V·h + c_Nh·N·h + c_N·N + c_1 (c_NV: CPU-only temporaries; Triton works in place on GPU)."""
+    rows, targets = [], []
+    for n, v, h in product((64, 96, 160), (1000, 1700, 2600), (32, 48, 80)):
+        rows.append([n * v, v * h, n * h, n, 1])
+        targets.append(fused_head_peak(dtype, n, v, h))
+    coefficients, residual = fit_integers(rows, targets, ("tokens_x_vocab", "vocab_x_hidden", "tokens_x_hidden",
+                                                          "tokens", "one"))
+    return {"head_bytes": coefficients, "fit_residual_bytes": residual}
+
+
+def fit_integers(rows, targets, unknowns=UNKNOWNS):
+    solution = torch.linalg.lstsq(torch.tensor(rows, dtype=torch.float64),
+                                  torch.tensor(targets, dtype=torch.float64).unsqueeze(1)).solution.squeeze(1)
+    coefficients = [round(x) for x in solution.tolist()]
+    residual = max(abs(sum(c * x for c, x in zip(coefficients, row)) - t) for row, t in zip(rows, targets))
+    return dict(zip(unknowns, coefficients)), residual
+
+
+def measure(model_type: str, dtype, checkpointing: bool = False) -> dict:
+    rows, targets = [], []
+    for h, f, a, kv, d in SHAPES:
+        rows.append([h, f, a * d, kv * d, a, 1])
+        targets.append(saved_per_layer_token(build(model_type, h, f, a, kv, d, dtype, checkpointing)))
+    coefficients, residual = fit_integers(rows, targets)
+    return {"layer_bytes_per_token": coefficients, "fit_residual_bytes": residual}
+
+
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    results = {name: {"fused_head": measure_head(dtype),
+                      **{family: measure(family, dtype) for family in FAMILIES},
+                      "checkpointed": measure("llama", dtype, checkpointing=True)}
+               for name, dtype in DTYPES.items()}
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"bytes (per layer: per token, batch {BATCH}, sequence {SEQ}; SDPA causal, no padding):")
+    for name, by_part in results.items():
+        print(f"  {name}:")
+        for part, r in by_part.items():
+            terms = " + ".join(f"{c}·{k}" for k, c in next(iter(r.values())).items() if c)
+            print(f"    {part:12s} {terms}   (fit residual {r['fit_residual_bytes']:.2g} B)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,147 @@
+"""Multi-node torchrun for real, over loopback: two launcher processes (cluster.node_rank=0 and 1, one CPU rank each)
+sharing a run dir as nodes share a filesystem, against the single-node 2-rank run of the same global batch.
+
+Also the ways a multi-node launch goes wrong: a node that never joins, and a node whose rank dies before joining
+the process group. Each must end every node with a message naming the node or rank and its log, within
+launcher.rdzv_timeout, never a hang.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, read_json, run_app
+
+pytestmark = pytest.mark.integration
+RDZV_TIMEOUT = 8
+# torchrun and Python start-up on a busy 2-core machine, on top of the configured timeout.
+SLACK_S = 45
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tiny_model_dir(tmp_path_factory) -> str:
+    """The tiny model saved once, given to every run by path.
+
+    Runs that build it themselves save it from global rank 0 only (transformers' save_pretrained writes on rank 0
+    once torch.distributed is up), so with two nodes node 1 would race a half-written folder; a model given by
+    path is also how real multi-node runs start.
+    """
+    folder = tmp_path_factory.getbasetemp() / "tiny_model"
+    if not (folder / "config.json").exists():
+        code = ("import sys; from trl_ds.models import save_tiny_model; from trl_ds.rundir import load_run_config; "
+                "cfg = load_run_config(sys.argv[1]); save_tiny_model(cfg.model, sys.argv[2], cfg.seed)")
+        run_dir = tmp_path_factory.mktemp("tiny_model_cfg")
+        assert run_app(["dry_run=true"], run_dir, timeout=120).returncode == 0
+        subprocess.run([sys.executable, "-c", code, str(run_dir), str(folder)], check=True, cwd=REPO, timeout=300)
+    return str(folder)
+
+
+def reference_run(tmp_path_factory) -> dict:
+    """The single-node run (1 node × 2 CPU ranks, global batch 4), made once and shared by every launcher test."""
+    run_dir = tmp_path_factory.getbasetemp() / "reference_run"
+    if not (run_dir / "summary.json").exists():
+        out = run_app([f"model.name_or_path={tiny_model_dir(tmp_path_factory)}"], run_dir)
+        assert out.returncode == 0, out.stdout + out.stderr
+    return {"summary": read_json(run_dir / "summary.json"), "losses": losses(run_dir)}
+
+
+def losses(run_dir) -> list:
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [row["loss"] for row in map(json.loads, f) if "loss" in row]
+
+
+def start_node(args, run_dir, env=None):
+    cmd = [sys.executable, "-m", "trl_ds", *args, f"hydra.run.dir={run_dir}"]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def finish(proc, timeout):
+    """(returncode, stdout, stderr, seconds it took from now)."""
+    started = time.monotonic()
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err, time.monotonic() - started
+
+
+def two_node_args(tmp_path_factory, port, timeout=60):
+    return [f"model.name_or_path={tiny_model_dir(tmp_path_factory)}", "cluster.nodes=2", "cluster.gpus_per_node=1",
+            "cluster.master_addr=127.0.0.1", f"cluster.master_port={port}", f"launcher.rdzv_timeout={timeout}"]
+
+
+def test_two_nodes_over_loopback_train_to_the_single_node_loss(tmp_path_factory, tmp_path):
+    reference = reference_run(tmp_path_factory)
+    args = two_node_args(tmp_path_factory, free_port())
+    started = time.monotonic()
+    node0 = start_node(args + ["cluster.node_rank=0"], tmp_path)
+    node1 = start_node(args + ["cluster.node_rank=1"], tmp_path)
+    rc1, out1, err1, _ = finish(node1, 600)
+    rc0, out0, err0, _ = finish(node0, 600)
+    print(f"two-node run: {time.monotonic() - started:.1f} s wall")
+    assert (rc0, rc1) == (0, 0), err0[-3000:] + err1[-3000:]
+    assert "node 1 done; rank 0 on node 0 writes summary.json" in out1
+    summary = read_json(tmp_path / "summary.json")
+    assert (summary["status"], summary["world_size"], summary["global_batch"]) == ("completed", 2, 4)
+    assert summary["global_batch"] == reference["summary"]["global_batch"]
+    assert losses(tmp_path) == pytest.approx(reference["losses"], abs=1e-6)
+    assert summary["final_loss"] == pytest.approx(reference["summary"]["final_loss"], abs=1e-6)
+    for node in (0, 1):  # each node's rank logs apart, though both ranks are local rank 0
+        assert list((tmp_path / "logs" / f"node_{node}").glob("*/attempt_0/0/stderr.log"))
+
+
+def test_node_that_never_joins_ends_node_0_naming_it(tmp_path_factory, tmp_path):
+    port = free_port()
+    node0 = start_node(two_node_args(tmp_path_factory, port, RDZV_TIMEOUT) + ["cluster.node_rank=0"], tmp_path)
+    rc, out, err, took = finish(node0, RDZV_TIMEOUT + 120)
+    assert rc != 0
+    assert took < RDZV_TIMEOUT + SLACK_S
+    assert (f"trl_ds: launch failed: node 1 never joined: 1 of 2 nodes reached the rendezvous at 127.0.0.1:{port} "
+            f"within launcher.rdzv_timeout={RDZV_TIMEOUT} s") in err
+    failure = read_json(tmp_path / "logs" / "node_0" / "failure.json")
+    assert failure["log"] == str(tmp_path / "logs" / "node_0" / "launcher.log")
+    assert read_json(tmp_path / "summary.json")["status"] == "failed"
+
+
+def test_worker_node_without_a_main_node_gives_up_within_the_timeout(tmp_path_factory, tmp_path):
+    port = free_port()
+    node1 = start_node(two_node_args(tmp_path_factory, port, RDZV_TIMEOUT) + ["cluster.node_rank=1"], tmp_path)
+    rc, _, err, took = finish(node1, RDZV_TIMEOUT + 120)
+    assert rc != 0
+    assert took < RDZV_TIMEOUT + SLACK_S
+    assert (f"node 1 never joined: the main node's rendezvous at 127.0.0.1:{port} did not answer (is node 0 "
+            f"started, and does that address reach it from here?) within launcher.rdzv_timeout={RDZV_TIMEOUT} s") in err
+    assert (tmp_path / "logs" / "node_1" / "failure.json").exists()
+
+
+def test_rank_that_dies_before_joining_ends_every_node_naming_it(tmp_path_factory, tmp_path):
+    """Node 1's rank crashes at start-up (a broken environment on that node): without the launchers telling each
+    other, node 0's rank would wait in the process group for 30 minutes."""
+    broken = tmp_path / "broken_site"
+    broken.mkdir()
+    (broken / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if 'LOCAL_RANK' in os.environ:  # the rank, not torchrun itself\n"
+        "    sys.stderr.write('simulated: this node cannot start its rank\\n'); sys.stderr.flush(); os._exit(3)\n")
+    run_dir = tmp_path / "run"
+    args = two_node_args(tmp_path_factory, free_port())  # rdzv_timeout 60: the ranks must not be ended by it
+    node0 = start_node(args + ["cluster.node_rank=0"], run_dir)
+    node1 = start_node(args + ["cluster.node_rank=1"], run_dir, env={"PYTHONPATH": str(broken)})
+    rc1, _, err1, _ = finish(node1, 300)
+    rc0, out0, err0, took0 = finish(node0, 300)
+    assert rc1 != 0 and rc0 != 0
+    assert took0 < SLACK_S, "node 0 must stop soon after node 1 reports"
+    rank_log = next((run_dir / "logs" / "node_1").glob("*/attempt_0/0/stderr.log"))
+    assert f"trl_ds: launch failed: rank 1 (node 1, local rank 0) exited with code 3; its log: {rank_log}" in err1
+    assert "simulated: this node cannot start its rank" in rank_log.read_text()
+    assert (f"trl_ds: launch failed: node 0 stopped its ranks because node 1 failed: rank 1 (node 1, local rank 0) "
+            f"exited with code 3; its log: {rank_log}") in err0
+    summary = read_json(run_dir / "summary.json")
+    assert summary["status"] == "failed" and summary["log"] == str(rank_log)

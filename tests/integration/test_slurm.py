@@ -1,0 +1,143 @@
+"""SLURM for real: a 2-node cluster on this machine (scripts/slurm_cluster.sh: munged, slurmctld, two slurmd on
+loopback), a job submitted by `python -m trl_ds launcher=slurm`, and torchrun under an allocation taking its node
+rank and main node from SLURM. Each job trains the tiny model across both SLURM nodes, 1 CPU rank each."""
+import os
+import random
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, read_json, require
+from tests.integration.test_multinode import free_port, losses, reference_run, tiny_model_dir
+
+pytestmark = pytest.mark.integration
+CLUSTER_SCRIPT = REPO / "scripts" / "slurm_cluster.sh"
+TOOLS = ("slurmctld", "slurmd", "munged", "munge", "sbatch", "squeue", "scontrol", "srun")
+JOB_TIMEOUT_S = 600
+# Hydra's quoted-string grammar carries these; the job name and run dir must reach SLURM and bash as data.
+HOSTILE = 'tiny run; $(touch pwned) "q" `touch pwned2`'
+
+
+def free_port_block(count: int) -> int:
+    """A base port with `count` free ports from it (slurmctld, then one per slurmd)."""
+    for _ in range(50):
+        base = random.randint(20000, 60000)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port block")
+
+
+@pytest.fixture(scope="module")
+def slurm_env(tmp_path_factory):
+    require(os.geteuid() == 0, "the local SLURM cluster runs its daemons as root")
+    missing = [tool for tool in TOOLS if not shutil.which(tool)]
+    require(not missing, f"SLURM is not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm "
+                         f"munge (scripts/setup_env.sh does it as root)")
+    folder = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "TRL_DS_SLURM_PORT": str(free_port_block(3))}
+    started = subprocess.run(["bash", str(CLUSTER_SCRIPT), "start", str(folder)], env=env, capture_output=True,
+                             text=True, timeout=180)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield {"SLURM_CONF": str(folder / "slurm.conf")}
+    finally:
+        subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop", str(folder)], env=env, timeout=180)
+
+
+def wait_for_job(job_id: str, env: dict) -> dict:
+    """Poll until the job leaves the queue; then its record (JobState, JobName, ...) from scontrol."""
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while time.monotonic() < deadline:
+        queued = subprocess.run(["squeue", "-h", "-j", job_id], env=env, capture_output=True, text=True)
+        if queued.returncode == 0 and not queued.stdout.strip():
+            break
+        time.sleep(2)
+    else:
+        subprocess.run(["scancel", job_id], env=env)
+        pytest.fail(f"SLURM job {job_id} still queued or running after {JOB_TIMEOUT_S} s")
+    record = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True).stdout
+    return {"JobState": re.search(r"JobState=(\S+)", record).group(1),
+            "JobName": re.search(r"JobName=(.*)$", record, re.M).group(1)}
+
+
+def trl_ds(args, env, timeout=300):
+    return subprocess.run([sys.executable, "-m", "trl_ds", *args], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=timeout)
+
+
+def test_submitted_job_trains_across_both_nodes(slurm_env, tmp_path_factory, tmp_path):
+    reference = reference_run(tmp_path_factory)
+    run_dir = tmp_path / f"run dir {HOSTILE}"
+    out = trl_ds(["launcher=slurm", "cluster.nodes=2", "cluster.gpus_per_node=1", f"cluster.master_port={free_port()}",
+                  f"model.name_or_path={tiny_model_dir(tmp_path_factory)}", f"launcher.slurm.job_name='{HOSTILE}'",
+                  f"hydra.run.dir='{run_dir}'"], slurm_env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job_id = re.search(r"submitted SLURM job (\d+)", out.stdout).group(1)
+    assert f"job logs     {run_dir}/slurm-{job_id}.out, {run_dir}/slurm-{job_id}.err" in out.stdout
+    job = wait_for_job(job_id, slurm_env)
+    err_log = run_dir / f"slurm-{job_id}.err"
+    assert job == {"JobState": "COMPLETED", "JobName": HOSTILE}, err_log.read_text()[-3000:]
+    summary = read_json(run_dir / "summary.json")
+    assert (summary["status"], summary["world_size"]) == ("completed", 2)
+    assert losses(run_dir) == pytest.approx(reference["losses"], abs=1e-6)
+    for node in (0, 1):  # srun ran launch.sh on each SLURM node, which took its rank from $SLURM_NODEID
+        assert list((run_dir / "logs" / f"node_{node}").glob("*/attempt_0/0/stderr.log"))
+    assert (run_dir / f"slurm-{job_id}.out").exists()
+    assert not list(tmp_path.rglob("pwned*")) and not list(REPO.glob("pwned*"))
+
+
+def test_torchrun_under_an_allocation_takes_rank_and_main_node_from_slurm(slurm_env, tmp_path_factory, tmp_path):
+    """`srun python -m trl_ds ...` on each node of an allocation: no node_rank or master_addr given."""
+    reference = reference_run(tmp_path_factory)
+    run_dir = tmp_path / "run"
+    app = [sys.executable, "-m", "trl_ds", "cluster.nodes=2", "cluster.gpus_per_node=1",
+           "cluster.master_addr=unused-outside-slurm", f"cluster.master_port={free_port()}",
+           f"model.name_or_path={tiny_model_dir(tmp_path_factory)}", f"hydra.run.dir={run_dir}"]
+    wrap = f"srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 {shlex.join(app)}"
+    submitted = subprocess.run(["sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=1", f"--chdir={REPO}",
+                                f"--output={tmp_path}/alloc-%j.out", "--wrap", wrap],
+                               env={**os.environ, **slurm_env}, capture_output=True, text=True)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    job = wait_for_job(job_id, slurm_env)
+    output = (tmp_path / f"alloc-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED", output[-3000:]
+    assert "trl_ds: node 1 done" in output and "trl_ds: run completed" in output
+    assert losses(run_dir) == pytest.approx(reference["losses"], abs=1e-6)
+
+
+def test_a_rank_that_dies_ends_the_job_naming_it(slurm_env, tmp_path_factory, tmp_path):
+    """Node 1's rank crashes at start-up; srun --kill-on-bad-exit ends node 0 too, instead of its rank waiting in the
+    process group for 30 minutes, and the job's error log names the rank."""
+    broken = tmp_path / "broken_site"
+    broken.mkdir()
+    (broken / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if 'LOCAL_RANK' in os.environ and os.environ.get('SLURM_NODEID') == '1':\n"
+        "    sys.stderr.write('simulated: node 1 cannot start its rank\\n'); sys.stderr.flush(); os._exit(3)\n")
+    run_dir = tmp_path / "run"
+    out = trl_ds(["launcher=slurm", "cluster.nodes=2", "cluster.gpus_per_node=1", f"cluster.master_port={free_port()}",
+                  f"model.name_or_path={tiny_model_dir(tmp_path_factory)}", f"hydra.run.dir={run_dir}"],
+                 {**slurm_env, "PYTHONPATH": str(broken)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    job_id = re.search(r"submitted SLURM job (\d+)", out.stdout).group(1)
+    started = time.monotonic()
+    job = wait_for_job(job_id, slurm_env)
+    assert job["JobState"] == "FAILED"
+    assert time.monotonic() - started < 240
+    errors = (run_dir / f"slurm-{job_id}.err").read_text()
+    assert re.search(r"rank\s*: 1 \(local_rank: 0\)\s*exitcode\s*: 3", errors), errors[-3000:]
+    rank_log = next((run_dir / "logs" / "node_1").glob("*/attempt_0/0/stderr.log"))
+    assert "simulated: node 1 cannot start its rank" in rank_log.read_text()
+    assert not (run_dir / "summary.json").exists()

@@ -1,0 +1,115 @@
+"""Real training of every trainer on 2 CPU ranks with DeepSpeed ZeRO 2 and 3, LoRA, Ulysses and checkpointing.
+
+Each run is the tiny model for a few steps (15-30 s). Runs are seeded, so the learning checks are deterministic.
+"""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, read_json, run_app
+
+pytestmark = pytest.mark.integration
+
+LN2 = math.log(2)  # DPO's and the reward model's loss when chosen and rejected are scored alike
+RUNS = {
+    "dpo-stage2": ["trainer=dpo", "zero=stage2", "trainer.max_steps=6"],
+    "dpo-stage3": ["trainer=dpo", "zero=stage3", "trainer.max_steps=6"],
+    "reward-stage2": ["trainer=reward", "zero=stage2", "trainer.max_steps=8", "trainer.per_device_train_batch_size=8"],
+    "reward-stage3": ["trainer=reward", "zero=stage3", "trainer.max_steps=8", "trainer.per_device_train_batch_size=8"],
+    "grpo-stage2": ["trainer=grpo", "zero=stage2", "trainer.max_steps=4"],
+    "grpo-stage3": ["trainer=grpo", "zero=stage3", "trainer.max_steps=4"],
+    "lora-stage3": ["peft=lora", "zero=stage3", "trainer.max_steps=6"],
+    "ulysses-stage3": ["sp=ulysses", "zero=stage3", "trainer.max_steps=6"],
+    "one-rank-checkpointing": ["cluster.gpus_per_node=1", "zero=stage3", "trainer.gradient_checkpointing=true",
+                               "trainer.max_steps=6"],
+}
+_done = {}
+
+
+def train(name, tmp_path_factory):
+    """Run once per session; returns (run dir, summary, metrics records)."""
+    if name not in _done:
+        run_dir = tmp_path_factory.mktemp(name) / "run"
+        out = run_app(RUNS[name], run_dir)
+        assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+        summary = read_json(run_dir / "summary.json")
+        assert summary["status"] == "completed" and summary["world_size"] in (1, 2)
+        assert summary["steps"] == int(next(a for a in RUNS[name] if "max_steps" in a).split("=")[1])
+        with open(run_dir / "metrics.jsonl") as f:
+            records = [json.loads(line) for line in f if '"loss"' in line]
+        _done[name] = (run_dir, summary, records)
+    return _done[name]
+
+
+def mean(values):
+    return sum(values) / len(values)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_dpo_moves_away_from_its_reference(stage, tmp_path_factory):
+    run_dir, summary, records = train(f"dpo-stage{stage}", tmp_path_factory)
+    losses = [r["loss"] for r in records]
+    assert abs(losses[0] - LN2) < 1e-4  # step 1: policy == reference model, whatever the data
+    assert all(math.isfinite(x) for x in losses) and mean(losses[1:]) < LN2
+    assert mean([r["rewards/margins"] for r in records[1:]]) > 0  # chosen scored above rejected
+    assert read_json(run_dir / "ds_config.json")["zero_optimization"]["stage"] == stage
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_reward_model_learns_to_rank_chosen_first(stage, tmp_path_factory):
+    _, summary, records = train(f"reward-stage{stage}", tmp_path_factory)
+    losses = [r["loss"] for r in records]
+    assert all(math.isfinite(x) for x in losses)
+    assert mean(losses[len(losses) // 2:]) < losses[0]
+    assert mean([r["margin"] for r in records[len(records) // 2:]]) > 0
+    assert summary["total_parameters"] == summary["trainable_parameters"] == 869_504 - 65_536 + 128  # lm_head→score
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_grpo_generates_scores_and_updates(stage, tmp_path_factory):
+    _, summary, records = train(f"grpo-stage{stage}", tmp_path_factory)
+    for r in records:
+        assert 0 <= r["reward"] <= 1 and math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"])
+        assert r["completions/max_length"] <= 4  # trainer.max_completion_length in the preset
+    scored_apart = [r for r in records if r["reward_std"] > 0]  # a group's completions got different rewards
+    assert scored_apart and all(r["grad_norm"] > 0 for r in scored_apart)  # and those advantages reach the weights
+    assert summary["global_batch"] == 4  # one prompt × num_generations=4 per step
+
+
+def test_lora_trains_only_the_adapters(tmp_path_factory):
+    """Rank 8 on q, k, v, o of 4 layers (hidden 128, kv width 64): 4 × 8 × (256 + 192 + 192 + 256) = 28,672."""
+    _, summary, records = train("lora-stage3", tmp_path_factory)
+    hidden, kv, r, layers = 128, 64, 8, 4
+    lora = layers * r * ((hidden + hidden) + (hidden + kv) + (hidden + kv) + (hidden + hidden))
+    assert summary["trainable_parameters"] == lora == 28_672
+    assert summary["total_parameters"] == 869_504 + lora
+    losses = [r["loss"] for r in records]
+    assert losses[-1] < losses[0]
+
+
+def test_ulysses_and_checkpointing_change_memory_not_math(tmp_path_factory):
+    """2 ranks sharing each sequence (sp=ulysses) train exactly like 1 rank holding it whole, here with
+    activation checkpointing on: same batches, same losses, step by step."""
+    _, sp_summary, sp_records = train("ulysses-stage3", tmp_path_factory)
+    _, one_summary, one_records = train("one-rank-checkpointing", tmp_path_factory)
+    assert (sp_summary["world_size"], sp_summary["sequence_parallel_size"], sp_summary["global_batch"]) == (2, 2, 2)
+    assert (one_summary["world_size"], one_summary["gradient_checkpointing"]) == (1, True)
+    sp_losses, one_losses = [r["loss"] for r in sp_records], [r["loss"] for r in one_records]
+    assert sp_losses == pytest.approx(one_losses, rel=1e-5)
+    assert sp_losses[-1] < sp_losses[0]
+
+
+def test_accelerate_launch_runs_the_run_dir(tmp_path):
+    """accelerate.yaml drives a real `accelerate launch` of the same worker: 2 ranks, DeepSpeed ZeRO-3."""
+    run_dir = tmp_path / "run"
+    out = run_app(["zero=stage3", "trainer.max_steps=2", "dry_run=true"], run_dir)
+    assert out.returncode == 0, out.stderr
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
+    launched = subprocess.run([*accelerate, "--config_file", str(run_dir / "accelerate.yaml"), "-m", "trl_ds.train",
+                               str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    summary = read_json(run_dir / "summary.json")
+    assert (summary["world_size"], summary["distributed_type"], summary["steps"]) == (2, "DEEPSPEED", 2)

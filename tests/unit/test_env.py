@@ -1,0 +1,45 @@
+"""`python -m trl_ds.env`: this machine as trl_ds sees it; the fast part (env.json) never imports torch."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_fast_part_needs_no_torch():
+    code = ("import json, sys; from trl_ds.env import collect_env; env = collect_env('/tmp/x/nvme'); "
+            "print(json.dumps(env)); assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    env = json.loads(out.stdout)
+    assert env["packages"]["deepspeed"] and env["packages"]["trl"]
+    assert env["memory_gb"]["total"] > 0 and env["cpu_count"] == os.cpu_count()
+    assert env["nvme"]["path"] == "/tmp/x/nvme" and env["nvme"]["free_gb"] > 0
+    assert env["slurm"]["sbatch"] == shutil.which("sbatch")
+    assert env["libaio"]["header"] == os.path.exists("/usr/include/libaio.h")
+
+
+def test_cli_reports_ops_backends_and_devices(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "trl_ds.env", "--json", "--nvme-path", str(tmp_path / "nvme")],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    env = json.loads(out.stdout)
+    probe = env["probe"]
+    assert probe["distributed"]["gloo"] is True
+    assert set(probe["deepspeed_ops"]) == {"cpu_adam", "async_io", "fused_adam"}
+    assert probe["deepspeed_ops"]["cpu_adam"]["compatible"] is True  # g++ and torch headers are here
+    libaio = env["libaio"]["library"] is not None and env["libaio"]["header"]
+    assert probe["deepspeed_ops"]["async_io"]["compatible"] == libaio
+    import torch
+
+    assert probe["torch"] == torch.__version__ and len(probe["devices"]) == torch.cuda.device_count()
+
+
+def test_cli_text_names_every_topic():
+    out = subprocess.run([sys.executable, "-m", "trl_ds.env"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for topic in ("packages:", "GPUs (nvidia-smi):", "libaio (NVMe offload):", "SLURM:", "NVMe path",
+                  "distributed backends: gloo yes", "cpu_adam   installed"):
+        assert topic in out.stdout, topic

@@ -1,0 +1,133 @@
+"""`python -m trl_ds.plan`: the table, the recommendation, the JSON, no torch import; and the app's preflight."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, read_json, run_app
+from trl_ds.plan import OFFLOADS, grid, recommend, valid
+from trl_ds.memory.estimate import GiB, setup_from_config
+
+PSI_70B, L_MAX_70B = 70_553_706_496, 128_256 * 8192
+ARGS_70B = ["model=llama3-70b", "cluster=1x8", "trainer.max_length=2048"]
+
+
+def plan(*args):
+    return subprocess.run([sys.executable, "-m", "trl_ds.plan", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_table_and_recommendation_for_llama3_70b():
+    out = plan(*ARGS_70B)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == ("trl_ds plan: llama3-70b (70.55B parameters, largest module 1.05B), bf16, "
+                        "sequence 2048 tokens")
+    assert lines[1].startswith("cluster 1x8: 1 node(s) x 8 cuda rank(s), 80 GiB per GPU, 1024 GiB host RAM")
+    assert lines[4].split() == ["zero", "offload", "ckpt", "micro", "params", "gradients", "optimizer", "activations",
+                                "logits", "buffers", "overhead", "per-rank", "host/node", "nvme/node", "verdict"]
+    rows = lines[6:6 + 90]
+    # ZeRO-3, optimizer and parameters on CPU, checkpointing, micro 1: 2·L_max + 2·L_max on the GPU
+    assert rows[75].split()[:8] == ["3", "opt+param-cpu", "yes", "1", "2.0", "2.0", "0.0", "3.3"]
+    assert rows[75].endswith("does not fit in host RAM")
+    assert "current:     zero=stage2 offload=none ckpt=no micro=2: 450.6 GiB per rank" in out.stdout
+    assert "recommended: zero=stage3 offload=nvme ckpt=no micro=1: 79.9 GiB per rank" in out.stdout
+    assert "  why: fastest of the 6 configurations that fit: only NVMe offload fits, no recomputation" in out.stdout
+    assert out.stdout.rstrip().endswith(
+        "run: python -m trl_ds model=llama3-70b cluster=1x8 trainer.max_length=2048 zero=stage3 offload=nvme "
+        "trainer.gradient_checkpointing=false trainer.per_device_train_batch_size=1")
+
+
+def test_json_holds_every_row_and_the_same_recommendation():
+    out = plan(*ARGS_70B, "cluster.gpu_memory_gb=141", "cluster.cpu_memory_gb=2048", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert (data["parameters"], data["largest_module"]) == (PSI_70B, L_MAX_70B)
+    assert len(data["rows"]) == 2 * 5 * sum(valid(s, o) for s in range(4) for o in OFFLOADS)  # 90
+    row = next(r for r in data["rows"] if (r["zero_stage"], r["offload"], r["gradient_checkpointing"],
+                                           r["micro_batch"]) == (3, "none", True, 1))
+    assert row["device_bytes"]["params"] == 2 * L_MAX_70B + int(2 * PSI_70B / 8)
+    assert row["device_bytes"]["optimizer"] == int(12 * PSI_70B / 8)
+    assert row["device_total_bytes"] == sum(row["device_bytes"].values())
+    assert row["verdict"] == "does not fit"  # 197 GiB > 141
+    best = data["recommendation"]
+    assert (best["zero_stage"], best["offload"], best["gradient_checkpointing"], best["micro_batch"]) == \
+        (3, "opt-cpu", False, 1)  # 97.9 GiB: no recomputation beats a larger micro-batch
+    assert best["device_total_bytes"] <= 141 * GiB and best["verdict"] == "fits"
+    assert best["command"].endswith("zero=stage3 offload=cpu trainer.gradient_checkpointing=false "
+                                    "trainer.per_device_train_batch_size=1")
+
+
+def test_the_recommendation_is_the_fastest_that_fits(compose_cfg):
+    rows = grid(setup_from_config(compose_cfg(["model=llama3-8b", "cluster=2x8", "trainer.max_length=4096"])))
+    best = recommend(rows)
+    assert (best.setup.stage, best.setup.optimizer_offload, best.setup.gradient_checkpointing,
+            best.setup.micro_batch) == (2, "none", False, 1)
+    fits = [r for r in rows if r.verdict == "fits"]
+    # stages 1 and 2 fit too without offload or recomputation at micro-batch 1; ZeRO-2 leaves the most headroom
+    same_speed = [r for r in fits if r.setup.stage < 3 and r.setup.optimizer_offload == "none"
+                  and not r.setup.gradient_checkpointing]
+    assert {r.setup.stage for r in same_speed} == {1, 2} and {r.setup.micro_batch for r in same_speed} == {1}
+    assert best.device_total == min(r.device_total for r in same_speed)
+
+
+def test_global_batch_limits_the_micro_batches(compose_cfg):
+    rows = grid(setup_from_config(compose_cfg(["batch.global_size=8"])), global_size=8)  # 2 CPU ranks
+    assert sorted({r.setup.micro_batch for r in rows}) == [1, 2, 4]
+
+
+def test_plan_imports_neither_torch_nor_deepspeed():
+    code = ("import sys, runpy; sys.argv = ['trl_ds.plan', 'model=llama3-70b', 'cluster=1x8', '--json']\n"
+            "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print([m for m in ('torch', 'deepspeed', 'transformers') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_user_config_json_is_planned(tmp_path):
+    config = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632,
+              "num_hidden_layers": 22, "num_attention_heads": 32, "num_key_value_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out = plan(f"model.config_path={tmp_path}/config.json", "cluster=1x1", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["model"].endswith("config.json")
+    assert data["parameters"] == 1_100_048_384  # TinyLlama-1.1B's published count
+
+
+def test_mistakes_exit_2_with_one_message(tmp_path):
+    out = plan("model=nope")
+    assert out.returncode == 2 and "Could not find 'model/nope'" in out.stderr
+    out = plan(f"model.config_path={tmp_path}/missing.json")
+    assert out.returncode == 2
+    assert f"model.config_path={tmp_path}/missing.json cannot be read as a config.json" in out.stderr
+
+
+def test_app_refuses_before_spawning_and_names_the_fix(tmp_path):
+    out = run_app(["model=llama3-70b", "cluster=1x8", "zero=stage0", "dry_run=true"], tmp_path / "run", timeout=120)
+    assert out.returncode == 2
+    assert ("model=llama3-70b does not fit on cluster=1x8 (ZeRO-0, offload none, micro-batch 2, 64 tokens): "
+            "estimated 1457.2 GiB per GPU") in out.stderr
+    assert "The smallest change that fits: zero=stage3 offload=nvme (estimated 17.1 GiB per rank" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "run" / "launch.sh").exists()
+
+
+def test_app_writes_plan_json_and_warns_when_asked(tmp_path):
+    out = run_app(["model=llama3-70b", "cluster=1x8", "zero=stage0", "dry_run=true", "preflight.memory=warn"],
+                  tmp_path / "run", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "trl_ds: warning (preflight.memory=warn): model=llama3-70b does not fit" in out.stderr
+    saved = read_json(tmp_path / "run" / "plan.json")
+    assert saved["preflight"] == {"memory": "warn", "verdict": "does not fit"}
+    assert saved["current"]["device_bytes"]["optimizer"] == 12 * PSI_70B
+    assert saved["recommendation"]["command"].startswith("python -m trl_ds model=llama3-70b cluster=1x8 zero=stage3")
+
+
+@pytest.mark.parametrize("mode,expected", [("auto", "warn"), ("off", "off")])
+def test_cpu_default_is_warn(compose_cfg, mode, expected):
+    from trl_ds.plan import preflight_mode
+
+    assert preflight_mode(compose_cfg([f"preflight.memory={mode}"])) == expected
+    assert preflight_mode(compose_cfg(["cluster=1x8"])) == "error"

@@ -1,0 +1,29 @@
+"""The built-in datasets have each trainer's shape, and the built-in GRPO reward scores them."""
+import json
+
+import pytest
+
+from trl_ds.data import NUMBERS, write_tiny_dataset
+from trl_ds.rewards import arithmetic_reward
+from trl_ds.trainer_rules import NEEDED_COLUMNS
+
+
+@pytest.mark.parametrize("trainer", list(NEEDED_COLUMNS))
+def test_tiny_dataset_has_the_trainers_columns(tmp_path, trainer):
+    path = write_tiny_dataset(str(tmp_path), trainer)
+    records = [json.loads(line) for line in open(path)]
+    assert len(records) == 512
+    assert any(set(option) <= set(records[0]) for option in NEEDED_COLUMNS[trainer])
+
+
+def test_preference_pairs_choose_the_right_sum(tmp_path):
+    records = [json.loads(line) for line in open(write_tiny_dataset(str(tmp_path), "dpo"))]
+    for r in records:
+        words = r["prompt"].split()
+        right = NUMBERS[NUMBERS.index(words[4]) + NUMBERS.index(words[6])]
+        assert r["chosen"] == f" {right}" and r["rejected"] != r["chosen"] and r["rejected"].strip() in NUMBERS
+
+
+def test_arithmetic_reward():
+    completions = ["seven [EOS]", "nine", "the sum", "", [{"role": "assistant", "content": "seven"}]]
+    assert arithmetic_reward(completions, answer=["seven"] * 5) == [1.0, 0.25, 0.0, 0.0, 1.0]

@@ -1,0 +1,73 @@
+"""`python -m trl_ds.export --dir DIR [--auto] [overrides ...]`: the config files of a run, without the run.
+
+Writes ds_config.json, trainer.yaml and accelerate.yaml into DIR for people who keep their own scripts:
+
+    python -m trl_ds.export --dir my_setup zero=stage3 cluster=1x8 model.name_or_path=Qwen/Qwen2.5-0.5B
+    trl sft --config my_setup/trainer.yaml              # TRL's CLI, launched with my_setup/accelerate.yaml
+    accelerate launch --config_file my_setup/accelerate.yaml my_train.py
+
+`--auto` writes the "auto" flavour of ds_config.json that Hugging Face's Trainer fills from its own arguments
+(batch sizes, learning rate, betas, clipping, precision), for scripts that set those themselves.
+"""
+import argparse
+import os
+import sys
+from typing import List
+
+from .errors import EXIT_USER_ERROR, ConfigError
+
+FILES = ("ds_config.json", "trainer.yaml", "accelerate.yaml")
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trl_ds.export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", required=True, help="folder to write the three files into (created if missing)")
+    parser.add_argument("--auto", action="store_true", help='write "auto" where Hugging Face scripts fill values')
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m trl_ds")
+    return parser.parse_args(argv)
+
+
+def compose_config(overrides: List[str]):
+    """The same composition as `python -m trl_ds`, through Hydra's compose API (no run dir, no job)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from .__main__ import CONFIG_DIR
+    from .schema import register
+
+    register()
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError([str(err)]) from None
+
+
+def export(folder: str, overrides: List[str], auto: bool) -> List[str]:
+    """Validate as for a dry run, then write the files; returns their paths."""
+    from .app import build
+    from .interop import auto_ds_config, write_interop_files
+
+    folder = os.path.abspath(folder)
+    cfg = compose_config(overrides)
+    prepared = build(cfg, folder, launching=False)
+    ds_config = auto_ds_config(prepared.ds_config) if auto else prepared.ds_config
+    os.makedirs(folder, exist_ok=True)
+    write_interop_files(cfg, folder, ds_config, prepared.trainer_args)
+    return [os.path.join(folder, name) for name in FILES]
+
+
+def main(argv: List[str]) -> int:
+    args = parse_args(argv)
+    try:
+        paths = export(args.dir, args.overrides, args.auto)
+    except ConfigError as err:
+        print(f"trl_ds.export: {err.render()}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print("trl_ds.export wrote:\n" + "\n".join(f"  {p}" for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,132 @@
+"""Why a node's launch failed, in one sentence that names the rank or node and the log to read."""
+import glob
+import json
+import os
+import re
+import signal
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+FAILURE_FILE = "failure.json"
+# torchrun's "Root Cause (first observed failure)" block.
+TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
+# deepspeed.launcher.launch: "[... '--local_rank=1', ...] exits with return code = 7"
+DEEPSPEED_RANK = re.compile(r"--local_rank=(\d+).*? exits with return code = (-?\d+)")
+CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
+
+
+@dataclass
+class Failure:
+    message: str
+    log: Optional[str] = None
+
+
+@dataclass
+class NodeView:
+    """What the failure reader needs to know about the node it runs on."""
+    rank: int
+    nodes: int
+    gpus_per_node: int
+    log_dir: str
+    endpoint: str  # main address:port
+    rdzv_timeout: int
+
+
+def describe(output: str, returncode: int, node: NodeView) -> Failure:
+    """The failing rank (torchrun, deepspeed), a rendezvous that timed out, or else the node's launcher log."""
+    for reader in (_torchrun_rank, _deepspeed_rank, _rendezvous):
+        found = reader(output, node)
+        if found:
+            return found
+    log = os.path.join(node.log_dir, "launcher.log")
+    return Failure(f"node {node.rank}: the launcher exited with {exit_text(returncode)}; its output is in {log}",
+                   log)
+
+
+def _torchrun_rank(output: str, node: NodeView) -> Optional[Failure]:
+    match = TORCHRUN_ROOT.search(output)
+    if not match:
+        return None
+    rank, local, code = (int(g) for g in match.groups())
+    log = _latest(os.path.join(node.log_dir, "*", "attempt_*", str(local), "stderr.log"))
+    return Failure(f"rank {rank} (node {node.rank}, local rank {local}) exited with {exit_text(code)}; "
+                   f"its log: {log or node.log_dir}", log)
+
+
+def _deepspeed_rank(output: str, node: NodeView) -> Optional[Failure]:
+    match = DEEPSPEED_RANK.search(output)
+    if not match:
+        return None
+    local, code = int(match.group(1)), int(match.group(2))
+    rank = node.rank * node.gpus_per_node + local
+    log = _latest(os.path.join(node.log_dir, f"*_rank{rank}.log"))
+    return Failure(f"rank {rank} (node {node.rank}, local rank {local}) exited with {exit_text(code)}; "
+                   f"its log: {log or node.log_dir}", log)
+
+
+def _rendezvous(output: str, node: NodeView) -> Optional[Failure]:
+    match = CLIENTS_JOINED.search(output)
+    if not match:
+        return None
+    joined, total = int(match.group(1)), int(match.group(2))
+    return Failure(f"{missing_nodes(joined, total)} never joined: {joined} of {total} nodes reached the rendezvous "
+                   f"at {node.endpoint} within launcher.rdzv_timeout={node.rdzv_timeout} s. Start every node "
+                   f"(bash launch.sh NODE_RANK, or python -m trl_ds ... cluster.node_rank=N), or raise "
+                   f"launcher.rdzv_timeout.", os.path.join(node.log_dir, "launcher.log"))
+
+
+def missing_nodes(joined: int, total: int) -> str:
+    """Node 0 hosts the rendezvous, so with two nodes the missing one is node 1."""
+    if total - joined == 1 and total == 2:
+        return "node 1"
+    return f"{total - joined} of nodes 1..{total - 1}"
+
+
+def never_reached(node: NodeView) -> Failure:
+    log = os.path.join(node.log_dir, "launcher.log")
+    if node.rank == 0:
+        text = f"node 0: the other nodes did not all join the rendezvous at {node.endpoint}"
+    else:
+        text = (f"node {node.rank} never joined: the main node's rendezvous at {node.endpoint} did not answer "
+                f"(is node 0 started, and does that address reach it from here?)")
+    return Failure(f"{text} within launcher.rdzv_timeout={node.rdzv_timeout} s; launcher output: {log}", log)
+
+
+def exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"
+
+
+def _latest(pattern: str) -> Optional[str]:
+    paths = glob.glob(pattern)
+    return max(paths, key=os.path.getmtime) if paths else None
+
+
+def write_failure(node: NodeView, failure: Failure) -> None:
+    with open(os.path.join(node.log_dir, FAILURE_FILE), "w") as f:
+        json.dump({"node": node.rank, **asdict(failure)}, f, indent=2)
+
+
+def failed_rank_log(run_dir: str) -> Optional[str]:
+    """The log named by a node's failure.json, else the first rank log holding a traceback."""
+    for path in sorted(glob.glob(os.path.join(run_dir, "logs", "node_*", FAILURE_FILE))):
+        with open(path) as f:
+            log = json.load(f).get("log")
+        if log:
+            return log
+    rank_logs = glob.glob(os.path.join(run_dir, "logs", "**", "stderr.log"), recursive=True)
+    rank_logs += glob.glob(os.path.join(run_dir, "logs", "**", "*_rank*.log"), recursive=True)
+    for path in sorted(rank_logs):
+        with open(path, errors="replace") as f:
+            if "Traceback" in f.read():
+                return path
+    return None
+
+
+def tail(path: str, lines: int = 15) -> str:
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
