@@ -62,8 +62,17 @@ def _remove_if_empty(run_dir: str) -> None:
         os.rmdir(run_dir)
 
 
+def _skip_mode_probe() -> None:
+    """Hydra 1.3 composes the whole config once just to read `hydra.mode`, which trl_ds never sets in config; without
+    that probe Hydra takes the mode from --multirun alone. One compose less: about 0.1 s of every dry run."""
+    from hydra._internal.hydra import Hydra
+
+    Hydra.get_mode = lambda self, config_name, overrides: None
+
+
 def main() -> None:
     register()
+    _skip_mode_probe()
     try:
         app()
     except SystemExit as exit_:

@@ -37,7 +37,7 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
     cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
     batch = validate(cfg, run_dir, launching)
     memory = estimate(setup_from_config(cfg))
-    warning = check_fit(cfg, memory)
+    warning = check_fit(cfg, memory, launching)
     return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),
                     trainer_args=build_trainer_args(cfg, batch, run_dir),
                     node_commands=build_commands(cfg, run_dir),
@@ -61,6 +61,6 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     write_json(os.path.join(run_dir, "env.json"), collect_env(nvme_path(cfg, run_dir)))
     write_json(os.path.join(run_dir, "plan.json"), prepared.plan)
     if prepared.memory_warning:
-        print(f"trl_ds: warning (preflight.memory=warn): {prepared.memory_warning}", file=sys.stderr)
+        print(f"trl_ds: warning: {prepared.memory_warning}", file=sys.stderr)
     if cfg.trainer.dataset_name == "tiny":
         write_tiny_dataset(os.path.join(run_dir, TINY_DATA_DIR), value(cfg.trainer.name))

@@ -127,13 +127,14 @@ def preflight_mode(cfg) -> str:
     return mode
 
 
-def check_fit(cfg, current: Estimate) -> Optional[str]:
-    """None when the config fits (or preflight.memory=off); the warning text for warn; ConfigError for error."""
+def check_fit(cfg, current: Estimate, launching: bool) -> Optional[str]:
+    """None when the config fits (or preflight.memory=off); the warning text for warn and for dry runs (which only
+    write files); ConfigError for error when launching."""
     mode = preflight_mode(cfg)
     if mode == "off" or current.verdict == "fits":
         return None
     message = not_fit_message(cfg, current)
-    if mode == "error":
+    if mode == "error" and launching:
         raise ConfigError([message + " Or set preflight.memory=warn to launch anyway."])
     return message
 

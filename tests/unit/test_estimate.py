@@ -157,14 +157,14 @@ def test_preflight_refuses_with_the_smallest_change_that_fits(compose_cfg):
                                           r"gradients 44\.9, optimizer 89\.7, activations 24\.5, .*\) > "
                                           r"cluster\.gpu_memory_gb=80\. The smallest change that fits: zero=stage2 "
                                           r"\(estimated 68\.6 GiB per rank, .*\)\. Or set preflight\.memory=warn"):
-        check_fit(cfg, estimate(setup_from_config(cfg)))
+        check_fit(cfg, estimate(setup_from_config(cfg)), launching=True)
 
 
 def test_preflight_names_a_smaller_micro_batch_when_that_is_enough(compose_cfg):
     cfg = compose_cfg(["model=llama3-8b", "cluster=1x8", "zero=stage3", "trainer.max_length=2048",
                        "trainer.per_device_train_batch_size=8"])
     with pytest.raises(ConfigError, match=r"The smallest change that fits: trainer\.per_device_train_batch_size=2 "):
-        check_fit(cfg, estimate(setup_from_config(cfg)))
+        check_fit(cfg, estimate(setup_from_config(cfg)), launching=True)
 
 
 def test_preflight_host_ram_and_modes(compose_cfg):
@@ -175,13 +175,14 @@ def test_preflight_host_ram_and_modes(compose_cfg):
     assert e.verdict == "does not fit in host RAM"
     with pytest.raises(ConfigError, match=r"estimated 1724\.4 GiB of host RAM per node > cluster\.cpu_memory_gb=512 "
                                           r".*The smallest change that fits: offload=nvme "):
-        check_fit(cfg, e)
-    assert "does not fit" in check_fit(compose_cfg(overrides + ["preflight.memory=warn"]), e)
-    assert check_fit(compose_cfg(overrides + ["preflight.memory=off"]), e) is None
+        check_fit(cfg, e, launching=True)
+    assert "does not fit" in check_fit(compose_cfg(overrides + ["preflight.memory=warn"]), e, launching=True)
+    assert check_fit(compose_cfg(overrides + ["preflight.memory=off"]), e, launching=True) is None
+    assert "does not fit" in check_fit(cfg, e, launching=False)  # a dry run only writes files: it warns
 
 
 def test_preflight_defaults_to_warn_on_cpu_and_says_when_nothing_fits(compose_cfg):
     cfg = compose_cfg(["model=llama3-70b"])  # cluster=local: 2 CPU ranks, 24 GiB
-    message = check_fit(cfg, estimate(setup_from_config(cfg)))
+    message = check_fit(cfg, estimate(setup_from_config(cfg)), launching=True)
     assert message.startswith("model=llama3-70b does not fit on cluster=local")
     assert "Nothing in the planner's grid fits either: add GPUs (cluster.nodes=...)" in message
