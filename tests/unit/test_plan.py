@@ -105,20 +105,29 @@ def test_mistakes_exit_2_with_one_message(tmp_path):
 
 
 def test_app_refuses_before_spawning_and_names_the_fix(tmp_path):
-    out = run_app(["model=llama3-70b", "cluster=1x8", "zero=stage0", "dry_run=true"], tmp_path / "run", timeout=120)
+    """A real launch that cannot fit is refused; preflight.memory=error is the default on GPU clusters."""
+    out = run_app(["model=llama3-70b", "preflight.memory=error", "zero=stage0"], tmp_path / "run", timeout=120)
     assert out.returncode == 2
-    assert ("model=llama3-70b does not fit on cluster=1x8 (ZeRO-0, offload none, micro-batch 2, 64 tokens): "
-            "estimated 1457.2 GiB per GPU") in out.stderr
-    assert "The smallest change that fits: zero=stage3 offload=nvme (estimated 17.1 GiB per rank" in out.stderr
+    assert "model=llama3-70b does not fit on cluster=local (ZeRO-0, offload none, micro-batch 2, 64 tokens)" \
+        in out.stderr
     assert "Traceback" not in out.stderr
-    assert not (tmp_path / "run" / "launch.sh").exists()
+    assert not (tmp_path / "run").exists()
+
+
+def test_dry_run_warns_and_writes_the_plan(tmp_path):
+    out = run_app(["model=llama3-70b", "cluster=1x8", "zero=stage0", "dry_run=true"], tmp_path / "run", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ("trl_ds: warning: model=llama3-70b does not fit on cluster=1x8 (ZeRO-0, offload none, micro-batch 2, "
+            "64 tokens): estimated 1457.2 GiB per GPU") in out.stderr
+    assert "The smallest change that fits: zero=stage3 offload=nvme (estimated 17.1 GiB per rank" in out.stderr
+    assert (tmp_path / "run" / "plan.json").is_file()
 
 
 def test_app_writes_plan_json_and_warns_when_asked(tmp_path):
     out = run_app(["model=llama3-70b", "cluster=1x8", "zero=stage0", "dry_run=true", "preflight.memory=warn"],
                   tmp_path / "run", timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "trl_ds: warning (preflight.memory=warn): model=llama3-70b does not fit" in out.stderr
+    assert "trl_ds: warning: model=llama3-70b does not fit" in out.stderr
     saved = read_json(tmp_path / "run" / "plan.json")
     assert saved["preflight"] == {"memory": "warn", "verdict": "does not fit"}
     assert saved["current"]["device_bytes"]["optimizer"] == 12 * PSI_70B
