@@ -24,7 +24,7 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$0" -nt "$STAMP" ]
       "$PY" -m pip install -q "$CPU_TORCH"   # never pull a multi-GB CUDA build onto a CPU machine
     fi
   fi
-  "$PY" -m pip install -q -e ".[test]"
+  "$PY" -m pip install -q -e ".[test,report]"
   touch "$STAMP"
 fi
 

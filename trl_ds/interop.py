@@ -7,6 +7,10 @@ import copy
 import os
 from typing import Any, Dict
 
+import yaml
+
+from .rundir import write_json, write_text
+from .trainer_config import ACCELERATE_YAML, TRAINER_YAML
 from .values import sp_size, value, world_size
 
 # Keys Hugging Face's Trainer fills from TrainingArguments when they hold "auto" (transformers' HfTrainerDeepSpeedConfig).
@@ -41,6 +45,8 @@ def build_accelerate_config(cfg, run_dir: str) -> Dict[str, Any]:
     }
     if c.nodes > 1:
         config.update(main_process_ip=c.master_addr, main_process_port=c.master_port)
+    else:
+        config["main_process_port"] = 0  # a free port, as trl_ds's own single-node launch: parallel runs never collide
     if sp_size(cfg) > 1:
         config["parallelism_config"] = _parallelism_block(cfg)
     return config
@@ -85,16 +91,12 @@ def auto_ds_config(ds_config: Dict[str, Any]) -> Dict[str, Any]:
 
 def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_args: Dict[str, Any]) -> None:
     """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read."""
-    import yaml
-
-    from .rundir import write_json, write_text
-    from .trainer_config import ACCELERATE_YAML, TRAINER_YAML
-
     command = value(cfg.trainer.name)
+    machine_rank = " --machine_rank NODE_RANK" if cfg.cluster.nodes > 1 else ""
     write_json(os.path.join(folder, "ds_config.json"), ds_config)
     write_text(os.path.join(folder, TRAINER_YAML),
                f"# trl {command} --config trainer.yaml   (TRL's own argument names; it launches with accelerate.yaml)\n"
                + yaml.safe_dump(trainer_args, sort_keys=False))
     write_text(os.path.join(folder, ACCELERATE_YAML),
-               f"# accelerate launch --config_file accelerate.yaml YOUR_SCRIPT.py   (the DeepSpeed setup of this run)\n"
-               + yaml.safe_dump(build_accelerate_config(cfg, folder), sort_keys=False))
+               f"# accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's DeepSpeed "
+               f"setup)\n" + yaml.safe_dump(build_accelerate_config(cfg, folder), sort_keys=False))

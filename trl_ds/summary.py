@@ -1,14 +1,19 @@
 """What the launching process prints: the dry-run commands, or the outcome of the run."""
 import glob
 import os
+import re
 import sys
+
+import yaml
 
 from .launch.run import failed_rank_log, tail
 from .launch.script import format_command
-from .rundir import read_json, write_json
-from .values import dtype, offloads, value, world_size
+from .rundir import OVERRIDES, read_json, write_json, write_text
+from .values import dtype, offloads, sp_size, value, world_size
 
 MiB = 2 ** 20
+# The exception a rank died of, as Python prints it last ("[rank0]: ConnectionError: Couldn't reach ...").
+ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$")
 
 
 def describe(cfg) -> str:
@@ -22,7 +27,9 @@ def describe(cfg) -> str:
 def print_dry_run(cfg, prepared) -> None:
     b = prepared.batch
     print(f"trl_ds dry run: {describe(cfg)}")
-    print(f"  batch: global {b.global_size} = micro {b.micro} × world {b.world} × accumulation {b.accumulation}")
+    world = f"world {b.world}" if sp_size(cfg) == 1 else \
+        f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
+    print(f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}")
     print(f"  run dir: {prepared.run_dir}")
     print("  launch commands (bash launch.sh NODE_RANK runs the same):")
     for rank, cmd in enumerate(prepared.node_commands):
@@ -32,6 +39,7 @@ def print_dry_run(cfg, prepared) -> None:
 def record_skipped(run_dir: str, overrides, err) -> None:
     """A sweep point whose config is invalid: one line on stderr, the reason in its summary.json."""
     print(f"trl_ds: skipping point {' '.join(overrides)}: {' / '.join(err.problems)}", file=sys.stderr)
+    write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))  # the point's coordinates
     write_json(os.path.join(run_dir, "summary.json"),
                {"status": "skipped", "reason": " / ".join(err.problems), "run_dir": run_dir})
 
@@ -41,7 +49,7 @@ def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
     path = os.path.join(run_dir, "summary.json")
     if returncode != 0 or not os.path.exists(path):
         log = failed_rank_log(run_dir)
-        reason = f"launcher exited with code {returncode}"
+        reason = failure_reason(log, returncode)
         write_json(path, {"status": "failed", "reason": reason, "log": log, "run_dir": run_dir,
                           "wall_seconds": round(wall_seconds, 3)})
         print(f"trl_ds: run FAILED ({reason}); {describe(cfg)}")
@@ -58,6 +66,16 @@ def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
     for mem_path in sorted(glob.glob(os.path.join(run_dir, "memory", "rank_*.json"))):
         print(f"  memory         {format_memory(read_json(mem_path))}")
     print(f"  run dir        {run_dir}")
+
+
+def failure_reason(log, returncode: int) -> str:
+    """What a sweep's report shows for a failed point: the failing rank's last exception line, when there is one."""
+    exit_text = f"launcher exited with code {returncode}"
+    if not log or not os.path.exists(log):
+        return exit_text
+    with open(log, errors="replace") as f:
+        errors = [m.group(1) for m in map(ERROR_LINE.match, f.read().splitlines()) if m]
+    return f"{errors[-1][:300]} ({exit_text})" if errors else exit_text
 
 
 def format_memory(m: dict) -> str:

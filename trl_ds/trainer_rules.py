@@ -6,10 +6,12 @@ reward functions, installed loggers) and run for real launches only. No torch.
 import dataclasses
 import importlib
 import importlib.util
+import math
 from typing import List, Optional
 
 from omegaconf import ListConfig
 
+from .batch import Batch
 from .dataset_columns import first_record_columns
 from .params import architecture, layer_modules
 from .schema import TrainerConfig
@@ -63,13 +65,14 @@ def _grpo_needs(t) -> List[str]:
     return problems
 
 
-def check_generation_batch(cfg, global_batch: int) -> List[str]:
+def check_generation_batch(cfg, batch: Batch) -> List[str]:
     """GRPO scores whole groups of num_generations completions: the global batch must hold whole groups."""
     n = cfg.trainer.num_generations
-    if value(cfg.trainer.name) != "grpo" or n < 2 or global_batch % n == 0:
+    if value(cfg.trainer.name) != "grpo" or n < 2 or batch.global_size % n == 0:
         return []
-    return [f"trainer=grpo: the global batch {global_batch} is not a multiple of trainer.num_generations={n}. "
-            f"Set trainer.num_generations to a divisor of {global_batch}, or batch.global_size={n * max(1, global_batch // n)}."]
+    return [f"trainer=grpo: the global batch {batch.global_size} is not a multiple of trainer.num_generations={n}. "
+            f"Set trainer.num_generations to a divisor of {batch.global_size}, or "
+            f"batch.global_size={math.lcm(batch.micro * batch.world, n)}."]
 
 
 def check_peft(cfg) -> List[str]:
@@ -104,10 +107,10 @@ def check_sequence_parallel(cfg) -> List[str]:
         problems.append(f"sp=ulysses works with trainer=sft only: TRL's {value(cfg.trainer.name)} trainer does not "
                         f"shard sequences. Use trainer=sft, or sp=none.")
     problems += _heads_divide(cfg.model, size)
-    if cfg.trainer.max_length % size:
-        problems.append(f"trainer.max_length={cfg.trainer.max_length} must be a multiple of sp.size={size}: each rank "
-                        f"holds an equal share of every sequence. Set trainer.max_length="
-                        f"{(cfg.trainer.max_length // size + 1) * size}.")
+    if cfg.trainer.max_length % size and value(cfg.cluster.device) == "cpu":
+        problems.append(f"trainer.max_length={cfg.trainer.max_length} must be a multiple of sp.size={size}: on CPU "
+                        f"every batch is padded to it (gloo gathers equal shapes only) and split in {size}. Set "
+                        f"trainer.max_length={(cfg.trainer.max_length // size + 1) * size}.")
     if s.attn_implementation not in SP_ATTENTION:
         problems.append(f"sp.attn_implementation={s.attn_implementation} does not work with Ulysses (it needs "
                         f"attention that takes position_ids). Use sp.attn_implementation=sdpa.")

@@ -38,7 +38,7 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
         # Sequence-parallel ranks share their samples: only data-parallel ranks multiply the batch.
         batch = resolve_batch(cfg.trainer.per_device_train_batch_size, data_parallel_world(cfg),
                               cfg.trainer.gradient_accumulation_steps, cfg.batch.global_size)
-        problems += check_generation_batch(cfg, batch.global_size)
+        problems += check_generation_batch(cfg, batch)
     except ConfigError as err:
         problems += err.problems
     problems += check_run_dir(cfg, run_dir)

@@ -10,7 +10,8 @@ pytestmark = pytest.mark.integration
 
 def test_single_node_from_the_shipped_localhost_hostfile(tmp_path_factory, tmp_path):
     reference = reference_run(tmp_path_factory)
-    out = run_app(["launcher=deepspeed", "cluster.hostfile=hostfiles/local.txt",
+    # DeepSpeed has no --standalone: a free port keeps it clear of other runs on this machine.
+    out = run_app(["launcher=deepspeed", "cluster.hostfile=hostfiles/local.txt", f"cluster.master_port={free_port()}",
                    f"model.name_or_path={tiny_model_dir(tmp_path_factory)}"], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert (tmp_path / "hostfile").read_text().splitlines()[1:] == ["localhost slots=2"]

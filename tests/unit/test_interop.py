@@ -47,6 +47,10 @@ def test_accelerate_launch_accepts_accelerate_yaml(compose_cfg, tmp_path, monkey
     assert args.use_deepspeed and env["ACCELERATE_USE_DEEPSPEED"] == "true"
     assert env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] == str(tmp_path / "ds_config.json")
     assert env["ACCELERATE_DEEPSPEED_ZERO3_INIT"] == str(cfg.zero.stage == 3).lower()
+    if cfg.cluster.nodes == 1:
+        assert args.main_process_port > 0  # 0 in the file: accelerate picked a free one
+    else:
+        assert (args.main_process_ip, args.main_process_port) == (cfg.cluster.master_addr, cfg.cluster.master_port)
     for name in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_DEEPSPEED_ZERO3_INIT",
                  "ACCELERATE_CONFIG_DS_FIELDS", "ACCELERATE_MIXED_PRECISION"):
         monkeypatch.setenv(name, env[name])

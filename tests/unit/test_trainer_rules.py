@@ -29,7 +29,7 @@ def problems(compose_cfg, overrides, launching=False, tmp_path="/tmp/run"):
     (["trainer=grpo", "trainer.num_generations=1"], "trainer.num_generations=1 must be at least 2"),
     (["trainer=grpo", "trainer.num_generations=3"], "trainer=grpo: the global batch 4 is not a multiple of "
                                                     "trainer.num_generations=3. Set trainer.num_generations to a divisor "
-                                                    "of 4, or batch.global_size=3."),
+                                                    "of 4, or batch.global_size=12."),
     (["trainer.report_to=mlflow"], "trainer.report_to=mlflow is not supported. Use trainer.report_to=none, "
                                    "tensorboard or wandb."),
     (["peft=lora", "peft.target_modules=[q_prj]"], "peft.target_modules=[q_prj] must name linear layers of "
@@ -44,8 +44,9 @@ def problems(compose_cfg, overrides, launching=False, tmp_path="/tmp/run"):
     (["sp=ulysses", "cluster=1x1"], "sp.size=2 must divide the world size 1 (cluster=1x1). Use a cluster of 2 or more "
                                      "ranks, or sp=none."),
     (["sp=ulysses", "cluster=1x8", "sp.size=8"], "sp.size=8 must divide model.num_attention_heads=4"),
-    (["sp=ulysses", "trainer.max_length=63"], "trainer.max_length=63 must be a multiple of sp.size=2: each rank "
-                                              "holds an equal share of every sequence. Set trainer.max_length=64."),
+    (["sp=ulysses", "trainer.max_length=63"], "trainer.max_length=63 must be a multiple of sp.size=2: on CPU every "
+                                              "batch is padded to it (gloo gathers equal shapes only) and split in 2. "
+                                              "Set trainer.max_length=64."),
     (["sp=ulysses", "sp.attn_implementation=eager"], "sp.attn_implementation=eager does not work with Ulysses"),
     (["sp=ulysses", "sp.attn_implementation=flash_attention_2"], "sp.attn_implementation=flash_attention_2 needs "
                                                                  "GPUs (cluster.device=cpu here)"),
@@ -57,7 +58,8 @@ def test_each_unmet_need_is_one_message(compose_cfg, overrides, message):
 
 @pytest.mark.parametrize("overrides", [["trainer=dpo"], ["trainer=grpo"], ["trainer=reward"], ["peft=lora"],
                                        ["sp=ulysses", "zero=stage3"], ["trainer=grpo", "trainer.beta=0.04"],
-                                       ["cluster=1x8", "sp=ulysses", "sp.size=4", "sp.attn_implementation=flash_attention_2"]])
+                                       ["cluster=1x8", "sp=ulysses", "sp.size=4", "trainer.max_length=63",
+                                        "sp.attn_implementation=flash_attention_2"]])
 def test_shipped_combinations_are_valid(compose_cfg, overrides):
     assert problems(compose_cfg, overrides) == []
 

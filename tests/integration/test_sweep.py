@@ -1,0 +1,122 @@
+"""Memory studies for real: Hydra sweeps of the tiny model on 2 CPU ranks (one torchrun launch per point), and
+`python -m trl_ds.report` over them.
+
+The tiny model is fp32 on CPU, so after an optimizer step each rank holds, per parameter (world 2):
+  stage 0: 4 B params + 8 B Adam moments (no fp32 master: the params are fp32)          = 12 B
+  stage 1, 2: 4 B params + (4 B master + 8 B moments) / 2; gradients freed after the step = 10 B
+  stage 3: 4 B / 2 params + 4 B / 2 gradient partition + 6 B optimizer                    = 10 B
+Its parameters are all below stage3_param_persistence_threshold, so the stage-3 sweep sets it to 0 (else every
+parameter stays whole on every rank beside its partition).
+"""
+import csv
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.integration
+SWEEP_TIMEOUT_S = 1800
+STAGE_SWEEP = ["zero=stage0,stage1,stage2,stage3", "zero.stage3_param_persistence_threshold=0"]
+# bytes per parameter after the step, by stage: (params, gradients, optimizer); see the module docstring
+AFTER_STEP = {0: (4, 0, 8), 1: (4, 0, 6), 2: (4, 0, 6), 3: (2, 2, 6)}
+BAD_DATASET = "no-such-user/no-such-dataset"  # passes validation; the ranks cannot load it (HF_HUB_OFFLINE=1)
+
+
+def run_sweep(folder, args, env=None):
+    cmd = [sys.executable, "-m", "trl_ds", "-m", *args, "trainer.max_steps=3", f"hydra.sweep.dir={folder}"]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return folder
+
+
+def run_report(*args):
+    out = subprocess.run([sys.executable, "-m", "trl_ds.report", *map(str, args)], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def number(row, key):
+    return float(row[key]) if row[key] else None
+
+
+@pytest.fixture(scope="module")
+def stage_sweep(tmp_path_factory):
+    folder = run_sweep(tmp_path_factory.mktemp("stages") / "multirun", STAGE_SWEEP)
+    printed = run_report(folder)
+    return folder, read_csv(folder / "sweep.csv"), printed
+
+
+def test_model_states_per_rank_fall_from_stage_0_to_3_as_estimated(stage_sweep):
+    folder, rows, printed = stage_sweep
+    assert [(r["zero"], r["status"]) for r in rows] == [(f"stage{s}", "completed") for s in range(4)]
+    psi = int(rows[0]["parameters"])
+    per_param = {}
+    for stage, row in enumerate(rows):
+        total = number(row, "est_model_states_bytes")
+        for kind in ("params", "gradients", "optimizer"):  # estimated == measured within 1%, per component
+            assert number(row, f"meas_{kind}_bytes") == pytest.approx(number(row, f"est_{kind}_bytes"),
+                                                                      rel=0.01, abs=0.01 * total), (stage, kind)
+        per_param[stage] = tuple(round(number(row, f"meas_{k}_bytes") / psi, 3)
+                                 for k in ("params", "gradients", "optimizer"))
+        assert number(row, "meas_model_states_bytes") == pytest.approx(total, rel=0.01)
+    assert per_param == AFTER_STEP
+    totals = [number(r, "meas_model_states_bytes") / psi for r in rows]
+    assert [round(t, 3) for t in totals] == [12, 10, 10, 10]
+    # the estimate's peak model states during a step fall at every stage: 16, 16 - 2 (stage-2 gradient partition
+    # of the reduce), then stage 3 partitions the params too, keeping the largest module gathered with its gradient
+    largest = 65536  # the tiny model's embedding: vocab 256 x hidden 256
+    peaks = [sum(number(r, f"est_peak_{k}_bytes") for k in ("params", "gradients", "optimizer")) / psi for r in rows]
+    assert peaks == pytest.approx([16, 16, 14, 10 + 2 * 4 * largest / psi], abs=1e-3)
+    for row in rows:  # CPU ranks: the estimated peak RSS per rank holds within 15 %
+        assert number(row, "meas_peak_bytes") == pytest.approx(number(row, "est_peak_bytes"), rel=0.15)
+    assert "4 points: 4 completed." in printed
+    assert (folder / "memory.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_failing_point_is_reported_failed_and_another_axis_sweeps(stage_sweep, tmp_path):
+    folder = run_sweep(tmp_path / "multirun", ["trainer.per_device_train_batch_size=1,2",
+                                               f"trainer.dataset_name=tiny,{BAD_DATASET}"])
+    run_report(folder, stage_sweep[0], "--out", tmp_path / "both")
+    rows = read_csv(folder / "sweep.csv")
+    by_point = {(r["trainer.per_device_train_batch_size"], r["trainer.dataset_name"]): r for r in rows}
+    assert {k: r["status"] for k, r in by_point.items()} == {
+        ("1", "tiny"): "completed", ("2", "tiny"): "completed", ("1", BAD_DATASET): "failed",
+        ("2", BAD_DATASET): "failed"}
+    for micro in ("1", "2"):
+        reason = by_point[(micro, BAD_DATASET)]["reason"]
+        assert reason.startswith(f"ConnectionError: Couldn't reach '{BAD_DATASET}' on the Hub"), reason
+    one, two = by_point[("1", "tiny")], by_point[("2", "tiny")]
+    # the micro-batch axis: twice the tokens, twice the estimated activations; the model states do not change
+    assert number(two, "est_peak_activations_bytes") == 2 * number(one, "est_peak_activations_bytes")
+    assert number(one, "meas_model_states_bytes") == number(two, "meas_model_states_bytes")
+    assert number(one, "final_loss") > 0 and number(two, "samples_per_second") > 0
+    assert len(read_csv(tmp_path / "both" / "sweep.csv")) == 8  # both sweeps in one table
+
+
+def test_report_names_runs_with_a_missing_or_half_written_summary_and_reports_the_rest(stage_sweep, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(stage_sweep[0], copy, ignore=shutil.ignore_patterns("model", "final_model", "data", "logs",
+                                                                        "trainer", "sweep.*", "memory.png"))
+    (copy / "1" / "summary.json").write_text('{"status": "completed", "final_lo')
+    (copy / "2" / "summary.json").unlink()
+    printed = run_report(copy)
+    rows = {r["point"]: r for r in read_csv(copy / "sweep.csv")}
+    assert {p: r["status"] for p, r in rows.items()} == {"0": "completed", "1": "incomplete", "2": "incomplete",
+                                                         "3": "completed"}
+    assert rows["1"]["reason"].startswith("summary.json unreadable (")
+    assert rows["2"]["reason"] == "summary.json missing"
+    assert rows["0"]["meas_model_states_bytes"] == next(r for r in stage_sweep[1] if r["point"] == "0")[
+        "meas_model_states_bytes"]
+    assert "- 2 (zero=stage2 zero.stage3_param_persistence_threshold=0 trainer.max_steps=3): incomplete: " \
+           "summary.json missing" in printed
