@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
+from .autofit import resolve as resolve_auto
 from .batch import Batch
 from .data import write_tiny_dataset
 from .deepspeed_config import build_ds_config
@@ -30,18 +31,23 @@ class Prepared:
     node_commands: List[List[str]]
     plan: Dict[str, Any] = field(default_factory=dict)  # plan.json: the memory estimate and the grid around it
     memory_warning: Optional[str] = None  # preflight.memory=warn and the estimate does not fit
+    autofit_text: Optional[str] = None  # zero=auto / offload=auto: the ranking and the choice, printed
 
 
 def build(cfg, run_dir: str, launching: bool) -> Prepared:
     """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
     cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
+    autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
     batch = validate(cfg, run_dir, launching)
     memory = estimate(setup_from_config(cfg))
     warning = check_fit(cfg, memory, launching)
+    plan = plan_for_run_dir(cfg, memory, task_overrides())
+    if autofit:
+        plan["autofit"] = {k: v for k, v in autofit.items() if k != "text"}
     return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),
                     trainer_args=build_trainer_args(cfg, batch, run_dir),
-                    node_commands=build_commands(cfg, run_dir),
-                    plan=plan_for_run_dir(cfg, memory, task_overrides()), memory_warning=warning)
+                    node_commands=build_commands(cfg, run_dir), plan=plan, memory_warning=warning,
+                    autofit_text=autofit["text"] if autofit else None)
 
 
 def task_overrides() -> List[str]:
@@ -60,6 +66,8 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     write_launch_files(cfg, run_dir, prepared.node_commands)
     write_json(os.path.join(run_dir, "env.json"), collect_env(nvme_path(cfg, run_dir)))
     write_json(os.path.join(run_dir, "plan.json"), prepared.plan)
+    if prepared.autofit_text:
+        print(prepared.autofit_text)
     if prepared.memory_warning:
         print(f"trl_ds: warning: {prepared.memory_warning}", file=sys.stderr)
     if cfg.trainer.dataset_name == "tiny":

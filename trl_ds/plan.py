@@ -11,11 +11,12 @@ micro-batch around it. No torch, no DeepSpeed, no download: the numbers come fro
 import os
 import sys
 from dataclasses import replace
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import EXIT_USER_ERROR, ConfigError
 from .memory.estimate import GiB, MiB, Estimate, Setup, estimate, setup_from_config
 from .params import describe_count
+from .steptime import StepTime, hardware_from_config, time_rows
 from .values import value
 
 # name -> (offload.optimizer, offload.param), slowest last; the override that selects each
@@ -69,12 +70,29 @@ def speed_key(e: Estimate) -> Tuple:
             e.device_total)
 
 
-def recommend(rows: Sequence[Estimate]) -> Optional[Estimate]:
+Times = Dict[Setup, StepTime]  # each row's estimated step time (trl_ds/steptime.py)
+
+
+def recommend(rows: Sequence[Estimate], times: Optional[Times] = None) -> Optional[Estimate]:
+    """The fitting row with the least estimated time per sample; the speed heuristic without times."""
     fitting = [e for e in rows if e.verdict == "fits"]
-    return min(fitting, key=speed_key) if fitting else None
+    key = (lambda e: (times[e.setup].per_sample, speed_key(e))) if times else speed_key
+    return min(fitting, key=key) if fitting else None
 
 
-def reason(best: Estimate, rows: Sequence[Estimate]) -> str:
+def by_time(rows: Sequence[Estimate], times: Times) -> List[Estimate]:
+    """Fitting rows first, each part fastest first (seconds per sample at the fixed global batch)."""
+    return sorted(rows, key=lambda e: (e.verdict != "fits", times[e.setup].per_sample, speed_key(e)))
+
+
+def times_for(cfg, rows: Sequence[Estimate]) -> Times:
+    hw = hardware_from_config(cfg, config_dir())
+    return time_rows(rows, hw, cfg.batch.global_size, cfg.trainer.gradient_accumulation_steps)
+
+
+def reason(best: Estimate, rows: Sequence[Estimate], times: Optional[Times] = None) -> str:
+    if times:
+        return time_reason(best, rows, times)
     s = best.setup
     offload = {"none": "no offload (nothing crosses PCIe each step)", "opt-cpu": "optimizer on CPU is the least "
                "offload that fits", "opt+param-cpu": "optimizer and parameters on CPU are needed to fit",
@@ -84,6 +102,14 @@ def reason(best: Estimate, rows: Sequence[Estimate]) -> str:
              else f"ZeRO-{s.stage} (no parameter all-gathers)", f"micro-batch {s.micro_batch}"]
     fitting = sum(e.verdict == "fits" for e in rows)
     return f"fastest of the {fitting} configurations that fit: " + ", ".join(parts)
+
+
+def time_reason(best: Estimate, rows: Sequence[Estimate], times: Times) -> str:
+    t = times[best.setup]
+    terms = ", ".join(f"{k} {v:.3g}" for k, v in t.terms.items() if v > 0)
+    fitting = sum(e.verdict == "fits" for e in rows)
+    return (f"least estimated time per sample of the {fitting} configurations that fit: {t.seconds:.3g} s per step "
+            f"of {t.samples} samples ({terms})")
 
 
 def grid_overrides(s: Setup) -> List[str]:
@@ -161,7 +187,9 @@ def not_fit_message(cfg, e: Estimate) -> str:
 def plan_for_run_dir(cfg, current: Estimate, overrides: Sequence[str]) -> dict:
     """plan.json: the current config's estimate, the grid around it and the recommendation."""
     names = (cfg.cluster.name, cfg.model.config_path or cfg.model.name)
-    return {**as_json(grid(current.setup, cfg.batch.global_size), current, names, overrides),
+    rows = grid(current.setup, cfg.batch.global_size)
+    times = times_for(cfg, rows + [current])
+    return {**as_json(by_time(rows, times), current, names, overrides, times),
             "preflight": {"memory": preflight_mode(cfg), "verdict": current.verdict}}
 
 
@@ -175,16 +203,22 @@ def table_unit(rows: Sequence[Estimate]) -> Tuple[int, str]:
     return (GiB, "GiB") if max(e.device_total for e in rows) >= GiB else (MiB, "MiB")
 
 
-def render_table(rows: Sequence[Estimate]) -> str:
+def render_table(rows: Sequence[Estimate], times: Times) -> str:
     unit = table_unit(rows)[0]
-    head = ["zero", "offload", "ckpt", "micro", *COLUMNS, "per-rank", "host/node", "nvme/node", "verdict"]
+    head = ["zero", "offload", "ckpt", "micro", *COLUMNS, "per-rank", "host/node", "nvme/node", "s/step", "ms/sample", "verdict"]
     lines = [[str(e.setup.stage), offload_name(e.setup), "yes" if e.setup.gradient_checkpointing else "no",
               str(e.setup.micro_batch), *(size(e.device[k], unit) for k in COLUMNS), size(e.device_total, unit),
-              size(e.host_total, unit), size(e.nvme, unit), e.verdict] for e in rows]
+              size(e.host_total, unit), size(e.nvme, unit), seconds(times[e.setup]),
+              f"{times[e.setup].per_sample * 1e3:.3g}", e.verdict] for e in rows]
     widths = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
     fmt = lambda r: "  ".join(c.ljust(w) if i in (1, len(r) - 1) else c.rjust(w)  # noqa: E731
                               for i, (c, w) in enumerate(zip(r, widths))).rstrip()
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in lines])
+
+
+def seconds(t: StepTime) -> str:
+    """Estimated seconds per optimizer step, 3 significant digits."""
+    return f"{t.seconds:.3g}"
 
 
 def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str) -> List[str]:
@@ -194,7 +228,7 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str) -> L
             f"{describe_count(s.counts.largest_module)}), {s.dtype}, sequence {s.seq_len} tokens",
             f"cluster {cluster_name}: {s.nodes} node(s) x {s.gpus_per_node} {s.device} rank(s), {capacity}, "
             f"{s.cpu_memory_gb:g} GiB host RAM per node",
-            f"{unit}; per-rank columns: the peak of one rank during a step; host/node: "
+            f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: the peak of one rank during a step; host/node: "
             + ("every rank's bytes plus offloaded states" if s.judged_on_host
                else "offloaded states x DeepSpeed's 1.5, pinned buffers, rank processes")]
 
@@ -207,39 +241,41 @@ def summary_line(e: Estimate) -> str:
 
 
 def render(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str],
-           only_fitting: bool = False) -> str:
+           times: Times, only_fitting: bool = False) -> str:
     shown = [e for e in rows if e.verdict == "fits"] if only_fitting else rows
     lines = describe_setup(current.setup, *names, table_unit(rows)[1]) + [
-        "", render_table(shown or rows), "", f"current:     {summary_line(current)}"]
-    best = recommend(rows)
+        "", render_table(shown or rows, times), "", f"current:     {summary_line(current)}"]
+    best = recommend(rows, times)
     if best is None:
         smallest = min(rows, key=lambda e: e.device_total)
         lines += [f"nothing fits; the smallest is {summary_line(smallest)}.",
                   "Add GPUs (cluster.nodes=...), shorten sequences (trainer.max_length=...) or use larger devices."]
     else:
-        lines += [f"recommended: {summary_line(best)}", f"  why: {reason(best, rows)}",
+        lines += [f"recommended: {summary_line(best)}", f"  why: {reason(best, rows, times)}",
                   f"  run: {run_command(best.setup, overrides)}"]
     return "\n".join(lines)
 
 
-def as_json(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str]) -> dict:
-    s, best = current.setup, recommend(rows)
+def as_json(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str],
+            times: Times) -> dict:
+    s, best = current.setup, recommend(rows, times)
     return {"model": names[1], "parameters": s.counts.total, "largest_module": s.counts.largest_module,
             "dtype": s.dtype, "seq_len": s.seq_len,
             "cluster": {"name": names[0], "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "device": s.device,
                         "gpu_memory_gb": s.gpu_memory_gb, "cpu_memory_gb": s.cpu_memory_gb},
-            "current": row_json(current), "rows": [row_json(e) for e in rows],
-            "recommendation": None if best is None else {**row_json(best), "reason": reason(best, rows),
+            "current": row_json(current, times), "rows": [row_json(e, times) for e in rows],
+            "recommendation": None if best is None else {**row_json(best, times), "reason": reason(best, rows, times),
                                                          "command": run_command(best.setup, overrides)}}
 
 
-def row_json(e: Estimate) -> dict:
-    s = e.setup
+def row_json(e: Estimate, times: Times) -> dict:
+    s, t = e.setup, times[e.setup]
     return {"zero_stage": s.stage, "offload": offload_name(s), "offload_optimizer": s.optimizer_offload,
             "offload_param": s.param_offload, "gradient_checkpointing": s.gradient_checkpointing,
             "micro_batch": s.micro_batch, "device_bytes": dict(e.device), "device_total_bytes": e.device_total,
             "buffer_items": dict(e.buffer_items), "host_bytes": dict(e.host), "host_total_bytes": e.host_total,
             "nvme_bytes": e.nvme, "after_step_bytes": e.after_step, "verdict": e.verdict,
+            "step_seconds": t.seconds, "step_terms": dict(t.terms), "samples_per_step": t.samples,
             "overrides": grid_overrides(s)}
 
 
@@ -281,16 +317,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     overrides = [a for a in args if a not in FLAGS]
     try:
         cfg, base = load(overrides)
+        rows, current = grid(base, cfg.batch.global_size), estimate(base)
+        times = times_for(cfg, rows + [current])
     except ConfigError as err:
         print(f"trl_ds.plan: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
-    rows, current = grid(base, cfg.batch.global_size), estimate(base)
+    rows = by_time(rows, times)
     names = (cfg.cluster.name, cfg.model.name if not cfg.model.config_path else cfg.model.config_path)
     if "--json" in args:
         import json
-        print(json.dumps(as_json(rows, current, names, overrides), indent=2))
+        print(json.dumps(as_json(rows, current, names, overrides, times), indent=2))
     else:
-        print(render(rows, current, names, overrides, only_fitting="--fits" in args))
+        print(render(rows, current, names, overrides, times, only_fitting="--fits" in args))
     return 0
 
 

@@ -83,6 +83,7 @@ class ModelConfig:
 class ZeroConfig:
     """The `zero_optimization` block; field names are DeepSpeed's."""
     stage: int = 2  # 0..3
+    auto: bool = False  # zero=auto: trl_ds.autofit sets `stage` to the fastest that fits, before anything else
     overlap_comm: bool = True
     contiguous_gradients: bool = True
     reduce_scatter: bool = True
@@ -114,6 +115,7 @@ class AioConfig:
 class OffloadConfig:
     optimizer: OffloadDevice = OffloadDevice.none
     param: OffloadDevice = OffloadDevice.none  # needs zero stage 3
+    auto: bool = False  # offload=auto: trl_ds.autofit sets optimizer and param to the fastest that fits
     pin_memory: bool = True
     # Folder for NVMe swap files; null means <run dir>/nvme.
     nvme_path: Optional[str] = None
@@ -122,6 +124,24 @@ class OffloadConfig:
     buffer_size: int = 100_000_000  # elements per parameter swap buffer
     max_in_cpu: int = 1_000_000_000  # elements of parameters kept in CPU memory
     aio: AioConfig = field(default_factory=AioConfig)
+
+
+@dataclass
+class HardwareConfig:
+    """Speeds the step-time model (trl_ds/steptime.py) uses; null takes the number from the `cluster.gpu` preset.
+    Every field can be overridden: cluster.hardware.inter_node_gbps=25."""
+    peak_tflops: Optional[float] = None  # TFLOP/s per device, dense, in the training dtype (bf16; fp32 on CPU)
+    efficiency: Optional[float] = None  # fraction of peak_tflops a training step's matmuls reach (0..1)
+    hbm_gbps: Optional[float] = None  # GB/s (1e9 B/s) of device memory; on CPU: what torch's AdamW reaches
+    pcie_gbps: Optional[float] = None  # GB/s host<->device per device, one direction; on CPU: host memcpy
+    intra_node_gbps: Optional[float] = None  # GB/s per device for collectives inside a node (NVLink, PCIe, gloo)
+    inter_node_gbps: Optional[float] = None  # GB/s per device for collectives across nodes (IB/RoCE per GPU)
+    collective_latency_us: Optional[float] = None  # microseconds of fixed cost per collective call
+    comm_overlap: Optional[float] = None  # fraction of overlappable communication hidden behind compute (0..1)
+    nvme_read_gbps: Optional[float] = None  # GB/s per node at offload.nvme_path
+    nvme_write_gbps: Optional[float] = None  # GB/s per node at offload.nvme_path
+    cpu_adam_mparams_per_s: Optional[float] = None  # million parameters/s per node, DeepSpeedCPUAdam (offload)
+    micro_step_overhead_ms: Optional[float] = None  # milliseconds of framework time per micro-step (Python, hooks)
 
 
 @dataclass
@@ -141,6 +161,10 @@ class ClusterConfig:
     # Network environment for every rank, exported by launch.sh on each node, e.g. NCCL_SOCKET_IFNAME=ib0,
     # GLOO_SOCKET_IFNAME=eth0, NCCL_IB_HCA=mlx5, NCCL_DEBUG=WARN.
     env: Dict[str, str] = field(default_factory=dict)
+    # Step-time hardware: a preset of conf/gpu/ (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l4-24gb, rtx4090-24gb,
+    # cpu) or a hardware YAML file (python -m trl_ds.calibrate writes one); cluster.hardware.* overrides its numbers.
+    gpu: str = "cpu"
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
 
 
 @dataclass

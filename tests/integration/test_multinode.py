@@ -7,6 +7,7 @@ launcher.rdzv_timeout, never a hang.
 """
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -103,8 +104,10 @@ def test_node_that_never_joins_ends_node_0_naming_it(tmp_path_factory, tmp_path)
     rc, out, err, took = finish(node0, RDZV_TIMEOUT + 120)
     assert rc != 0
     assert took < RDZV_TIMEOUT + SLACK_S
-    assert (f"trl_ds: launch failed: node 1 never joined: 1 of 2 nodes reached the rendezvous at 127.0.0.1:{port} "
-            f"within launcher.rdzv_timeout={RDZV_TIMEOUT} s") in err
+    # torchrun's own timeout says how many joined; the watch's deadline (if torchrun started slowly) says less.
+    expected = (rf"trl_ds: launch failed: node 1 never joined: (1 of 2 nodes reached the|the) rendezvous at "
+                rf"127\.0\.0\.1:{port} (was not complete )?within launcher\.rdzv_timeout={RDZV_TIMEOUT} s")
+    assert re.search(expected, err), err
     failure = read_json(tmp_path / "logs" / "node_0" / "failure.json")
     assert failure["log"] == str(tmp_path / "logs" / "node_0" / "launcher.log")
     assert read_json(tmp_path / "summary.json")["status"] == "failed"
@@ -117,7 +120,8 @@ def test_worker_node_without_a_main_node_gives_up_within_the_timeout(tmp_path_fa
     assert rc != 0
     assert took < RDZV_TIMEOUT + SLACK_S
     assert (f"node 1 never joined: the main node's rendezvous at 127.0.0.1:{port} did not answer (is node 0 "
-            f"started, and does that address reach it from here?) within launcher.rdzv_timeout={RDZV_TIMEOUT} s") in err
+            f"started, and does that address reach it from here?) within launcher.rdzv_timeout={RDZV_TIMEOUT} "
+            f"s.") in err
     assert (tmp_path / "logs" / "node_1" / "failure.json").exists()
 
 

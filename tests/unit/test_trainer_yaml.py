@@ -27,7 +27,7 @@ def parse_like_trl_cli(command, path):
 def test_trl_cli_parses_trainer_yaml_into_its_config_class(tmp_path, trainer):
     run_dir = tmp_path / "run"
     out = run_app([f"trainer={trainer}", "zero=stage3", "batch.global_size=8", "trainer.learning_rate=2e-4",
-                   "trainer.gradient_checkpointing=true", "dry_run=true"], run_dir)
+                   "trainer.gradient_checkpointing=true", "trainer.report_to=tensorboard", "dry_run=true"], run_dir)
     assert out.returncode == 0, out.stderr
     (script, training, model, _), launch_args = parse_like_trl_cli(trainer, run_dir / "trainer.yaml")
     assert type(training).__name__ == CONFIG_CLASSES[trainer]
@@ -36,6 +36,7 @@ def test_trl_cli_parses_trainer_yaml_into_its_config_class(tmp_path, trainer):
     assert model.model_name_or_path == str(run_dir / "model")
     assert (training.learning_rate, training.gradient_accumulation_steps) == (2e-4, 2)
     assert training.activation_checkpointing is True and training.gradient_checkpointing is True
+    assert training.report_to == ["tensorboard"]
     assert training.deepspeed == str(run_dir / "ds_config.json")
     assert training.hf_deepspeed_config.config["zero_optimization"]["stage"] == 3
     saved = yaml.safe_load((run_dir / "trainer.yaml").read_text())

@@ -12,7 +12,11 @@ FAILURE_FILE = "failure.json"
 TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
 # deepspeed.launcher.launch: "[... '--local_rank=1', ...] exits with return code = 7"
 DEEPSPEED_RANK = re.compile(r"--local_rank=(\d+).*? exits with return code = (-?\d+)")
+START_EVERY_NODE = ("Start every node (bash launch.sh NODE_RANK, or python -m trl_ds ... cluster.node_rank=N), "
+                    "or raise launcher.rdzv_timeout.")
 CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
+# torchrun on a node > 0 that never reached node 0's store (it retries once, then gives up).
+MAIN_UNREACHABLE = re.compile(r"timed out after \d+ms while trying to connect to")
 
 
 @dataclass
@@ -34,7 +38,7 @@ class NodeView:
 
 def describe(output: str, returncode: int, node: NodeView) -> Failure:
     """The failing rank (torchrun, deepspeed), a rendezvous that timed out, or else the node's launcher log."""
-    for reader in (_torchrun_rank, _deepspeed_rank, _rendezvous):
+    for reader in (_torchrun_rank, _deepspeed_rank, _rendezvous, _main_unreachable):
         found = reader(output, node)
         if found:
             return found
@@ -69,27 +73,33 @@ def _rendezvous(output: str, node: NodeView) -> Optional[Failure]:
     if not match:
         return None
     joined, total = int(match.group(1)), int(match.group(2))
-    return Failure(f"{missing_nodes(joined, total)} never joined: {joined} of {total} nodes reached the rendezvous "
-                   f"at {node.endpoint} within launcher.rdzv_timeout={node.rdzv_timeout} s. Start every node "
-                   f"(bash launch.sh NODE_RANK, or python -m trl_ds ... cluster.node_rank=N), or raise "
-                   f"launcher.rdzv_timeout.", os.path.join(node.log_dir, "launcher.log"))
+    return Failure(f"{missing_nodes(total, joined)} never joined: {joined} of {total} nodes reached the rendezvous "
+                   f"at {node.endpoint} within launcher.rdzv_timeout={node.rdzv_timeout} s. {START_EVERY_NODE}",
+                   os.path.join(node.log_dir, "launcher.log"))
 
 
-def missing_nodes(joined: int, total: int) -> str:
+def _main_unreachable(output: str, node: NodeView) -> Optional[Failure]:
+    return never_reached(node) if node.rank > 0 and MAIN_UNREACHABLE.search(output) else None
+
+
+def missing_nodes(total: int, joined: Optional[int] = None) -> str:
     """Node 0 hosts the rendezvous, so with two nodes the missing one is node 1."""
-    if total - joined == 1 and total == 2:
+    if total == 2:
         return "node 1"
-    return f"{total - joined} of nodes 1..{total - 1}"
+    return f"{total - joined} of nodes 1..{total - 1}" if joined is not None else f"some of nodes 1..{total - 1}"
 
 
 def never_reached(node: NodeView) -> Failure:
+    """The watch's own deadline passed before torchrun said more (node 0), or node 0 never answered (others)."""
     log = os.path.join(node.log_dir, "launcher.log")
     if node.rank == 0:
-        text = f"node 0: the other nodes did not all join the rendezvous at {node.endpoint}"
+        text = (f"{missing_nodes(node.nodes)} never joined: the rendezvous at {node.endpoint} was not complete "
+                f"within launcher.rdzv_timeout={node.rdzv_timeout} s. {START_EVERY_NODE}")
     else:
-        text = (f"node {node.rank} never joined: the main node's rendezvous at {node.endpoint} did not answer "
-                f"(is node 0 started, and does that address reach it from here?)")
-    return Failure(f"{text} within launcher.rdzv_timeout={node.rdzv_timeout} s; launcher output: {log}", log)
+        text = (f"node {node.rank} never joined: the main node's rendezvous at {node.endpoint} did not answer (is "
+                f"node 0 started, and does that address reach it from here?) within launcher.rdzv_timeout="
+                f"{node.rdzv_timeout} s.")
+    return Failure(f"{text} Launcher output: {log}", log)
 
 
 def exit_text(code: int) -> str:

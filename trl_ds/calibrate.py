@@ -1,0 +1,210 @@
+"""`python -m trl_ds.calibrate [--out FILE] [--ranks 2] [--nvme-path DIR]`: this machine's step-time numbers.
+
+    python -m trl_ds.calibrate --out hw.yaml && python -m trl_ds.plan cluster.gpu=$PWD/hw.yaml
+
+Measures, in under a minute, on the device in use (cuda if present, else cpu with the cores shared by --ranks):
+matmul throughput, a small transformer's forward+backward at two micro-batch sizes (training efficiency and the
+fixed cost per micro-step), host memory copy (pinned host->device on cuda), the 2-rank all-reduce bandwidth and
+latency of the active backend (gloo on cpu, nccl on cuda; torch.distributed, 2 local processes), torch AdamW
+(the optimizer on the device) and DeepSpeedCPUAdam (offload; torch AdamW when it is not built), and NVMe write/read
+at --nvme-path. Writes a hardware YAML in conf/gpu/'s format (cluster.gpu=<file> loads it).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List
+
+import yaml
+
+GB = 1e9
+MATMUL_N = {"cpu": 1024, "cuda": 8192}
+COPY_BYTES = 256 * 2 ** 20
+ALLREDUCE_ELEMENTS = 4 * 2 ** 20  # 16 MiB fp32
+ADAM_PARAMS = 4_000_000
+NVME_BYTES = 256 * 2 ** 20
+TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2)
+SEQ = 64
+
+
+def steady_step_seconds(run_dir: str, skip: int = 4) -> float:
+    """Median seconds between logged optimizer steps after the first `skip` (warm-up, loading, allocator growth):
+    the steady state, robust to the odd step slowed by other work on a shared machine."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        times: List[float] = [json.loads(line)["time"] for line in f if '"step"' in line and '"time"' in line]
+    gaps = [b - a for a, b in zip(times[skip:], times[skip + 1:])]
+    if not gaps:
+        raise ValueError(f"{run_dir}/metrics.jsonl has {len(times)} steps; need more than {skip + 1}")
+    return statistics.median(gaps)
+
+
+def timed(fn: Callable[[], None], repeat: int, sync: Callable[[], None] = lambda: None) -> float:
+    """Median seconds of one call, after one warm-up call."""
+    fn()
+    sync()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        sync()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def matmul_tflops(torch, device: str, sync) -> float:
+    n = MATMUL_N[device]
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    return 2 * n ** 3 / timed(lambda: a @ b, 10, sync) / 1e12
+
+
+def training_shape(torch, device: str, sync, peak_tflops: float) -> Dict[str, float]:
+    """Forward+backward of a tiny Llama at micro-batch 1 and 4: the slope gives the efficiency training reaches,
+    the intercept the fixed cost of a micro-step."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(**TINY)).to(device)
+    matmul_params = sum(p.numel() for p in model.parameters()) - TINY["vocab_size"] * TINY["hidden_size"]
+    seconds = {}
+    for micro in (1, 4):
+        ids = torch.randint(0, TINY["vocab_size"], (micro, SEQ), device=device)
+        seconds[micro] = timed(lambda: model(input_ids=ids, labels=ids).loss.backward(), 8, sync)
+    per_sample = max((seconds[4] - seconds[1]) / 3, 1e-9)
+    flops = SEQ * (6 * matmul_params + 12 * TINY["num_hidden_layers"] * SEQ * TINY["hidden_size"])
+    return {"efficiency": min(flops / per_sample / (peak_tflops * 1e12), 1.0),
+            "micro_step_overhead_ms": max(seconds[1] - per_sample, 0.0) * 1e3}
+
+
+def copy_gbps(torch, device: str, sync) -> float:
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, pin_memory=device == "cuda")
+    dst = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
+    return COPY_BYTES / timed(lambda: dst.copy_(src, non_blocking=False), 5, sync) / GB
+
+
+def adam_rates(torch, device: str, sync) -> Dict[str, float]:
+    """torch AdamW on the device as an effective bandwidth (28 B per parameter), and the offload optimizer's
+    parameters per second with every core of the node."""
+    from .steptime import ADAM_BYTES_PER_PARAM
+
+    p = torch.nn.Parameter(torch.randn(ADAM_PARAMS, device=device))
+    p.grad = torch.randn_like(p)
+    device_adam = torch.optim.AdamW([p], lr=1e-3)
+    device_seconds = timed(device_adam.step, 5, sync)
+    cpu_p = torch.nn.Parameter(torch.randn(ADAM_PARAMS))
+    cpu_p.grad = torch.randn_like(cpu_p)
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        offload_adam = DeepSpeedCPUAdam([cpu_p], lr=1e-3)
+    except Exception:  # DeepSpeed's CPU Adam extension is not built here: torch's is what would run
+        offload_adam = torch.optim.AdamW([cpu_p], lr=1e-3)
+    offload_seconds = timed(offload_adam.step, 5)
+    return {"hbm_gbps": ADAM_BYTES_PER_PARAM * ADAM_PARAMS / device_seconds / GB,
+            "cpu_adam_mparams_per_s": ADAM_PARAMS / offload_seconds / 1e6}
+
+
+def _collective_worker(rank: int, world: int, port: int, device: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(max((os.cpu_count() or 1) // world, 1))
+    backend = "nccl" if device == "cuda" else "gloo"
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    big, small = torch.ones(ALLREDUCE_ELEMENTS, device=device), torch.ones(1, device=device)
+    seconds = timed(lambda: dist.all_reduce(big), 8, sync)
+    latency = timed(lambda: dist.all_reduce(small), 20, sync)
+    if rank == 0:  # bus bandwidth: a ring all-reduce moves 2 (N-1)/N of the buffer per rank (steptime's convention)
+        moved = 2 * (world - 1) / world * big.numel() * big.element_size()
+        with open(out, "w") as f:
+            json.dump({"intra_node_gbps": moved / max(seconds - latency, 1e-9) / GB,
+                       "collective_latency_us": latency * 1e6}, f)
+    dist.destroy_process_group()
+
+
+def collective_rates(device: str, world: int) -> Dict[str, float]:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "collective.json")
+        mp.spawn(_collective_worker, args=(world, port, device, out), nprocs=world, join=True)
+        with open(out) as f:
+            return json.load(f)
+
+
+def nvme_rates(folder: str) -> Dict[str, float]:
+    """Write with fsync, drop the file from the page cache, read back: what the swap files would see."""
+    os.makedirs(folder, exist_ok=True)
+    data = os.urandom(NVME_BYTES)
+    path = os.path.join(folder, "trl_ds_calibrate.bin")
+    try:
+        start = time.perf_counter()
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        write = time.perf_counter() - start
+        with open(path, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            start = time.perf_counter()
+            while f.read(16 * 2 ** 20):
+                pass
+            read = time.perf_counter() - start
+    finally:
+        os.remove(path)
+    return {"nvme_write_gbps": NVME_BYTES / write / GB, "nvme_read_gbps": NVME_BYTES / read / GB}
+
+
+def measure(ranks: int, nvme_path: str) -> Dict[str, float]:
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if device == "cpu":  # every rank gets its share of the cores, as in a ranks-process run
+        torch.set_num_threads(max((os.cpu_count() or 1) // ranks, 1))
+    numbers = {"peak_tflops": matmul_tflops(torch, device, sync)}
+    numbers.update(training_shape(torch, device, sync, numbers["peak_tflops"]))
+    numbers["pcie_gbps"] = copy_gbps(torch, device, sync)
+    numbers.update(adam_rates(torch, device, sync))
+    numbers.update(collective_rates(device, min(ranks, torch.cuda.device_count()) if device == "cuda" else ranks))
+    numbers["inter_node_gbps"] = numbers["intra_node_gbps"]  # one machine: no network measured; override it
+    numbers["comm_overlap"] = 0.8 if device == "cuda" else 0.0  # CPU ranks compute and communicate on one core set
+    numbers.update(nvme_rates(nvme_path))
+    numbers["memory_gb"] = torch.cuda.get_device_properties(0).total_memory / 2 ** 30 if device == "cuda" else 0
+    return {k: float(f"{v:.4g}") for k, v in numbers.items()}
+
+
+def write(numbers: Dict[str, float], path: str, seconds: float) -> None:
+    head = (f"# Measured by python -m trl_ds.calibrate in {seconds:.0f} s on {os.uname().nodename}.\n"
+            f"# python -m trl_ds cluster.gpu={os.path.abspath(path)}\n")
+    with open(path, "w") as f:
+        f.write(head + yaml.safe_dump(numbers, sort_keys=False))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trl_ds.calibrate", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="hardware.yaml", help="the hardware YAML to write")
+    parser.add_argument("--ranks", type=int, default=2, help="ranks per node that will share this machine")
+    parser.add_argument("--nvme-path", default=tempfile.gettempdir(), help="folder on the NVMe drive to test")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    numbers = measure(args.ranks, args.nvme_path)
+    write(numbers, args.out, time.perf_counter() - start)
+    print(yaml.safe_dump(numbers, sort_keys=False).rstrip())
+    print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s; use it with cluster.gpu={os.path.abspath(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
