@@ -6,8 +6,8 @@ Measures, in under a minute, on the device in use (cuda if present, else cpu wit
 matmul throughput, a small transformer's forward+backward at two micro-batch sizes (training efficiency and the
 fixed cost per micro-step), host memory copy (pinned host->device on cuda), the 2-rank all-reduce bandwidth and
 latency of the active backend (gloo on cpu, nccl on cuda; torch.distributed, 2 local processes), torch AdamW
-(the optimizer on the device) and DeepSpeedCPUAdam (offload; torch AdamW when it is not built), and NVMe write/read
-at --nvme-path. Writes a hardware YAML in conf/gpu/'s format (cluster.gpu=<file> loads it).
+(the optimizer on the device) and the offload optimizer (torch's fused AdamW on every core; --deepspeed-adam
+times DeepSpeedCPUAdam), and NVMe write/read at --nvme-path. Writes a hardware YAML in conf/gpu/'s format (cluster.gpu=<file> loads it).
 """
 import argparse
 import json
@@ -21,11 +21,11 @@ from typing import Callable, Dict, List
 import yaml
 
 GB = 1e9
-MATMUL_N = {"cpu": 1024, "cuda": 8192}
-COPY_BYTES = 256 * 2 ** 20
-ALLREDUCE_ELEMENTS = 4 * 2 ** 20  # 16 MiB fp32
-ADAM_PARAMS = 4_000_000
-NVME_BYTES = 256 * 2 ** 20
+MATMUL_N = {"cpu": 768, "cuda": 8192}
+COPY_BYTES = 64 * 2 ** 20
+ALLREDUCE_ELEMENTS = 2 ** 20  # 4 MiB fp32
+ADAM_PARAMS = 2_000_000
+NVME_BYTES = 64 * 2 ** 20
 TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2)
 SEQ = 64
@@ -59,7 +59,7 @@ def matmul_tflops(torch, device: str, sync) -> float:
     n = MATMUL_N[device]
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    return 2 * n ** 3 / timed(lambda: a @ b, 10, sync) / 1e12
+    return 2 * n ** 3 / timed(lambda: a @ b, 5, sync) / 1e12
 
 
 def training_shape(torch, device: str, sync, peak_tflops: float) -> Dict[str, float]:
@@ -72,7 +72,7 @@ def training_shape(torch, device: str, sync, peak_tflops: float) -> Dict[str, fl
     seconds = {}
     for micro in (1, 4):
         ids = torch.randint(0, TINY["vocab_size"], (micro, SEQ), device=device)
-        seconds[micro] = timed(lambda: model(input_ids=ids, labels=ids).loss.backward(), 8, sync)
+        seconds[micro] = timed(lambda: model(input_ids=ids, labels=ids).loss.backward(), 5, sync)
     per_sample = max((seconds[4] - seconds[1]) / 3, 1e-9)
     flops = SEQ * (6 * matmul_params + 12 * TINY["num_hidden_layers"] * SEQ * TINY["hidden_size"])
     return {"efficiency": min(flops / per_sample / (peak_tflops * 1e12), 1.0),
@@ -85,24 +85,26 @@ def copy_gbps(torch, device: str, sync) -> float:
     return COPY_BYTES / timed(lambda: dst.copy_(src, non_blocking=False), 5, sync) / GB
 
 
-def adam_rates(torch, device: str, sync) -> Dict[str, float]:
+def adam_rates(torch, device: str, sync, deepspeed_adam: bool) -> Dict[str, float]:
     """torch AdamW on the device as an effective bandwidth (28 B per parameter), and the offload optimizer's
-    parameters per second with every core of the node."""
+    parameters per second with every core of the node: DeepSpeedCPUAdam with --deepspeed-adam (loading its
+    extension can take minutes), else torch's fused AdamW on the CPU, vectorised like it."""
     from .steptime import ADAM_BYTES_PER_PARAM
 
     p = torch.nn.Parameter(torch.randn(ADAM_PARAMS, device=device))
     p.grad = torch.randn_like(p)
-    device_adam = torch.optim.AdamW([p], lr=1e-3)
-    device_seconds = timed(device_adam.step, 5, sync)
+    device_seconds = timed(torch.optim.AdamW([p], lr=1e-3).step, 5, sync)
     cpu_p = torch.nn.Parameter(torch.randn(ADAM_PARAMS))
     cpu_p.grad = torch.randn_like(cpu_p)
+    threads = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)
-    try:
+    if deepspeed_adam:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
         offload_adam = DeepSpeedCPUAdam([cpu_p], lr=1e-3)
-    except Exception:  # DeepSpeed's CPU Adam extension is not built here: torch's is what would run
-        offload_adam = torch.optim.AdamW([cpu_p], lr=1e-3)
+    else:
+        offload_adam = torch.optim.AdamW([cpu_p], lr=1e-3, fused=True)
     offload_seconds = timed(offload_adam.step, 5)
+    torch.set_num_threads(threads)
     return {"hbm_gbps": ADAM_BYTES_PER_PARAM * ADAM_PARAMS / device_seconds / GB,
             "cpu_adam_mparams_per_s": ADAM_PARAMS / offload_seconds / 1e6}
 
@@ -118,8 +120,8 @@ def _collective_worker(rank: int, world: int, port: int, device: str, out: str) 
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     big, small = torch.ones(ALLREDUCE_ELEMENTS, device=device), torch.ones(1, device=device)
-    seconds = timed(lambda: dist.all_reduce(big), 8, sync)
-    latency = timed(lambda: dist.all_reduce(small), 20, sync)
+    seconds = timed(lambda: dist.all_reduce(big), 5, sync)
+    latency = timed(lambda: dist.all_reduce(small), 10, sync)
     if rank == 0:  # bus bandwidth: a ring all-reduce moves 2 (N-1)/N of the buffer per rank (steptime's convention)
         moved = 2 * (world - 1) / world * big.numel() * big.element_size()
         with open(out, "w") as f:
@@ -166,7 +168,7 @@ def nvme_rates(folder: str) -> Dict[str, float]:
     return {"nvme_write_gbps": NVME_BYTES / write / GB, "nvme_read_gbps": NVME_BYTES / read / GB}
 
 
-def measure(ranks: int, nvme_path: str) -> Dict[str, float]:
+def measure(ranks: int, nvme_path: str, deepspeed_adam: bool = False) -> Dict[str, float]:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -176,7 +178,7 @@ def measure(ranks: int, nvme_path: str) -> Dict[str, float]:
     numbers = {"peak_tflops": matmul_tflops(torch, device, sync)}
     numbers.update(training_shape(torch, device, sync, numbers["peak_tflops"]))
     numbers["pcie_gbps"] = copy_gbps(torch, device, sync)
-    numbers.update(adam_rates(torch, device, sync))
+    numbers.update(adam_rates(torch, device, sync, deepspeed_adam))
     numbers.update(collective_rates(device, min(ranks, torch.cuda.device_count()) if device == "cuda" else ranks))
     numbers["inter_node_gbps"] = numbers["intra_node_gbps"]  # one machine: no network measured; override it
     numbers["comm_overlap"] = 0.8 if device == "cuda" else 0.0  # CPU ranks compute and communicate on one core set
@@ -197,9 +199,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="hardware.yaml", help="the hardware YAML to write")
     parser.add_argument("--ranks", type=int, default=2, help="ranks per node that will share this machine")
     parser.add_argument("--nvme-path", default=tempfile.gettempdir(), help="folder on the NVMe drive to test")
+    parser.add_argument("--deepspeed-adam", action="store_true", help="time DeepSpeedCPUAdam (slow to load)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    numbers = measure(args.ranks, args.nvme_path)
+    numbers = measure(args.ranks, args.nvme_path, args.deepspeed_adam)
     write(numbers, args.out, time.perf_counter() - start)
     print(yaml.safe_dump(numbers, sort_keys=False).rstrip())
     print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s; use it with cluster.gpu={os.path.abspath(args.out)}")
@@ -208,3 +211,32 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def ranks(xs: List[float]) -> List[float]:
+    """1-based ranks, ties sharing their mean rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    out = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in order[i:j + 1]:
+            out[k] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(a: List[float], b: List[float]) -> float:
+    """Spearman's rank correlation: Pearson's correlation of the ranks."""
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+
+
+def winner_gap(predicted: List[float], measured: List[float]) -> float:
+    """How much slower (measured) the predicted fastest is than the measured fastest: 0.05 = 5 %."""
+    chosen = min(range(len(predicted)), key=lambda i: predicted[i])
+    return measured[chosen] / min(measured) - 1

@@ -205,11 +205,11 @@ def table_unit(rows: Sequence[Estimate]) -> Tuple[int, str]:
 
 def render_table(rows: Sequence[Estimate], times: Times) -> str:
     unit = table_unit(rows)[0]
-    head = ["zero", "offload", "ckpt", "micro", *COLUMNS, "per-rank", "host/node", "nvme/node", "s/step", "ms/sample", "verdict"]
+    head = ["zero", "offload", "ckpt", "micro", *COLUMNS, "per-rank", "host/node", "nvme/node", "s/step", "s/sample", "verdict"]
     lines = [[str(e.setup.stage), offload_name(e.setup), "yes" if e.setup.gradient_checkpointing else "no",
               str(e.setup.micro_batch), *(size(e.device[k], unit) for k in COLUMNS), size(e.device_total, unit),
               size(e.host_total, unit), size(e.nvme, unit), seconds(times[e.setup]),
-              f"{times[e.setup].per_sample * 1e3:.3g}", e.verdict] for e in rows]
+              f"{times[e.setup].per_sample:.3g}", e.verdict] for e in rows]
     widths = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
     fmt = lambda r: "  ".join(c.ljust(w) if i in (1, len(r) - 1) else c.rjust(w)  # noqa: E731
                               for i, (c, w) in enumerate(zip(r, widths))).rstrip()

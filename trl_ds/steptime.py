@@ -87,10 +87,10 @@ def read_preset(gpu: str, conf_dir: str) -> dict:
 
 
 def hardware_from_config(cfg, conf_dir: str) -> Hardware:
-    """cluster.gpu's preset with every non-null cluster.hardware.* on top; a missing number is a ConfigError."""
+    """cluster.gpu's preset with every non-null cluster.hardware.* on top; a missing number is a ConfigError.
+    Memory stays cluster.gpu_memory_gb's (a preset's memory_gb documents the card; it is not read here)."""
     c = cfg.cluster
     preset = read_preset(c.gpu, conf_dir)
-    check_memory(c, preset)
     numbers = {f.name: c.hardware.get(f.name) for f in fields(Hardware)}
     numbers = {k: float(v if v is not None else preset.get(k, 0) or 0) for k, v in numbers.items()}
     missing = [k for k in numbers if numbers[k] <= 0 and k not in OPTIONAL]
@@ -98,15 +98,6 @@ def hardware_from_config(cfg, conf_dir: str) -> Hardware:
         raise ConfigError([f"cluster.gpu={c.gpu} gives no {', '.join(missing)}. Set cluster.hardware.{missing[0]}"
                            f"=... or use a complete preset."])
     return Hardware(**numbers)
-
-
-def check_memory(cluster, preset: dict) -> None:
-    """A GPU cluster cannot promise more memory per device than the chosen GPU has."""
-    memory = preset.get("memory_gb") or 0
-    if str(getattr(cluster.device, "value", cluster.device)) == "cuda" and 0 < memory < cluster.gpu_memory_gb:
-        raise ConfigError([f"cluster.gpu_memory_gb={cluster.gpu_memory_gb:g} is more than cluster.gpu={cluster.gpu} "
-                           f"has ({memory:g} GiB). Set cluster.gpu_memory_gb={memory:g} or choose another "
-                           f"cluster.gpu."])
 
 
 def flops_per_token(s: Setup) -> float:

@@ -9,6 +9,7 @@ Its parameters are all below stage3_param_persistence_threshold, so the stage-3 
 parameter stays whole on every rank beside its partition).
 """
 import csv
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -16,7 +17,9 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, require
+from tests.integration.test_multinode import free_port, tiny_model_dir
+from tests.integration.test_slurm import slurm_env  # noqa: F401  (the real 2-node SLURM cluster, a fixture)
 
 pytestmark = pytest.mark.integration
 SWEEP_TIMEOUT_S = 1800
@@ -87,7 +90,7 @@ def test_model_states_per_rank_fall_from_stage_0_to_3_as_estimated(stage_sweep):
 def test_a_failing_point_is_reported_failed_and_another_axis_sweeps(stage_sweep, tmp_path):
     folder = run_sweep(tmp_path / "multirun", ["trainer.per_device_train_batch_size=1,2",
                                                f"trainer.dataset_name=tiny,{BAD_DATASET}"])
-    run_report(folder, stage_sweep[0], "--out", tmp_path / "both")
+    run_report(folder)
     rows = read_csv(folder / "sweep.csv")
     by_point = {(r["trainer.per_device_train_batch_size"], r["trainer.dataset_name"]): r for r in rows}
     assert {k: r["status"] for k, r in by_point.items()} == {
@@ -101,6 +104,7 @@ def test_a_failing_point_is_reported_failed_and_another_axis_sweeps(stage_sweep,
     assert number(two, "est_peak_activations_bytes") == 2 * number(one, "est_peak_activations_bytes")
     assert number(one, "meas_model_states_bytes") == number(two, "meas_model_states_bytes")
     assert number(one, "final_loss") > 0 and number(two, "samples_per_second") > 0
+    run_report(folder, stage_sweep[0], "--out", tmp_path / "both")
     assert len(read_csv(tmp_path / "both" / "sweep.csv")) == 8  # both sweeps in one table
 
 
@@ -120,3 +124,30 @@ def test_report_names_runs_with_a_missing_or_half_written_summary_and_reports_th
         "meas_model_states_bytes"]
     assert "- 2 (zero=stage2 zero.stage3_param_persistence_threshold=0 trainer.max_steps=3): incomplete: " \
            "summary.json missing" in printed
+
+
+def test_a_submitit_slurm_sweep_runs_every_point_as_a_two_node_slurm_job(slurm_env, tmp_path_factory, tmp_path):
+    """hydra/launcher=submitit_slurm: each point is one SLURM job over both nodes; submitit runs the app on each
+    node, which takes its node rank from SLURM. One job at a time (array_parallelism=1): the points share
+    cluster.master_port, and both SLURM nodes are this machine."""
+    require(importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None,
+            "hydra-submitit-launcher is not installed: pip install -e '.[test]'")
+    folder = run_sweep(tmp_path / "multirun", [
+        "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2", "hydra.launcher.array_parallelism=1",
+        "hydra.launcher.timeout_min=10", "zero=stage2,stage3", "zero.stage3_param_persistence_threshold=0",
+        "cluster.nodes=2", "cluster.gpus_per_node=1", f"cluster.master_port={free_port()}",
+        f"model.name_or_path={tiny_model_dir(tmp_path_factory)}"], env=slurm_env)
+    run_report(folder)
+    rows = read_csv(folder / "sweep.csv")
+    assert [(r["zero"], r["status"], r["world_size"]) for r in rows] == [("stage2", "completed", "2"),
+                                                                        ("stage3", "completed", "2")]
+    psi = int(rows[0]["parameters"])
+    for row, stage in zip(rows, (2, 3)):
+        measured = tuple(round(number(row, f"meas_{k}_bytes") / psi, 3) for k in ("params", "gradients", "optimizer"))
+        assert measured == AFTER_STEP[stage]
+        assert number(row, "meas_model_states_bytes") == pytest.approx(number(row, "est_model_states_bytes"),
+                                                                       rel=0.01)
+        for node in (0, 1):  # each SLURM node ran its share of the launch
+            assert list((folder / row["point"] / "logs" / f"node_{node}").glob("*/attempt_0/0/stderr.log"))
+    jobs = [p for p in (folder / ".submitit").iterdir() if "_" in p.name]
+    assert len(jobs) == 2 and all(len(list(job.glob("*_log.out"))) == 2 for job in jobs)  # 2 jobs x 2 tasks

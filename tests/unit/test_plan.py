@@ -26,17 +26,22 @@ def test_table_and_recommendation_for_llama3_70b():
                         "sequence 2048 tokens")
     assert lines[1].startswith("cluster 1x8: 1 node(s) x 8 cuda rank(s), 80 GiB per GPU, 1024 GiB host RAM")
     assert lines[4].split() == ["zero", "offload", "ckpt", "micro", "params", "gradients", "optimizer", "activations",
-                                "logits", "buffers", "overhead", "per-rank", "host/node", "nvme/node", "verdict"]
+                                "logits", "buffers", "overhead", "per-rank", "host/node", "nvme/node", "s/step",
+                                "s/sample", "verdict"]
     rows = lines[6:6 + 90]
     # ZeRO-3, optimizer and parameters on CPU, checkpointing, micro 1: 2·L_max + 2·L_max on the GPU
-    assert rows[75].split()[:8] == ["3", "opt+param-cpu", "yes", "1", "2.0", "2.0", "0.0", "3.3"]
-    assert rows[75].endswith("does not fit in host RAM")
+    row = next(r for r in rows if r.split()[:4] == ["3", "opt+param-cpu", "yes", "1"])
+    assert row.split()[4:8] == ["2.0", "2.0", "0.0", "3.3"] and row.endswith("does not fit in host RAM")
+    # rows that fit first, each part by estimated seconds per sample (the s/sample column)
+    per_sample = [float(r.split()[-2]) for r in rows[:6]]
+    assert all(r.endswith(" fits") for r in rows[:6]) and per_sample == sorted(per_sample)
     assert "current:     zero=stage2 offload=none ckpt=no micro=2: 450.6 GiB per rank" in out.stdout
-    assert "recommended: zero=stage3 offload=nvme ckpt=no micro=1: 79.9 GiB per rank" in out.stdout
-    assert "  why: fastest of the 6 configurations that fit: only NVMe offload fits, no recomputation" in out.stdout
+    assert "recommended: zero=stage3 offload=nvme ckpt=yes micro=16: 72.2 GiB per rank" in out.stdout
+    assert "  why: least estimated time per sample of the 6 configurations that fit: 624 s per step of 128 " \
+           "samples (compute 152, communication 0.257, optimizer 35.3, offload 436" in out.stdout
     assert out.stdout.rstrip().endswith(
         "run: python -m trl_ds model=llama3-70b cluster=1x8 trainer.max_length=2048 zero=stage3 offload=nvme "
-        "trainer.gradient_checkpointing=false trainer.per_device_train_batch_size=1")
+        "trainer.gradient_checkpointing=true trainer.per_device_train_batch_size=16")
 
 
 def test_json_holds_every_row_and_the_same_recommendation():
@@ -53,10 +58,11 @@ def test_json_holds_every_row_and_the_same_recommendation():
     assert row["verdict"] == "does not fit"  # 197 GiB > 141
     best = data["recommendation"]
     assert (best["zero_stage"], best["offload"], best["gradient_checkpointing"], best["micro_batch"]) == \
-        (3, "opt-cpu", False, 1)  # 97.9 GiB: no recomputation beats a larger micro-batch
+        (3, "opt-cpu", True, 16)  # NVMe-free; checkpointing buys micro 16, whose CPU Adam step serves 128 samples
     assert best["device_total_bytes"] <= 141 * GiB and best["verdict"] == "fits"
-    assert best["command"].endswith("zero=stage3 offload=cpu trainer.gradient_checkpointing=false "
-                                    "trainer.per_device_train_batch_size=1")
+    assert best["command"].endswith("zero=stage3 offload=cpu trainer.gradient_checkpointing=true "
+                                    "trainer.per_device_train_batch_size=16")
+    assert best["step_seconds"] == pytest.approx(sum(best["step_terms"].values()))
 
 
 def test_the_recommendation_is_the_fastest_that_fits(compose_cfg):
