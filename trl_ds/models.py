@@ -48,7 +48,12 @@ def save_tiny_model(model_cfg, folder: str, seed: int) -> None:
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     staging = f"{folder}.tmp-{os.getpid()}"
-    model.save_pretrained(staging)
+    # Not model.save_pretrained: under torch.distributed it writes only on global rank 0, and every node's first
+    # rank builds its own copy (run dirs need not be on a shared filesystem).
+    from safetensors.torch import save_model
+    os.makedirs(staging)
+    config.save_pretrained(staging)
+    save_model(model, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(staging)
     try:
         os.rename(staging, folder)

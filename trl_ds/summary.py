@@ -31,6 +31,8 @@ def print_dry_run(cfg, prepared) -> None:
         f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
     print(f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}")
     print(f"  run dir: {prepared.run_dir}")
+    if value(cfg.launcher.name) == "slurm":
+        print(f"  submit: sbatch {os.path.join(prepared.run_dir, 'sbatch.sh')}   (srun runs launch.sh on every node)")
     print("  launch commands (bash launch.sh NODE_RANK runs the same):")
     for rank, cmd in enumerate(prepared.node_commands):
         print(f"    node {rank}: {format_command(cmd)}")

@@ -250,6 +250,8 @@ def count_gpus() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
 
 
-RULES: List[Callable] = [check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer, check_model,
-                         check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm,
-                         check_trainer_options, check_peft, check_sequence_parallel]
+RULES: List[Callable] = [
+    check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer,
+    check_model, check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm, check_trainer_options,
+    check_peft, check_sequence_parallel,
+]
