@@ -248,6 +248,8 @@ class SlurmConfig:
     cpus_per_task: Optional[int] = None  # CPUs for each node's task (its launcher and all its ranks)
     extra_sbatch: List[str] = field(default_factory=list)  # more options, one per #SBATCH line: ["--qos=high"]
     submit: bool = True  # false: write sbatch.sh only (submit later with: sbatch <run dir>/sbatch.sh)
+    # --requeue: a preempted or requeued job runs again and resumes from the run dir's newest complete checkpoint
+    requeue: bool = True
 
 
 @dataclass

@@ -39,6 +39,8 @@ def sbatch_options(cfg, run_dir: str) -> List[str]:
                 "--account": s.account}
     options += [f"{name}={sbatch_word(str(v))}" for name, v in optional.items() if v is not None]
     options += [f"--output={sbatch_word(logs + '/slurm-%j.out')}", f"--error={sbatch_word(logs + '/slurm-%j.err')}"]
+    if s.requeue:  # append: a requeued job's second attempt keeps the first one's log
+        options += ["--requeue", "--open-mode=append"]
     return options + [sbatch_word(extra) for extra in s.extra_sbatch]
 
 

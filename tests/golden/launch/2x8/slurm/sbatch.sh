@@ -10,6 +10,8 @@
 #SBATCH --account="my-project"
 #SBATCH --output="/scratch/runs/2026-12-02/10-00-00/slurm-%j.out"
 #SBATCH --error="/scratch/runs/2026-12-02/10-00-00/slurm-%j.err"
+#SBATCH --requeue
+#SBATCH --open-mode=append
 #SBATCH "--exclusive"
 #SBATCH "--mem=0"
 set -euo pipefail
