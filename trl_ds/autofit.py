@@ -64,7 +64,8 @@ def why(winner: Candidate, ranked: List[Candidate]) -> str:
                      f"{winner.time.terms[term]:.3g} s)")
     faster = [c.label() for c in ranked if not c.fits and c.time.per_sample < winner.time.per_sample]
     if faster:
-        parts.append(f"faster but does not fit: {', '.join(faster)}")
+        more = f" and {len(faster) - 3} more" if len(faster) > 3 else ""
+        parts.append(f"faster but does not fit: {', '.join(faster[:3])}{more}")
     return "; ".join(parts)
 
 

@@ -7,7 +7,8 @@ matmul throughput, a small transformer's forward+backward at two micro-batch siz
 fixed cost per micro-step), host memory copy (pinned host->device on cuda), the 2-rank all-reduce bandwidth and
 latency of the active backend (gloo on cpu, nccl on cuda; torch.distributed, 2 local processes), torch AdamW
 (the optimizer on the device) and the offload optimizer (torch's fused AdamW on every core; --deepspeed-adam
-times DeepSpeedCPUAdam), and NVMe write/read at --nvme-path. Writes a hardware YAML in conf/gpu/'s format (cluster.gpu=<file> loads it).
+times DeepSpeedCPUAdam), and NVMe write/read at --nvme-path. Writes a hardware YAML in conf/gpu/'s format
+(cluster.gpu=<file> loads it).
 """
 import argparse
 import json
@@ -24,7 +25,7 @@ GB = 1e9
 MATMUL_N = {"cpu": 768, "cuda": 8192}
 COPY_BYTES = 64 * 2 ** 20
 ALLREDUCE_ELEMENTS = 2 ** 20  # 4 MiB fp32
-ADAM_PARAMS = 2_000_000
+ADAM_PARAMS = 8_000_000
 NVME_BYTES = 64 * 2 ** 20
 TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2)
@@ -205,7 +206,8 @@ def main(argv=None) -> int:
     numbers = measure(args.ranks, args.nvme_path, args.deepspeed_adam)
     write(numbers, args.out, time.perf_counter() - start)
     print(yaml.safe_dump(numbers, sort_keys=False).rstrip())
-    print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s; use it with cluster.gpu={os.path.abspath(args.out)}")
+    print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s; "
+          f"use it with cluster.gpu={os.path.abspath(args.out)}")
     return 0
 
 

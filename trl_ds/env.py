@@ -77,7 +77,8 @@ def free_space(path: str) -> Dict:
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     usage = shutil.disk_usage(existing)
-    return {"path": os.path.abspath(path), "free_gb": round(usage.free / GiB, 2), "total_gb": round(usage.total / GiB, 2)}
+    return {"path": os.path.abspath(path), "free_gb": round(usage.free / GiB, 2),
+            "total_gb": round(usage.total / GiB, 2)}
 
 
 def format_env(env: Dict) -> str:

@@ -44,8 +44,8 @@ def compose_config(overrides: List[str]):
         raise ConfigError([str(err)]) from None
 
 
-def export(folder: str, overrides: List[str], auto: bool) -> List[str]:
-    """Validate as for a dry run, then write the files; returns their paths."""
+def export(folder: str, overrides: List[str], auto: bool):
+    """Validate as for a dry run, then write the files; returns their paths and the config."""
     from .app import build
     from .interop import auto_ds_config, write_interop_files
 
@@ -55,17 +55,30 @@ def export(folder: str, overrides: List[str], auto: bool) -> List[str]:
     ds_config = auto_ds_config(prepared.ds_config) if auto else prepared.ds_config
     os.makedirs(folder, exist_ok=True)
     write_interop_files(cfg, folder, ds_config, prepared.trainer_args)
-    return [os.path.join(folder, name) for name in FILES]
+    return [os.path.join(folder, name) for name in FILES], cfg
+
+
+def built_in_notes(cfg) -> List[str]:
+    """The tiny model and data exist only inside a trl_ds run dir; trainer.yaml points where a run would put them."""
+    notes = []
+    if not cfg.model.name_or_path:
+        notes.append("model.name_or_path=... (the tiny model is built by trl_ds runs only)")
+    if cfg.trainer.dataset_name == "tiny":
+        notes.append("trainer.dataset_name=... (the tiny dataset is written by trl_ds runs only)")
+    return notes
 
 
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
     try:
-        paths = export(args.dir, args.overrides, args.auto)
+        paths, cfg = export(args.dir, args.overrides, args.auto)
     except ConfigError as err:
         print(f"trl_ds.export: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
     print("trl_ds.export wrote:\n" + "\n".join(f"  {p}" for p in paths))
+    notes = built_in_notes(cfg)
+    if notes:
+        print("for your own scripts, also set: " + "; ".join(notes))
     return 0
 
 

@@ -13,7 +13,7 @@ from .rundir import write_json, write_text
 from .trainer_config import ACCELERATE_YAML, TRAINER_YAML
 from .values import sp_size, value, world_size
 
-# Keys Hugging Face's Trainer fills from TrainingArguments when they hold "auto" (transformers' HfTrainerDeepSpeedConfig).
+# Keys Hugging Face's Trainer fills from its TrainingArguments when they hold "auto" (HfTrainerDeepSpeedConfig).
 AUTO_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
              "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps", "optimizer.params.weight_decay",
              "bf16.enabled", "fp16.enabled")
@@ -98,5 +98,5 @@ def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_arg
                f"# trl {command} --config trainer.yaml   (TRL's own argument names; it launches with accelerate.yaml)\n"
                + yaml.safe_dump(trainer_args, sort_keys=False))
     write_text(os.path.join(folder, ACCELERATE_YAML),
-               f"# accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's DeepSpeed "
-               f"setup)\n" + yaml.safe_dump(build_accelerate_config(cfg, folder), sort_keys=False))
+               f"# accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's "
+               f"DeepSpeed setup)\n" + yaml.safe_dump(build_accelerate_config(cfg, folder), sort_keys=False))

@@ -205,7 +205,8 @@ def table_unit(rows: Sequence[Estimate]) -> Tuple[int, str]:
 
 def render_table(rows: Sequence[Estimate], times: Times) -> str:
     unit = table_unit(rows)[0]
-    head = ["zero", "offload", "ckpt", "micro", *COLUMNS, "per-rank", "host/node", "nvme/node", "s/step", "s/sample", "verdict"]
+    head = ["zero", "offload", "ckpt", "micro", *COLUMNS, "per-rank", "host/node", "nvme/node", "s/step", "s/sample",
+            "verdict"]
     lines = [[str(e.setup.stage), offload_name(e.setup), "yes" if e.setup.gradient_checkpointing else "no",
               str(e.setup.micro_batch), *(size(e.device[k], unit) for k in COLUMNS), size(e.device_total, unit),
               size(e.host_total, unit), size(e.nvme, unit), seconds(times[e.setup]),
@@ -228,7 +229,8 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str) -> L
             f"{describe_count(s.counts.largest_module)}), {s.dtype}, sequence {s.seq_len} tokens",
             f"cluster {cluster_name}: {s.nodes} node(s) x {s.gpus_per_node} {s.device} rank(s), {capacity}, "
             f"{s.cpu_memory_gb:g} GiB host RAM per node",
-            f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: the peak of one rank during a step; host/node: "
+            f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: the peak of "
+            "one rank during a step; host/node: "
             + ("every rank's bytes plus offloaded states" if s.judged_on_host
                else "offloaded states x DeepSpeed's 1.5, pinned buffers, rank processes")]
 

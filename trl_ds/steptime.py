@@ -9,10 +9,12 @@ Terms per optimizer step, each in `StepTime.terms`:
   al. 2020, "Scaling Laws", the 6N rule) + 12 × L × s × h for attention scores (Narayanan et al. 2021, "Efficient
   Large-Scale Language Model Training", eq. 3); gradient checkpointing adds one forward (+2 and +4: same paper,
   "activation recomputation"). The input embedding is a lookup, not a matmul, so untied embeddings are left out.
-- communication: the ZeRO paper's volumes (Rajbhandari et al. 2020, sec. 7): stages 0-1 all-reduce gradients once per
-  optimizer step (2Ψ); stage 2 reduce-scatters every micro-step (Ψ each) and all-gathers the updated parameters once
-  (Ψ); stage 3 all-gathers parameters in forward and backward and reduce-scatters gradients every micro-step (3Ψ
-  each). A ring moves (N-1)/N of those bytes per rank (Patarasuk & Yuan 2009) over the per-device bandwidth,
+- communication: the ZeRO paper's volumes (Rajbhandari et al. 2020, sec. 7): stage 0 all-reduces gradients once per
+  optimizer step (2Ψ); stage 3 all-gathers parameters in forward and backward and reduce-scatters gradients every
+  micro-step (3Ψ each). Stages 1-2 as DeepSpeed implements them, not the paper's Ψ reduce-scatter: the gradient
+  buckets are all-reduced (2Ψ; zero/stage_1_and_2.py average_tensor -> allreduce_and_scatter with
+  use_multi_rank_bucket_allreduce) before each rank keeps its partition, once per step in stage 1 and every
+  micro-step in stage 2, and the updated parameters are all-gathered once per step (Ψ). A ring moves (N-1)/N of those bytes per rank (Patarasuk & Yuan 2009) over the per-device bandwidth,
   intra-node when the world fits one node, else inter-node; each collective call costs a fixed latency (Hockney's
   α-β model); ZeRO-3 issues three per gathered module per micro-step. Overlap: with overlap_comm DeepSpeed hides
   stage 2's reductions behind backward and stage 3's prefetched gathers behind the whole micro-step, up to
@@ -126,10 +128,12 @@ def collectives(s: Setup, accumulation: int):
         return 0.0, 0, 0.0
     ring, psi_bytes = (n - 1) / n, s.counts.total * s.width
     buckets = -(-s.counts.total // s.reduce_bucket_size)
-    if s.stage <= 1:  # stage 0: one all-reduce; stage 1: reduce-scatter + all-gather, both after accumulation
-        return 2 * ring * psi_bytes, (1 if s.stage == 0 else 2) * buckets, 0.0
-    if s.stage == 2:
-        reduce = accumulation * ring * psi_bytes
+    if s.stage == 0:  # one all-reduce after accumulation
+        return 2 * ring * psi_bytes, buckets, 0.0
+    if s.stage == 1:  # all-reduce, then all-gather of the updated partitions, both after accumulation
+        return 3 * ring * psi_bytes, 2 * buckets, 0.0
+    if s.stage == 2:  # DeepSpeed all-reduces each micro-step's buckets (see the module docstring)
+        reduce = 2 * accumulation * ring * psi_bytes
         return reduce + ring * psi_bytes, (accumulation + 1) * buckets, reduce
     volume = 3 * accumulation * ring * psi_bytes
     return volume, 3 * accumulation * gathered_modules(s), volume

@@ -16,7 +16,7 @@ from .dataset_columns import first_record_columns
 from .params import architecture, layer_modules
 from .schema import TrainerConfig
 from .trainer_config import TRAINER_ONLY
-from .values import is_local_path, sp_size, value, world_size
+from .values import is_local_path, value, world_size
 
 # Any one of these column sets will do (TRL's dataset formats for each trainer).
 NEEDED_COLUMNS = {

@@ -15,7 +15,7 @@ from trl_ds.values import world_size
 
 GROUPS = ["model", "zero", "offload", "cluster", "trainer", "precision", "launcher", "peft", "sp"]
 OPTIONS = {g: sorted(p.stem for p in (Path(CONFIG_DIR) / g).glob("*.yaml")) for g in GROUPS}
-ZERO, OFFLOAD = OPTIONS["zero"], OPTIONS["offload"]
+ZERO, OFFLOAD = ([o for o in OPTIONS[g] if o != "auto"] for g in ("zero", "offload"))  # auto: tests/unit/test_autofit
 CLUSTERS = ["local", "1x1", "1x8", "2x8", "4x8"]
 
 
@@ -55,8 +55,8 @@ def expected_problem(zero, offload):
 
 
 def test_every_group_has_the_issue_options():
-    assert OPTIONS["zero"] == ["stage0", "stage1", "stage2", "stage3"]
-    assert OPTIONS["offload"] == ["cpu", "none", "nvme"]
+    assert OPTIONS["zero"] == ["auto", "stage0", "stage1", "stage2", "stage3"]
+    assert OPTIONS["offload"] == ["auto", "cpu", "none", "nvme"]
     assert set(CLUSTERS) <= set(OPTIONS["cluster"])
     assert {"tiny", "qwen2.5-0.5b", "llama3.2-1b", "llama3-8b", "mistral-7b", "qwen2.5-14b",
             "llama3-70b"} <= set(OPTIONS["model"])

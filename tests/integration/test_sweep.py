@@ -149,5 +149,5 @@ def test_a_submitit_slurm_sweep_runs_every_point_as_a_two_node_slurm_job(slurm_e
                                                                        rel=0.01)
         for node in (0, 1):  # each SLURM node ran its share of the launch
             assert list((folder / row["point"] / "logs" / f"node_{node}").glob("*/attempt_0/0/stderr.log"))
-    jobs = [p for p in (folder / ".submitit").iterdir() if "_" in p.name]
+    jobs = [p for p in (folder / ".submitit").iterdir() if p.is_dir() and "_" in p.name]  # <array>_<index>
     assert len(jobs) == 2 and all(len(list(job.glob("*_log.out"))) == 2 for job in jobs)  # 2 jobs x 2 tasks

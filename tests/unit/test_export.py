@@ -15,6 +15,7 @@ def export(args):
 def test_export_writes_the_three_files(tmp_path):
     out = export(["--dir", str(tmp_path / "setup"), "trainer=dpo", "zero=stage3", "cluster=1x8"])
     assert out.returncode == 0, out.stderr
+    assert "also set: model.name_or_path=... (the tiny model is built by trl_ds runs only)" in out.stdout
     assert sorted(p.name for p in (tmp_path / "setup").iterdir()) == ["accelerate.yaml", "ds_config.json",
                                                                       "trainer.yaml"]
     ds = json.loads((tmp_path / "setup" / "ds_config.json").read_text())

@@ -8,13 +8,12 @@ import yaml
 
 from conftest import require
 from trl_ds import report
+from trl_ds.errors import ConfigError
 from trl_ds.memory.estimate import CUDA_CONTEXT_BYTES
 from trl_ds.memory.points import read_point
 from trl_ds.memory.table import varying_keys
 from trl_ds.summary import failure_reason, record_skipped
-from trl_ds.errors import ConfigError
 
-MiB = 2 ** 20
 DEVICE = {"params": 400, "gradients": 600, "optimizer": 600, "activations": 50, "logits": 70, "buffers": 80,
           "overhead": 1000}
 
@@ -64,9 +63,8 @@ def test_a_completed_cpu_point_pairs_each_estimate_with_its_measurement(tmp_path
 
 
 def test_a_gpu_point_compares_torch_reserved_with_the_estimate_less_the_cuda_context(tmp_path):
-    DEVICE_GPU = {**DEVICE, "overhead": CUDA_CONTEXT_BYTES + 300}
     gpu_plan = plan(device="cuda")
-    gpu_plan["current"]["device_bytes"] = DEVICE_GPU
+    gpu_plan["current"]["device_bytes"] = {**DEVICE, "overhead": CUDA_CONTEXT_BYTES + 300}
     ranks = [rank(r, gpu_peak_allocated_bytes=2000 + r, gpu_peak_reserved_bytes=2500 + r) for r in (0, 1)]
     row = read_point(str(make_run(tmp_path / "0", ["zero=stage3"], plan_=gpu_plan, ranks=ranks)))
     assert (row["est_peak_overhead"], row["est_peak"]) == (300, 1800 + 300)
@@ -74,7 +72,8 @@ def test_a_gpu_point_compares_torch_reserved_with_the_estimate_less_the_cuda_con
 
 
 @pytest.mark.parametrize("content,reason", [(None, "summary.json missing"),
-                                            ('{"status": "compl', "summary.json unreadable (")])
+                                            ('{"status": "compl', "summary.json unreadable ("),
+                                            ("null", "summary.json unreadable (not a JSON object)")])
 def test_a_missing_or_half_written_summary_makes_the_point_incomplete(tmp_path, content, reason):
     run = make_run(tmp_path / "0", ["zero=stage1"])
     if content is None:
@@ -184,7 +183,8 @@ def test_without_matplotlib_the_report_says_so_in_one_line_and_writes_csv_and_md
 
 
 def test_memory_png_draws_the_points_with_figures(tmp_path, capsys):
-    require(importlib.util.find_spec("matplotlib") is not None, "matplotlib is not installed: pip install -e '.[report]'")
+    require(importlib.util.find_spec("matplotlib") is not None,
+            "matplotlib is not installed: pip install -e '.[report]'")
     folder = sweep(tmp_path)
     assert report.main([str(folder)]) == 0
     # stages 0 and 3, the failed point's estimate, the incomplete point's figures; not the empty folder

@@ -28,8 +28,8 @@ def problems(compose_cfg, overrides, launching=False, tmp_path="/tmp/run"):
                                                   "trainer.reward_funcs=[trl_ds.rewards.arithmetic_reward]"),
     (["trainer=grpo", "trainer.num_generations=1"], "trainer.num_generations=1 must be at least 2"),
     (["trainer=grpo", "trainer.num_generations=3"], "trainer=grpo: the global batch 4 is not a multiple of "
-                                                    "trainer.num_generations=3. Set trainer.num_generations to a divisor "
-                                                    "of 4, or batch.global_size=12."),
+                                                    "trainer.num_generations=3. Set trainer.num_generations to a "
+                                                    "divisor of 4, or batch.global_size=12."),
     (["trainer.report_to=mlflow"], "trainer.report_to=mlflow is not supported. Use trainer.report_to=none, "
                                    "tensorboard or wandb."),
     (["peft=lora", "peft.target_modules=[q_prj]"], "peft.target_modules=[q_prj] must name linear layers of "

@@ -29,6 +29,9 @@ def read_point(run_dir: str) -> dict:
     the row `incomplete`, naming the file, and every figure that could be read is still reported."""
     problems: List[str] = []
     summary = _load(run_dir, "summary.json", json.load, problems)
+    if not isinstance(summary, dict) and not problems:  # it parsed, but as null, a list, a number
+        problems.append("summary.json unreadable (not a JSON object)")
+        summary = None
     overrides = _load(run_dir, "overrides.yaml", yaml.safe_load, problems, required=False) or []
     status = (summary or {}).get("status", "incomplete")
     plan = None

@@ -1,0 +1,67 @@
+"""trl_ds/autofit.py: `zero=auto offload=auto` resolves to the fastest configuration that fits, deterministically,
+and the run it writes is the one the typed winner writes."""
+import pytest
+
+from conftest import read_json, run_app
+from trl_ds.app import build
+from trl_ds.autofit import candidates, resolve
+from trl_ds.errors import ConfigError
+from trl_ds.plan import OFFLOADS
+
+ARGS_70B = ["model=llama3-70b", "cluster=1x8", "trainer.max_length=2048", "trainer.gradient_checkpointing=true",
+            "trainer.per_device_train_batch_size=1"]
+
+
+def test_the_winner_is_the_least_time_per_sample_that_fits(compose_cfg):
+    cfg = compose_cfg(["model=llama3-8b", "cluster=1x8", "cluster.gpu_memory_gb=40", "zero=auto", "offload=auto",
+                       "batch.global_size=64", "trainer.max_length=2048"])
+    ranked = candidates(cfg)
+    assert len(ranked) == 9  # stage 0: none; 1-2: none, opt-cpu; 3: the four offloads
+    fitting = [c for c in ranked if c.fits]
+    assert ranked[:len(fitting)] == fitting  # those that fit come first
+    assert [c.time.per_sample for c in fitting] == sorted(c.time.per_sample for c in fitting)
+    result = resolve(cfg)
+    assert result["winner"]["zero_stage"] == cfg.zero.stage == fitting[0].estimate.setup.stage
+    assert (cfg.offload.optimizer.value, cfg.offload.param.value) == OFFLOADS[result["winner"]["offload"]]
+    assert (cfg.zero.auto, cfg.offload.auto, result["choices"]) == (False, False, ["zero", "offload"])
+    assert result["reason"].startswith(f"least estimated time per sample of the {len(fitting)} that fit; ")
+
+
+def test_it_is_deterministic(compose_cfg):
+    args = ["model=llama3-8b", "cluster=2x8", "zero=auto", "offload=auto"]
+    assert resolve(compose_cfg(args))["ranking"] == resolve(compose_cfg(args))["ranking"]
+
+
+def test_only_the_auto_choice_varies(compose_cfg):
+    cfg = compose_cfg(["model=llama3-8b", "cluster=1x8", "zero=stage3", "offload=auto"])
+    ranked = candidates(cfg)
+    assert {c.estimate.setup.stage for c in ranked} == {3} and len(ranked) == 4
+    assert resolve(compose_cfg(["zero=stage2"])) is None  # nothing auto: nothing changes
+
+
+def test_70b_on_one_node_needs_nvme(compose_cfg):
+    cfg = compose_cfg(ARGS_70B + ["zero=auto", "offload=auto"])
+    result = resolve(cfg)
+    assert (cfg.zero.stage, cfg.offload.optimizer.value, cfg.offload.param.value) == (3, "nvme", "nvme")
+    assert "faster but does not fit: zero=stage3 offload=none" in result["reason"]
+
+
+def test_nothing_fits_is_one_error_with_the_fix(compose_cfg):
+    cfg = compose_cfg(["model=llama3-70b", "cluster=1x8", "trainer.max_length=2048", "zero=auto", "offload=auto"])
+    with pytest.raises(ConfigError, match=r"zero=auto/offload=auto: none of the 9 candidates fits on cluster=1x8. "
+                                          r"The smallest is zero=stage3 offload=opt\+param-cpu at 146.8 GiB per rank"):
+        build(cfg, "/tmp/run", launching=False)
+
+
+def test_the_run_dir_is_the_typed_winners(tmp_path):
+    auto = run_app(ARGS_70B + ["zero=auto", "offload=auto", "dry_run=true"], tmp_path / "auto")
+    assert auto.returncode == 0, auto.stderr
+    assert "trl_ds auto-fit" in auto.stdout and "  chosen: zero=stage3 offload=nvme" in auto.stdout
+    typed = run_app(ARGS_70B + ["zero=stage3", "offload=nvme", "dry_run=true"], tmp_path / "typed")
+    assert typed.returncode == 0, typed.stderr
+    ds = [read_json(tmp_path / d / "ds_config.json") for d in ("auto", "typed")]
+    nvme = [c["zero_optimization"][k].pop("nvme_path") for c in ds for k in ("offload_optimizer", "offload_param")]
+    assert ds[0] == ds[1] and all(p.endswith("nvme") for p in nvme)
+    plan = read_json(tmp_path / "auto" / "plan.json")
+    assert plan["autofit"]["winner"]["zero_stage"] == 3 and plan["autofit"]["winner"]["offload"] == "nvme"
+    assert len(plan["autofit"]["ranking"]) == 9 and plan["recommendation"]["step_seconds"] > 0
