@@ -6,7 +6,9 @@
     python -m trl_ds.plan model.config_path=/models/my-llama/config.json cluster=2x8
 
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
-micro-batch around it. No torch, no DeepSpeed, no download: the numbers come from trl_ds/memory/estimate.py.
+micro-batch around it. No torch, no DeepSpeed, no download: the numbers come from trl_ds/memory/estimate.py, and
+the estimated seconds per optimizer step (the rows' order, fitting rows first) from trl_ds/steptime.py with the
+cluster.gpu hardware preset (or a `python -m trl_ds.calibrate` file).
 """
 import os
 import sys

@@ -5,7 +5,7 @@ from conftest import read_json, run_app
 def test_help_lists_every_group_and_common_overrides(tmp_path):
     out = run_app(["--help"], tmp_path / "run")
     assert out.returncode == 0, out.stderr
-    for line in ["zero: stage0, stage1, stage2, stage3", "offload: cpu, none, nvme",
+    for line in ["zero: auto, stage0, stage1, stage2, stage3", "offload: auto, cpu, none, nvme",
                  "cluster: 1x1, 1x8, 2x8, 4x8, local", "precision: auto, bf16, fp16, fp32", "dry_run=true",
                  "batch.global_size=64"]:
         assert line in out.stdout

@@ -189,7 +189,7 @@ def test_sbatch_header_quotes_values_for_sbatch_and_escapes_percent(compose_cfg)
                       "#SBATCH --gpus-per-node=8", '#SBATCH --cpus-per-task="12"', '#SBATCH --time="2-00:00:00"',
                       '#SBATCH --partition="gpu"', '#SBATCH --account="proj-1"',
                       '#SBATCH --output="/runs/100%%/slurm-%j.out"', '#SBATCH --error="/runs/100%%/slurm-%j.err"',
-                      '#SBATCH "--comment=two words"']
+                      "#SBATCH --requeue", "#SBATCH --open-mode=append", '#SBATCH "--comment=two words"']
     assert "RUN_DIR=/runs/100%\n" in text
     assert sbatch_word('a\\b"c') == '"a\\\\b\\"c"'
 
