@@ -44,16 +44,20 @@ def deepspeed_ops() -> Dict[str, Dict]:
     report = {}
     for name in OPS:
         builder = ALL_OPS.get(name)
-        report[name] = {"installed": bool(installed_ops.get(name)), "cached": jit_cached(name),
-                        "compatible": bool(builder and probe_is_compatible(builder, False))}
+        folder = jit_folder(name)
+        report[name] = {"installed": bool(installed_ops.get(name)),
+                        "cached": os.path.isfile(os.path.join(folder, f"{name}.so")),
+                        "compatible": bool(builder and probe_is_compatible(builder, False)),
+                        # torch's build lock: a build in progress, or left by a killed one (then every run waits)
+                        "locked": os.path.exists(os.path.join(folder, "lock"))}
     return report
 
 
-def jit_cached(name: str) -> bool:
-    """A finished JIT build of the op in the torch extensions folder (~/.cache/torch_extensions/...)."""
+def jit_folder(name: str) -> str:
+    """Where torch builds and caches the op just in time (~/.cache/torch_extensions/<python+device>/<name>)."""
     from torch.utils.cpp_extension import _get_build_directory
 
-    return os.path.isfile(os.path.join(_get_build_directory(name, verbose=False), f"{name}.so"))
+    return _get_build_directory(name, verbose=False)
 
 
 def format_probe(p: Dict) -> List[str]:
@@ -62,6 +66,9 @@ def format_probe(p: Dict) -> List[str]:
              "distributed backends: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in p["distributed"].items()),
              "DeepSpeed ops (installed = in the wheel; cached = JIT-built here; compatible = can be built here):"]
     for name, op in p["deepspeed_ops"].items():
-        flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in op.items())
+        flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in op.items() if k != "locked")
         lines.append(f"  {name:<10} {flags}")
+        if op["locked"]:
+            lines.append(f"    build lock {os.path.join(jit_folder(name), 'lock')} exists: a build is running, or a "
+                         f"killed one left it and every run will wait on it; delete it if no build is running")
     return lines

@@ -52,6 +52,7 @@ def save_tiny_model(model_cfg, folder: str, seed: int) -> None:
     # rank builds its own copy (run dirs need not be on a shared filesystem).
     from safetensors.torch import save_model
     os.makedirs(staging)
+    config.architectures = [type(model).__name__]  # as save_pretrained records it; TRL builds DPO's reference from it
     config.save_pretrained(staging)
     save_model(model, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(staging)

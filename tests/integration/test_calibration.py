@@ -53,5 +53,6 @@ def test_calibrated_model_ranks_real_runs(hardware_file):
     predicted = [steptime_study.predict(p, str(path)).seconds for p in SMALL_GRID]
     report = ", ".join(f"{steptime_study.key(p)}: {m:.3f} s measured, {q:.3f} predicted"
                        for p, m, q in zip(SMALL_GRID, measured, predicted))
+    print(f"\nSpearman {spearman(predicted, measured):.2f}, winner gap {winner_gap(predicted, measured):.1%}; {report}")
     assert spearman(predicted, measured) >= 0.8, report
     assert winner_gap(predicted, measured) <= 0.10, report

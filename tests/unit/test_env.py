@@ -29,6 +29,7 @@ def test_cli_reports_ops_backends_and_devices(tmp_path):
     probe = env["probe"]
     assert probe["distributed"]["gloo"] is True
     assert set(probe["deepspeed_ops"]) == {"cpu_adam", "async_io", "fused_adam"}
+    assert all(set(op) == {"installed", "cached", "compatible", "locked"} for op in probe["deepspeed_ops"].values())
     assert probe["deepspeed_ops"]["cpu_adam"]["compatible"] is True  # g++ and torch headers are here
     libaio = env["libaio"]["library"] is not None and env["libaio"]["header"]
     assert probe["deepspeed_ops"]["async_io"]["compatible"] == libaio

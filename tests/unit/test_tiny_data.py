@@ -27,3 +27,12 @@ def test_preference_pairs_choose_the_right_sum(tmp_path):
 def test_arithmetic_reward():
     completions = ["seven [EOS]", "nine", "the sum", "", [{"role": "assistant", "content": "seven"}]]
     assert arithmetic_reward(completions, answer=["seven"] * 5) == [1.0, 0.25, 0.0, 0.0, 1.0]
+
+
+def test_tiny_model_folder_names_its_architecture(tmp_path, compose_cfg):
+    """TRL builds DPO's reference model from the policy's folder, by the architecture its config.json records."""
+    from trl_ds.models import save_tiny_model
+
+    save_tiny_model(compose_cfg().model, str(tmp_path / "model"), seed=0)
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
