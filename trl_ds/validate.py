@@ -6,7 +6,6 @@ a writable nvme_path, local model and data files) apply only when launching for 
 import ctypes.util
 import os
 import re
-import re
 import shutil
 import subprocess
 import tempfile
