@@ -11,6 +11,13 @@ Bytes per token per layer are fitted, exactly and in integers, to
     c_h·h + c_f·f + c_q·(a·d) + c_kv·(kv·d) + c_a·a + c_1      (d: head_dim, varied apart from h/a on purpose)
 With gradient checkpointing the same count gives the bytes each layer keeps (its input).
 
+LoRA (`--lora`, about 2 minutes): the same count on peft.get_peft_model of the built model, adapters in the model's
+dtype (DeepSpeed casts every parameter to the training dtype; TRL passes autocast_adapter_dtype=False under ZeRO-3)
+and the embedding output requiring grad (TRL's enable_input_require_grads), so every layer saves what the last one
+does. Fitted with r as a seventh unknown for the frozen base (no targets), each single target module and the two
+common target sets, with dropout > 0 and = 0; a set is additive when its fit equals the frozen base plus the sum of
+its single targets' deltas.
+
 The logits/loss term is a peak, not a saved set. TRL's SFTTrainer never materialises the (tokens × vocab) logits:
 its fused LM head (trl/kernels/chunked_logprob.py) scores tiles of 4096 tokens × 32768 vocabulary entries and
 accumulates the lm_head gradient in fp32. The live bytes of every storage that head creates in forward and backward
@@ -18,6 +25,8 @@ are tracked with a dispatch mode and storage weak references, and fitted the sam
 
 trl_ds/memory/estimate.py holds the results as constants; tests/unit/test_estimate.py re-measures one shape per
 dtype with these functions and pins the constants.
+
+    .venv/bin/python scripts/measure_activations.py --lora   # the LoRA tables and the additivity check
 """
 import argparse
 import json
@@ -37,6 +46,12 @@ SHAPES = [(64, 160, 4, 2, 16), (128, 160, 4, 2, 32), (64, 320, 4, 2, 16), (64, 1
           (64, 160, 4, 4, 16), (64, 160, 4, 2, 32), (96, 224, 6, 3, 24)]
 UNKNOWNS = ("h", "f", "q", "kv", "heads", "one")
 BATCH, SEQ, VOCAB = 2, 32, 1000
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_SETS = {"attention": LINEARS[:4], "all_linears": LINEARS}  # conf/peft/lora.yaml's default, and every linear
+LORA_DROPOUTS = (0.05, 0.0)
+# SHAPES with a LoRA rank each, varied apart from the dimensions
+LORA_SHAPES = [(*shape, r) for shape, r in zip(SHAPES, (8, 8, 8, 8, 8, 8, 16))] + [(64, 160, 4, 2, 16, 4)]
+LORA_UNKNOWNS = (*UNKNOWNS, "r")
 HEAD_CHUNK = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE, the vocabulary tile SFTTrainer passes
 
 
@@ -51,10 +66,24 @@ def build(model_type: str, h: int, f: int, a: int, kv: int, d: int, dtype=torch.
     return model
 
 
+def with_lora(model, r: int, targets, dropout: float):
+    """The base frozen, adapters on `targets` (none: the frozen base alone), the input requiring grad."""
+    if targets:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=r, lora_alpha=16, lora_dropout=dropout,
+                                                 target_modules=list(targets)), autocast_adapter_dtype=False)
+    else:
+        model.requires_grad_(False)
+    model.enable_input_require_grads()
+    return model
+
+
 def saved_per_layer_token(model, batch: int = BATCH, seq: int = SEQ) -> float:
     """Bytes autograd saves in the last decoder layer per token (the first also holds the shared rotary cos/sin)."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    last = model.model.layers[-1]
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PeftModel wraps the model
+    last, final_norm = base.model.layers[-1], base.model.norm
     seen, inside, total = set(), [False], [0]
 
     def pack(t):
@@ -65,7 +94,7 @@ def saved_per_layer_token(model, batch: int = BATCH, seq: int = SEQ) -> float:
         return t
 
     hooks = [last.register_forward_pre_hook(lambda m, args: inside.__setitem__(0, True)),
-             model.model.norm.register_forward_pre_hook(lambda m, args: inside.__setitem__(0, False))]
+             final_norm.register_forward_pre_hook(lambda m, args: inside.__setitem__(0, False))]
     ids = torch.randint(0, VOCAB, (batch, seq))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
@@ -92,12 +121,13 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
-def fused_head_peak(dtype, tokens: int, vocab: int, hidden: int) -> int:
+def fused_head_peak(dtype, tokens: int, vocab: int, hidden: int, frozen: bool = False) -> int:
     """Peak live bytes of TRL's fused LM head (SFTTrainer's loss: chunked log-probs, no full logits), forward and
-    backward, for `tokens` positions; the hidden states and the lm_head weight themselves are not counted."""
+    backward, for `tokens` positions; the hidden states and the lm_head weight themselves are not counted. A frozen
+    lm_head (LoRA) gets no weight gradient."""
     from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
-    weight = torch.randn(vocab, hidden, dtype=dtype, requires_grad=True)
+    weight = torch.randn(vocab, hidden, dtype=dtype, requires_grad=not frozen)
     states = torch.randn(tokens, hidden, dtype=dtype, requires_grad=True)
     targets = torch.randint(0, vocab, (tokens,))
     with LiveBytes() as live:
@@ -107,13 +137,13 @@ def fused_head_peak(dtype, tokens: int, vocab: int, hidden: int) -> int:
     return live.peak
 
 
-def measure_head(dtype) -> dict:
+def measure_head(dtype, frozen: bool = False) -> dict:
     """Fit the fused head's peak, for tokens below TRL's 4096-token tile and vocabularies below its chunk, to
     c_NV·N·V + c_Vh·V·h + c_Nh·N·h + c_N·N + c_1 (c_NV: CPU-only temporaries; Triton works in place on GPU)."""
     rows, targets = [], []
     for n, v, h in product((64, 96, 160), (1000, 1700, 2600), (32, 48, 80)):
         rows.append([n * v, v * h, n * h, n, 1])
-        targets.append(fused_head_peak(dtype, n, v, h))
+        targets.append(fused_head_peak(dtype, n, v, h, frozen))
     coefficients, residual = fit_integers(rows, targets, ("tokens_x_vocab", "vocab_x_hidden", "tokens_x_hidden",
                                                           "tokens", "one"))
     return {"head_bytes": coefficients, "fit_residual_bytes": residual}
@@ -136,13 +166,50 @@ def measure(model_type: str, dtype, checkpointing: bool = False) -> dict:
     return {"layer_bytes_per_token": coefficients, "fit_residual_bytes": residual}
 
 
+def measure_lora(dtype, targets, dropout: float, checkpointing: bool = False) -> dict:
+    """Fit one target set's saved bytes per layer per token over LORA_SHAPES, r being the seventh unknown."""
+    rows, measured = [], []
+    for h, f, a, kv, d, r in LORA_SHAPES:
+        rows.append([h, f, a * d, kv * d, a, 1, r])
+        model = with_lora(build("llama", h, f, a, kv, d, dtype, checkpointing), r, targets, dropout)
+        measured.append(saved_per_layer_token(model))
+    coefficients, residual = fit_integers(rows, measured, LORA_UNKNOWNS)
+    return {"layer_bytes_per_token": coefficients, "fit_residual_bytes": residual}
+
+
+def minus(fit: dict, base: dict) -> dict:
+    """A fit less the frozen base's: one target's delta (its residual stays its own fit's)."""
+    delta = {k: c - base["layer_bytes_per_token"][k] for k, c in fit["layer_bytes_per_token"].items()}
+    return {**fit, "layer_bytes_per_token": delta}
+
+
+def measure_lora_sets(dtype) -> dict:
+    """Per dropout: the frozen base, each single target's delta, each common set's fit and whether it is the frozen
+    base plus its targets' deltas; the checkpointed attention set and the fused head with a frozen lm_head."""
+    out = {}
+    for dropout in LORA_DROPOUTS:
+        base = measure_lora(dtype, (), dropout)
+        deltas = {t: minus(measure_lora(dtype, (t,), dropout), base) for t in LINEARS}
+        out[f"dropout={dropout} frozen_base"] = base
+        out.update({f"dropout={dropout} +{t}": d for t, d in deltas.items()})
+        for name, targets in LORA_SETS.items():
+            fitted = measure_lora(dtype, targets, dropout)
+            summed = {k: c + sum(deltas[t]["layer_bytes_per_token"][k] for t in targets)
+                      for k, c in base["layer_bytes_per_token"].items()}
+            out[f"dropout={dropout} {name}"] = {**fitted, "additive": fitted["layer_bytes_per_token"] == summed}
+    out["checkpointed"] = measure_lora(dtype, LORA_SETS["attention"], LORA_DROPOUTS[0], checkpointing=True)
+    out["fused_head_frozen"] = measure_head(dtype, frozen=True)
+    return out
+
+
 def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--lora", action="store_true", help="measure LoRA (frozen base + adapters) instead")
     args = parser.parse_args(argv)
-    results = {name: {"fused_head": measure_head(dtype),
-                      **{family: measure(family, dtype) for family in FAMILIES},
-                      "checkpointed": measure("llama", dtype, checkpointing=True)}
+    results = {name: measure_lora_sets(dtype) if args.lora else
+               {"fused_head": measure_head(dtype), **{family: measure(family, dtype) for family in FAMILIES},
+                "checkpointed": measure("llama", dtype, checkpointing=True)}
                for name, dtype in DTYPES.items()}
     if args.json:
         print(json.dumps(results, indent=2))
@@ -152,7 +219,8 @@ def main(argv) -> int:
         print(f"  {name}:")
         for part, r in by_part.items():
             terms = " + ".join(f"{c}·{k}" for k, c in next(iter(r.values())).items() if c)
-            print(f"    {part:12s} {terms}   (fit residual {r['fit_residual_bytes']:.2g} B)")
+            additive = "" if "additive" not in r else f", additive: {'yes' if r['additive'] else 'no'}"
+            print(f"    {part:12s} {terms}   (fit residual {r['fit_residual_bytes']:.2g} B{additive})")
     return 0
 
 

@@ -3,7 +3,8 @@
 The counts follow transformers' decoder-only causal LMs (Llama, Mistral, Qwen2, Qwen3): token embedding, per layer a
 GQA attention block (q/k/v/o projections, optional biases, Qwen3's per-head q/k norms) and a gated MLP
 (gate/up/down), two RMSNorms per layer, a final norm, and an lm_head that is either tied to the embedding or its own
-matrix. tests/unit/test_params.py holds them to a meta-device instantiation, exact to the parameter.
+matrix. LoRA adapters are counted apart (`count_lora`): PEFT's lora_A and lora_B of each targeted Linear.
+tests/unit/test_params.py holds them to a meta-device instantiation and to peft.get_peft_model, exact to the parameter.
 """
 import json
 import os
@@ -104,21 +105,25 @@ def read_hf_config(path: str) -> Architecture:
                         mlp_bias=bool(raw.get("mlp_bias", False)))
 
 
+def linear_shapes(arch: Architecture) -> Dict[str, tuple]:
+    """(in, out) of each Linear in one decoder layer."""
+    h, f = arch.hidden_size, arch.intermediate_size
+    q, kv = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, f),
+            "up_proj": (h, f), "down_proj": (f, h)}
+
+
 def layer_modules(arch: Architecture) -> Dict[str, List[int]]:
     """Each module of one decoder layer -> the numel of the parameter tensors it holds directly."""
-    h, f = arch.hidden_size, arch.intermediate_size
-    q_out, kv_out = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
+    h = arch.hidden_size
     configurable = arch.model_type in ("llama", "qwen3") and arch.attention_bias  # Mistral has no biases at all
     qkv_bias, o_bias = arch.model_type == "qwen2" or configurable, configurable
     mlp_bias = arch.model_type == "llama" and arch.mlp_bias
-
-    def linear(fan_in: int, fan_out: int, bias: bool) -> List[int]:
-        return [fan_in * fan_out] + ([fan_out] if bias else [])
-
-    modules = {"q_proj": linear(h, q_out, qkv_bias), "k_proj": linear(h, kv_out, qkv_bias),
-               "v_proj": linear(h, kv_out, qkv_bias), "o_proj": linear(q_out, h, o_bias),
-               "gate_proj": linear(h, f, mlp_bias), "up_proj": linear(h, f, mlp_bias),
-               "down_proj": linear(f, h, mlp_bias), "input_layernorm": [h], "post_attention_layernorm": [h]}
+    bias = {"q_proj": qkv_bias, "k_proj": qkv_bias, "v_proj": qkv_bias, "o_proj": o_bias, "gate_proj": mlp_bias,
+            "up_proj": mlp_bias, "down_proj": mlp_bias}
+    modules = {name: [fan_in * fan_out] + ([fan_out] if bias[name] else [])
+               for name, (fan_in, fan_out) in linear_shapes(arch).items()}
+    modules.update(input_layernorm=[h], post_attention_layernorm=[h])
     if arch.model_type == "qwen3":
         modules.update(q_norm=[arch.head_dim], k_norm=[arch.head_dim])
     return modules
@@ -136,6 +141,27 @@ def count_params(arch: Architecture) -> ParamCounts:
                        num_layers=arch.num_hidden_layers, final_norm=arch.hidden_size,
                        largest_module=largest,
                        layer_tensors=tuple(n for sizes in modules.values() for n in sizes))
+
+
+@dataclass(frozen=True)
+class AdapterCounts:
+    """LoRA's trainable parameters, as PEFT adds them: per targeted Linear(in, out), lora_A (r × in) and lora_B
+    (out × r), in every decoder layer."""
+    total: int
+    largest: int  # numel of the largest lora_A or lora_B (ZeRO-3 gathers trainable modules one at a time)
+    layer_tensors: tuple  # numel of each adapter tensor in one decoder layer
+    num_layers: int
+
+    def persistent(self, threshold: int) -> int:
+        """Adapter parameters ZeRO-3 keeps whole on every rank (below stage3_param_persistence_threshold)."""
+        return sum(n for n in self.layer_tensors if n < threshold) * self.num_layers
+
+
+def count_lora(arch: Architecture, r: int, targets) -> AdapterCounts:
+    shapes = linear_shapes(arch)
+    tensors = tuple(n for t in targets for n in (r * shapes[t][0], shapes[t][1] * r))
+    return AdapterCounts(total=sum(tensors) * arch.num_hidden_layers, largest=max(tensors, default=0),
+                         layer_tensors=tensors, num_layers=arch.num_hidden_layers)
 
 
 def describe_count(n: int) -> str:

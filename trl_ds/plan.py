@@ -46,8 +46,8 @@ def valid(stage: int, offload: str) -> bool:
 
 def micro_batches(base: Setup, global_size: Optional[int]) -> List[int]:
     choices = sorted(set(MICRO_BATCHES) | {base.micro_batch})
-    if global_size:  # only micro-batches that divide the fixed global batch over the world
-        choices = [m for m in choices if global_size % (m * base.world) == 0] or [base.micro_batch]
+    if global_size:  # only micro-batches that divide the fixed global batch over the data-parallel ranks
+        choices = [m for m in choices if global_size % (m * base.data_parallel) == 0] or [base.micro_batch]
     return choices
 
 
@@ -224,11 +224,23 @@ def seconds(t: StepTime) -> str:
     return f"{t.seconds:.3g}"
 
 
+def describe_params(s: Setup) -> str:
+    """'8.04B parameters, 6.82M trainable' under LoRA: the optimizer holds only the adapters."""
+    trainable = f", {describe_count(s.trainable)} trainable" if s.uses_lora else ""
+    return f"{describe_count(s.total_params)} parameters{trainable}"
+
+
+def describe_sequence(s: Setup) -> str:
+    split = f", {s.seq_len // s.sp_size} per rank (Ulysses over {s.sp_size} ranks)" if s.sp_size > 1 else ""
+    return f"sequence {s.seq_len} tokens{split}"
+
+
 def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str) -> List[str]:
     capacity = ("judged against host RAM (CPU ranks)" if s.judged_on_host
                 else f"{s.gpu_memory_gb:g} GiB per GPU")
-    return [f"trl_ds plan: {model_name} ({describe_count(s.counts.total)} parameters, largest module "
-            f"{describe_count(s.counts.largest_module)}), {s.dtype}, sequence {s.seq_len} tokens",
+    lora = f", LoRA r={s.lora_r}" if s.uses_lora else ""
+    return [f"trl_ds plan: {model_name} ({describe_params(s)}, largest module "
+            f"{describe_count(s.counts.largest_module)}){lora}, {s.dtype}, {describe_sequence(s)}",
             f"cluster {cluster_name}: {s.nodes} node(s) x {s.gpus_per_node} {s.device} rank(s), {capacity}, "
             f"{s.cpu_memory_gb:g} GiB host RAM per node",
             f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: the peak of "
@@ -263,8 +275,9 @@ def render(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], 
 def as_json(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str],
             times: Times) -> dict:
     s, best = current.setup, recommend(rows, times)
-    return {"model": names[1], "parameters": s.counts.total, "largest_module": s.counts.largest_module,
-            "dtype": s.dtype, "seq_len": s.seq_len,
+    return {"model": names[1], "parameters": s.total_params, "trainable_parameters": s.trainable,
+            "lora_r": s.lora_r, "largest_module": s.counts.largest_module, "dtype": s.dtype, "seq_len": s.seq_len,
+            "sp_size": s.sp_size,
             "cluster": {"name": names[0], "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "device": s.device,
                         "gpu_memory_gb": s.gpu_memory_gb, "cpu_memory_gb": s.cpu_memory_gb},
             "current": row_json(current, times), "rows": [row_json(e, times) for e in rows],

@@ -1,7 +1,9 @@
 """Seconds per optimizer step of one training configuration, before launch: the planner's speed axis.
 
-Notation as in shared/MEMORY_MODEL.md: Ψ parameters, N ranks, w bytes per 16-bit (or fp32) parameter, A
-accumulation steps (micro-steps per optimizer step), T tokens per micro-step per rank (micro-batch × max_length).
+Notation as in shared/MEMORY_MODEL.md: Ψ parameters (Ψ_t trainable: LoRA's adapters under peft=lora, else Ψ), N
+ranks, w bytes per 16-bit (or fp32) parameter, A accumulation steps (micro-steps per optimizer step), T tokens per
+micro-step per rank (micro-batch × max_length / sp.size: Ulysses splits each sequence over sp.size ranks, which
+then read one sample together).
 Every rate comes from `Hardware` (conf/gpu/ presets, cluster.hardware.* overrides, or `python -m trl_ds.calibrate`).
 
 Terms per optimizer step, each in `StepTime.terms`:
@@ -9,6 +11,7 @@ Terms per optimizer step, each in `StepTime.terms`:
   al. 2020, "Scaling Laws", the 6N rule) + 12 × L × s × h for attention scores (Narayanan et al. 2021, "Efficient
   Large-Scale Language Model Training", eq. 3); gradient checkpointing adds one forward (+2 and +4: same paper,
   "activation recomputation"). The input embedding is a lookup, not a matmul, so untied embeddings are left out.
+  Frozen weights (LoRA's base) get no weight gradient: 4 × matmul params + 2 × trainable ones.
 - communication: the ZeRO paper's volumes (Rajbhandari et al. 2020, sec. 7): stage 0 all-reduces gradients once per
   optimizer step (2Ψ); stage 3 all-gathers parameters in forward and backward and reduce-scatters gradients every
   micro-step (3Ψ each). Stages 1-2 as DeepSpeed implements them, not the paper's Ψ reduce-scatter: the gradient
@@ -19,9 +22,10 @@ Terms per optimizer step, each in `StepTime.terms`:
   α-β model); ZeRO-3 issues three per gathered module per micro-step. Overlap: with overlap_comm DeepSpeed hides
   stage 2's reductions behind backward and stage 3's prefetched gathers behind the whole micro-step, up to
   comm_overlap of them (zero/stage_1_and_2.py IPG buckets, zero/partitioned_param_coordinator.py prefetch).
+  Gradients and updated parameters are Ψ_t (trainable); ZeRO-3's parameter gathers move all Ψ.
 - optimizer: on the device, Adam streams 28 B per parameter of its partition (fp32 param, grad, two moments read;
   param and moments written) over hbm_gbps; offloaded, DeepSpeedCPUAdam updates the node's partition (Ψ / nodes) at
-  cpu_adam_mparams_per_s (ZeRO-Offload, Ren et al. 2021, sec. 4.2).
+  cpu_adam_mparams_per_s (Ψ_t / nodes; ZeRO-Offload, Ren et al. 2021, sec. 4.2).
 - offload: host<->device traffic over pcie_gbps (ZeRO-Offload: 16-bit gradients down every micro-step in stages 2-3,
   once in stage 1, 16-bit parameters up once per step; offload.param adds a fetch per forward and per backward);
   NVMe (ZeRO-Infinity, Rajbhandari et al. 2021): fp32 master and moments (12 B) read and written once per step,
@@ -104,15 +108,15 @@ def hardware_from_config(cfg, conf_dir: str) -> Hardware:
 
 def flops_per_token(s: Setup) -> float:
     a, c = s.arch, s.counts
-    matmul_params = c.total - (0 if a.tie_word_embeddings else c.embedding)
+    matmul_params = s.total_params - (0 if a.tie_word_embeddings else c.embedding)
+    with_weight_grads = s.adapters.total if s.uses_lora else matmul_params
     attention = 12 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
     recompute = 2 * matmul_params + 4 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
-    return 6 * matmul_params + attention + (recompute if s.gradient_checkpointing else 0)
+    return 4 * matmul_params + 2 * with_weight_grads + attention + (recompute if s.gradient_checkpointing else 0)
 
 
 def compute_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
-    tokens = s.micro_batch * s.seq_len * accumulation
-    return tokens * flops_per_token(s) / (hw.peak_tflops * 1e12 * hw.efficiency)
+    return s.tokens * accumulation * flops_per_token(s) / (hw.peak_tflops * 1e12 * hw.efficiency)
 
 
 def gathered_modules(s: Setup) -> int:
@@ -126,16 +130,16 @@ def collectives(s: Setup, accumulation: int):
     n = s.world
     if n == 1:
         return 0.0, 0, 0.0
-    ring, psi_bytes = (n - 1) / n, s.counts.total * s.width
-    buckets = -(-s.counts.total // s.reduce_bucket_size)
+    ring, grad_bytes = (n - 1) / n, s.trainable * s.width
+    buckets = -(-s.trainable // s.reduce_bucket_size)
     if s.stage == 0:  # one all-reduce after accumulation
-        return 2 * ring * psi_bytes, buckets, 0.0
+        return 2 * ring * grad_bytes, buckets, 0.0
     if s.stage == 1:  # all-reduce, then all-gather of the updated partitions, both after accumulation
-        return 3 * ring * psi_bytes, 2 * buckets, 0.0
+        return 3 * ring * grad_bytes, 2 * buckets, 0.0
     if s.stage == 2:  # DeepSpeed all-reduces each micro-step's buckets (see the module docstring)
-        reduce = 2 * accumulation * ring * psi_bytes
-        return reduce + ring * psi_bytes, (accumulation + 1) * buckets, reduce
-    volume = 3 * accumulation * ring * psi_bytes
+        reduce = 2 * accumulation * ring * grad_bytes
+        return reduce + ring * grad_bytes, (accumulation + 1) * buckets, reduce
+    volume = accumulation * ring * (2 * s.total_params * s.width + grad_bytes)  # gathers twice, reduce-scatter
     return volume, 3 * accumulation * gathered_modules(s), volume
 
 
@@ -150,23 +154,25 @@ def communication_seconds(s: Setup, hw: Hardware, accumulation: int, compute: fl
 
 
 def optimizer_seconds(s: Setup, hw: Hardware) -> float:
-    partition = s.counts.total / (1 if s.stage == 0 else s.world)
+    partition = s.trainable / (1 if s.stage == 0 else s.world)
     if s.optimizer_offload == "none":
         return ADAM_BYTES_PER_PARAM * partition / (hw.hbm_gbps * 1e9)
-    return s.counts.total / s.nodes / (hw.cpu_adam_mparams_per_s * 1e6)
+    return s.trainable / s.nodes / (hw.cpu_adam_mparams_per_s * 1e6)
 
 
 def offload_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
-    partition_bytes = s.width * s.counts.total / s.world
-    node_params = s.counts.total / s.nodes
+    """Gradients down and updated parameters up move Ψ_t; parameter fetches move Ψ."""
+    trained_bytes, partition_bytes = s.width * s.trainable / s.world, s.width * s.total_params / s.world
+    node_params = s.total_params / s.nodes
     seconds = 0.0
     if s.optimizer_offload != "none":
-        grads_down = (1 if s.stage == 1 else accumulation) * partition_bytes
-        seconds += (grads_down + partition_bytes) / (hw.pcie_gbps * 1e9)
+        grads_down = (1 if s.stage == 1 else accumulation) * trained_bytes
+        seconds += (grads_down + trained_bytes) / (hw.pcie_gbps * 1e9)
     if s.param_offload == "cpu":
         seconds += 2 * accumulation * partition_bytes / (hw.pcie_gbps * 1e9)
     if s.optimizer_offload == "nvme":
-        seconds += NVME_OPTIMIZER_BYTES * node_params * (1 / hw.nvme_read_gbps + 1 / hw.nvme_write_gbps) / 1e9
+        optimizer_bytes = NVME_OPTIMIZER_BYTES * s.trainable / s.nodes
+        seconds += optimizer_bytes * (1 / hw.nvme_read_gbps + 1 / hw.nvme_write_gbps) / 1e9
     if s.param_offload == "nvme":
         seconds += s.width * node_params * (2 * accumulation / hw.nvme_read_gbps + 1 / hw.nvme_write_gbps) / 1e9
     return seconds
@@ -177,13 +183,13 @@ def step_time(s: Setup, hw: Hardware, accumulation: int = 1) -> StepTime:
     terms = {"compute": compute, "communication": communication_seconds(s, hw, accumulation, compute),
              "optimizer": optimizer_seconds(s, hw), "offload": offload_seconds(s, hw, accumulation),
              "overhead": accumulation * hw.micro_step_overhead_ms * 1e-3}
-    return StepTime(terms=terms, samples=s.micro_batch * s.world * accumulation)
+    return StepTime(terms=terms, samples=s.micro_batch * s.data_parallel * accumulation)
 
 
 def accumulation_for(s: Setup, global_size: Optional[int], configured: Optional[int]) -> int:
     """Micro-steps per optimizer step: from a fixed global batch, else the configured accumulation (or 1)."""
     if global_size:
-        return max(global_size // (s.micro_batch * s.world), 1)
+        return max(global_size // (s.micro_batch * s.data_parallel), 1)
     return configured or 1
 
 

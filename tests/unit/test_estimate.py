@@ -12,7 +12,7 @@ from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem
 from trl_ds.errors import ConfigError
 from trl_ds.memory import estimate as est
 from trl_ds.memory.estimate import GiB, estimate, setup_from_config
-from trl_ds.params import architecture
+from trl_ds.params import architecture, count_params
 from trl_ds.plan import check_fit
 
 sys.path.insert(0, "scripts")
@@ -105,10 +105,35 @@ def test_activation_coefficients_are_the_measured_ones(dtype, width):
     assert measure_activations.saved_per_layer_token(checkpointed) == width * 96
 
 
+@pytest.mark.parametrize("dtype,name", [(torch.bfloat16, "bf16"), (torch.float32, "fp32")])
+def test_lora_activation_coefficients_are_the_measured_ones(compose_cfg, dtype, name):
+    """Both common target sets, with and without dropout, on CPU (cluster=local), where dropout keeps a noise tensor
+    of the dtype; a frozen layer with adapters checkpoints like any other: its input."""
+    arch = architecture_of(96, 224, 6, 3)
+    base = replace(setup_from_config(compose_cfg([])), arch=arch, counts=count_params(arch), dtype=name, lora_r=12)
+    for targets in measure_activations.LORA_SETS.values():
+        for dropout in measure_activations.LORA_DROPOUTS:
+            model = measure_activations.with_lora(measure_activations.build("llama", 96, 224, 6, 3, 16, dtype), 12,
+                                                  targets, dropout)
+            s = replace(base, lora_targets=tuple(targets), lora_dropout=dropout)
+            assert measure_activations.saved_per_layer_token(model) == est.lora_layer_saved_per_token(s)
+    checkpointed = measure_activations.with_lora(measure_activations.build("llama", 96, 224, 6, 3, 16, dtype, True),
+                                                 12, measure_activations.LINEARS, 0.05)
+    assert measure_activations.saved_per_layer_token(checkpointed) == base.width * 96
+
+
+def test_cuda_dropout_keeps_a_one_byte_mask():
+    """CUDA's dropout is native_dropout (PyTorch's fused kernel), whose mask is bool: what the estimate charges."""
+    assert torch.native_dropout(torch.ones(8), 0.5, True)[1].dtype == torch.bool
+    assert est.CUDA_DROPOUT_MASK_BYTES == torch.bool.itemsize
+
+
 @pytest.mark.parametrize("dtype,width", [(torch.bfloat16, 2), (torch.float32, 4)])
-def test_fused_head_peak_is_the_measured_one(dtype, width):
-    measured = measure_activations.fused_head_peak(dtype, tokens=128, vocab=3000, hidden=48)
-    assert abs(measured - est.fused_head_peak(128, 3000, 48, width, on_cpu=True)) <= 32  # fit residual 11-17 B
+@pytest.mark.parametrize("frozen", [False, True])
+def test_fused_head_peak_is_the_measured_one(dtype, width, frozen):
+    measured = measure_activations.fused_head_peak(dtype, tokens=128, vocab=3000, hidden=48, frozen=frozen)
+    estimated = est.fused_head_peak(128, 3000, 48, width, on_cpu=True, frozen=frozen)
+    assert abs(measured - estimated) <= 32  # fit residual 0-17 B
 
 
 def test_fused_head_tiles_are_trls():

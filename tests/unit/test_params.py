@@ -1,4 +1,5 @@
-"""Parameter counts from dimensions equal a transformers meta-device instantiation, exact to the parameter."""
+"""Parameter counts from dimensions equal a transformers meta-device instantiation (and PEFT's LoRA adapters),
+exact to the parameter."""
 import glob
 import json
 import os
@@ -9,7 +10,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from trl_ds.errors import ConfigError
 from trl_ds.models import hf_config
-from trl_ds.params import architecture, count_params, read_hf_config
+from trl_ds.params import Architecture, architecture, count_lora, count_params, read_hf_config
 
 MODELS = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob("conf/model/*.yaml"))
 
@@ -92,3 +93,24 @@ def test_impossible_dimensions_are_one_clear_error(tmp_path, compose_cfg):
                                 "num_hidden_layers": 1, "num_attention_heads": 2}))
     with pytest.raises(ConfigError, match=r"model.config_path=.*config.json: hidden_size=0 must be at least 1\."):
         architecture(compose_cfg([f"model.config_path={path}"]).model)
+
+
+ATTENTION, ALL_LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj"], ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                    "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.mark.parametrize("model_type,r,targets", [("llama", 8, ATTENTION), ("llama", 4, ALL_LINEARS),
+                                                  ("qwen2", 16, ["v_proj", "down_proj"])])
+def test_lora_adapters_count_exactly_as_peft_adds_them(model_type, r, targets):
+    from peft import LoraConfig, get_peft_model
+
+    dims = dict(vocab_size=500, hidden_size=64, intermediate_size=176, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=24)
+    model = get_peft_model(AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **dims)),
+                           LoraConfig(r=r, target_modules=targets))
+    arch = Architecture(model_type=model_type, **dims)
+    adapters = count_lora(arch, r, targets)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert adapters.total == sum(p.numel() for p in trainable)
+    assert count_params(arch).total == sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    assert adapters.largest == max(p.numel() for p in trainable)
