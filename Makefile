@@ -1,5 +1,5 @@
 # make run   — set up .venv if needed, then train the tiny model on 2 CPU ranks with real DeepSpeed ZeRO-2
-# make test  — set up .venv if needed, then run the whole test suite (what CI runs)
+# make test  — set up .venv if needed, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI)
 PY := .venv/bin/python
 
 .PHONY: setup run test dry-run clean
@@ -10,6 +10,7 @@ run: setup
 	$(PY) -m trl_ds
 
 test: setup
+	$(PY) -m trl_ds.build_ops
 	$(PY) -m pytest -q -ra tests
 
 dry-run: setup

@@ -5,6 +5,7 @@ green by skipping.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,10 +45,28 @@ def compose_cfg():
 
 
 def run_app(args, run_dir, module="trl_ds", timeout=900, env=None):
-    """Run `python -m trl_ds ARGS hydra.run.dir=RUN_DIR` as a user would; returns CompletedProcess."""
+    """Run `python -m trl_ds ARGS hydra.run.dir=RUN_DIR` as a user would; returns CompletedProcess.
+
+    On a timeout the whole process group goes (torchrun and its ranks too), so no orphan keeps a port, a build lock
+    or the CPU from the tests that follow; the failure shows the tail of every rank's log."""
     cmd = [sys.executable, "-m", module, *args, f"hydra.run.dir={run_dir}"]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} ran past {timeout} s; rank logs:\n{log_tails(Path(run_dir))}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def log_tails(run_dir: Path, lines: int = 15) -> str:
+    tails = []
+    for log in sorted(run_dir.glob("logs/**/*.log")):
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        tails.append(f"--- {log.relative_to(run_dir)}\n" + "\n".join(text))
+    return "\n".join(tails) or "(none written)"
 
 
 def read_json(path):

@@ -21,6 +21,8 @@ from typing import Callable, Dict, List
 
 import yaml
 
+from .launch import spawn_env
+
 GB = 1e9
 MATMUL_N = {"cpu": 768, "cuda": 8192}
 COPY_BYTES = 64 * 2 ** 20
@@ -101,6 +103,8 @@ def adam_rates(torch, device: str, sync, deepspeed_adam: bool) -> Dict[str, floa
     torch.set_num_threads(os.cpu_count() or 1)
     if deepspeed_adam:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        os.environ["PATH"] = spawn_env()["PATH"]  # build with the ranks' ninja (see trl_ds/build_ops.py)
         offload_adam = DeepSpeedCPUAdam([cpu_p], lr=1e-3)
     else:
         offload_adam = torch.optim.AdamW([cpu_p], lr=1e-3, fused=True)

@@ -12,6 +12,7 @@ import tempfile
 from typing import Callable, List
 
 from .batch import Batch, resolve_batch
+from .build_ops import stale_locks
 from .checkpoint import CHECKPOINT_DIR, latest_complete, read_marker
 from .errors import ConfigError
 from .reuse import check_run_dir
@@ -213,7 +214,17 @@ def check_machine(cfg, run_dir: str) -> List[str]:
                             f"{'' if have else ' on a GPU machine'}, or cluster=local to train on CPU.")
     if "nvme" in offloads(cfg).values():
         problems += check_nvme(nvme_path(cfg, run_dir))
-    return problems
+    return problems + check_build_locks(cfg)
+
+
+def check_build_locks(cfg) -> List[str]:
+    """A killed JIT build leaves torch's lock file, and every run needing that op then waits on it without end."""
+    where = offloads(cfg)
+    ops = (["cpu_adam"] if set(where.values()) != {"none"} else []) + (["async_io"] if "nvme" in where.values() else [])
+    run = ", ".join(f"offload.{kind}={place}" for kind, place in where.items())
+    return [f"{lock} is left by a killed build of a DeepSpeed op (no build is running); this run ({run}) would wait "
+            f"on it forever. Run `python -m trl_ds.build_ops` (it clears the lock and builds the op)."
+            for lock in stale_locks(ops)]
 
 
 def check_nvme(path: str) -> List[str]:
