@@ -5,7 +5,7 @@ Hydra's own message. Keys that map onto DeepSpeed JSON or TRL arguments keep tho
 """
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -175,7 +175,7 @@ class TrainerConfig:
     dataset_name: str = "tiny"
     dataset_train_split: str = "train"
     max_steps: int = 10
-    per_device_train_batch_size: int = 2
+    per_device_train_batch_size: Any = 2  # a positive integer, or auto (trl_ds.autofit picks it at batch.global_size)
     gradient_accumulation_steps: Optional[int] = None  # null: derived from batch.global_size (or 1)
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
@@ -187,7 +187,8 @@ class TrainerConfig:
     warmup_steps: int = 0
     logging_steps: int = 1
     max_length: int = 64  # tokens per sequence (sft, dpo, reward)
-    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, about 1/3 more compute
+    # Recompute activations in backward: less memory, about 1/3 more compute. auto: trl_ds.autofit decides.
+    gradient_checkpointing: Any = False
     dataloader_num_workers: int = 0
     report_to: str = "none"  # none, tensorboard or wandb (the package must be installed)
     # Options of one trainer only (TRL's names); setting one for another trainer is an error before launch.

@@ -22,7 +22,8 @@ from .launch.script import ENV_NAME
 from .launch.slurm import check_slurm
 from .trainer_rules import (check_generation_batch, check_peft, check_sequence_parallel, check_trainer_here,
                             check_trainer_options)
-from .values import data_parallel_world, dtype, is_local_path, nvme_path, offloads, value, world_size
+from .values import (data_parallel_world, dtype, is_local_path, micro_batch, nvme_path, offloads, value,
+                     world_size)
 
 LIBAIO_HEADER = "/usr/include/libaio.h"
 IPV6 = re.compile(r"^[0-9A-Fa-f:]+$")
@@ -36,7 +37,7 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
     batch = None
     try:
         # Sequence-parallel ranks share their samples: only data-parallel ranks multiply the batch.
-        batch = resolve_batch(cfg.trainer.per_device_train_batch_size, data_parallel_world(cfg),
+        batch = resolve_batch(chosen_micro_batch(cfg), data_parallel_world(cfg),
                               cfg.trainer.gradient_accumulation_steps, cfg.batch.global_size)
         problems += check_generation_batch(cfg, batch)
     except ConfigError as err:
@@ -48,6 +49,14 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
     if problems:
         raise ConfigError(problems)
     return batch
+
+
+def chosen_micro_batch(cfg) -> int:
+    """The micro-batch in force; `auto` is replaced by trl_ds.autofit before validation, so one left is a bug."""
+    micro = micro_batch(cfg)
+    if micro is None:
+        raise RuntimeError("trainer.per_device_train_batch_size=auto reached validation unresolved")
+    return micro
 
 
 def check_zero(cfg) -> List[str]:

@@ -1,7 +1,9 @@
 """Small readers over the typed config shared by the builders and the validator."""
 import os
 from enum import Enum
-from typing import Any
+from typing import Any, Optional
+
+from .errors import ConfigError
 
 LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -48,3 +50,25 @@ def nvme_path(cfg, run_dir: str) -> str:
 def is_local_path(name: str) -> bool:
     """A model or dataset name that must exist here rather than on the hub."""
     return name.startswith(("/", "./", "../", "~")) or name.endswith(LOCAL_DATA_SUFFIXES) or os.path.exists(name)
+
+
+def micro_batch(cfg) -> Optional[int]:
+    """trainer.per_device_train_batch_size; None while it is `auto` (trl_ds.autofit replaces it before launch)."""
+    micro = cfg.trainer.per_device_train_batch_size
+    if micro == "auto":
+        return None
+    if isinstance(micro, bool) or not isinstance(micro, int):
+        raise ConfigError([f"trainer.per_device_train_batch_size={micro} must be a positive integer or auto."])
+    if micro < 1:
+        raise ConfigError([f"trainer.per_device_train_batch_size={micro} must be a positive integer."])
+    return micro
+
+
+def checkpointing(cfg) -> Optional[bool]:
+    """trainer.gradient_checkpointing; None while it is `auto`."""
+    chosen = cfg.trainer.gradient_checkpointing
+    if chosen == "auto":
+        return None
+    if not isinstance(chosen, bool):
+        raise ConfigError([f"trainer.gradient_checkpointing={chosen} must be true, false or auto."])
+    return chosen

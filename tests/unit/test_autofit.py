@@ -48,7 +48,7 @@ def test_70b_on_one_node_needs_nvme(compose_cfg):
 
 def test_nothing_fits_is_one_error_with_the_fix(compose_cfg):
     cfg = compose_cfg(["model=llama3-70b", "cluster=1x8", "trainer.max_length=2048", "zero=auto", "offload=auto"])
-    with pytest.raises(ConfigError, match=r"zero=auto/offload=auto: none of the 9 candidates fits on cluster=1x8. "
+    with pytest.raises(ConfigError, match=r"zero=auto, offload=auto: none of the 9 candidates fits on cluster=1x8. "
                                           r"The smallest is zero=stage3 offload=opt\+param-cpu at 146.8 GiB per rank"):
         build(cfg, "/tmp/run", launching=False)
 
@@ -65,3 +65,41 @@ def test_the_run_dir_is_the_typed_winners(tmp_path):
     plan = read_json(tmp_path / "auto" / "plan.json")
     assert plan["autofit"]["winner"]["zero_stage"] == 3 and plan["autofit"]["winner"]["offload"] == "nvme"
     assert len(plan["autofit"]["ranking"]) == 9 and plan["recommendation"]["step_seconds"] > 0
+
+
+def test_micro_batch_and_checkpointing_auto_vary_at_the_fixed_global_batch(compose_cfg):
+    cfg = compose_cfg(["model=llama3-70b", "cluster=1x8", "trainer.max_length=4096", "batch.global_size=64",
+                       "zero=auto", "offload=auto", "trainer.per_device_train_batch_size=auto",
+                       "trainer.gradient_checkpointing=auto"])
+    ranked = candidates(cfg)
+    assert len(ranked) == 9 * 4 * 2  # pairs × micro-batches dividing 64 over 8 ranks (1, 2, 4, 8) × checkpointing
+    result = resolve(cfg)
+    assert result["choices"] == ["zero", "offload", "trainer.per_device_train_batch_size",
+                                 "trainer.gradient_checkpointing"]
+    winner = result["winner"]
+    assert (cfg.trainer.per_device_train_batch_size, cfg.trainer.gradient_checkpointing) == \
+        (winner["micro_batch"], winner["gradient_checkpointing"])
+    fitting = [r for r in result["ranking"] if r["verdict"] == "fits"]
+    assert winner == fitting[0] and winner["seconds_per_sample"] == min(r["seconds_per_sample"] for r in fitting)
+    assert winner["gradient_checkpointing"] is True  # 4096 tokens of 70B activations need it on 80 GB
+    assert f"chosen: zero=stage{winner['zero_stage']} offload={winner['offload']} micro={winner['micro_batch']} " \
+           f"ckpt=yes" in result["text"]
+
+
+def test_auto_micro_batch_needs_a_global_batch(compose_cfg):
+    with pytest.raises(ConfigError, match=r"trainer.per_device_train_batch_size=auto holds the global batch fixed "
+                                          r"while it varies the micro-batch: set batch.global_size"):
+        resolve(compose_cfg(["trainer.per_device_train_batch_size=auto"]))
+    with pytest.raises(ConfigError, match=r"drop trainer.gradient_accumulation_steps=2"):
+        resolve(compose_cfg(["trainer.per_device_train_batch_size=auto", "batch.global_size=8",
+                             "trainer.gradient_accumulation_steps=2"]))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.per_device_train_batch_size=abc", "trainer.per_device_train_batch_size=abc must be a positive integer "
+                                                "or auto."),
+    ("trainer.gradient_checkpointing=maybe", "trainer.gradient_checkpointing=maybe must be true, false or auto."),
+])
+def test_a_value_that_is_neither_auto_nor_its_type_is_refused(override, message, tmp_path):
+    out = run_app([override, "dry_run=true"], tmp_path / "run")
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr

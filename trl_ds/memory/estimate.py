@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Dict
 
 from ..params import AdapterCounts, Architecture, ParamCounts, architecture, count_lora, count_params, linear_shapes
-from ..values import dtype, offloads, sp_size, value
+from ..values import checkpointing, dtype, micro_batch, offloads, sp_size, value
 
 GiB, MiB = 2 ** 30, 2 ** 20
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only
@@ -168,13 +168,14 @@ class Estimate:
 
 
 def setup_from_config(cfg) -> Setup:
-    """The composed RunConfig's memory-relevant values (reads model.config_path when it is set)."""
+    """The composed RunConfig's memory-relevant values (reads model.config_path when it is set). A micro-batch or
+    checkpointing left `auto` reads as 1 and off: the planner and trl_ds.autofit vary them from there."""
     arch = architecture(cfg.model)
     z, o, c, where, lora = cfg.zero, cfg.offload, cfg.cluster, offloads(cfg), value(cfg.peft.name) == "lora"
     return Setup(arch=arch, counts=count_params(arch), stage=z.stage, optimizer_offload=where["optimizer"],
                  param_offload=where["param"], nodes=c.nodes, gpus_per_node=c.gpus_per_node,
-                 device=value(c.device), dtype=dtype(cfg), micro_batch=cfg.trainer.per_device_train_batch_size,
-                 seq_len=cfg.trainer.max_length, gradient_checkpointing=cfg.trainer.gradient_checkpointing,
+                 device=value(c.device), dtype=dtype(cfg), micro_batch=micro_batch(cfg) or 1,
+                 seq_len=cfg.trainer.max_length, gradient_checkpointing=bool(checkpointing(cfg)),
                  gpu_memory_gb=c.gpu_memory_gb, cpu_memory_gb=c.cpu_memory_gb,
                  reduce_bucket_size=z.reduce_bucket_size, overlap_comm=z.overlap_comm,
                  prefetch_bucket_size=z.stage3_prefetch_bucket_size,
