@@ -80,12 +80,12 @@ def table(points, measured: dict, hardware: str) -> str:
     pred = [predicted[key(p)].seconds for p in points]
     meas = [measured[key(p)] for p in points]
     rows = ["| zero | offload | micro × accumulation | predicted s/step | compute | comm | optimizer | offload | "
-            "overhead | measured s/step |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "zero | overhead | measured s/step |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in sorted(points, key=lambda p: measured[key(p)]):
         t = predicted[key(p)]
         rows.append(f"| {p[0]} | {p[1]} | {p[2]} × {8 // (2 * p[2])} | {t.seconds:.3f} | "
                     + " | ".join(f"{t.terms[k]:.3f}" for k in ("compute", "communication", "optimizer", "offload",
-                                                                 "overhead"))
+                                                                 "zero", "overhead"))
                     + f" | {measured[key(p)]:.3f} |")
     rows += ["", f"Spearman rank correlation: {spearman(pred, meas):.2f}; predicted winner "
                  f"{key(points[pred.index(min(pred))])} is {winner_gap(pred, meas):.1%} slower than the measured "

@@ -2,13 +2,14 @@
 
     python -m trl_ds.calibrate --out hw.yaml && python -m trl_ds.plan cluster.gpu=$PWD/hw.yaml
 
-Measures, in under a minute, on the device in use (cuda if present, else cpu with the cores shared by --ranks):
+Measures, in a minute or so, on the device in use (cuda if present, else cpu with the cores shared by --ranks):
 matmul throughput, a small transformer's forward+backward at two micro-batch sizes (training efficiency and the
 fixed cost per micro-step), host memory copy (pinned host->device on cuda), the 2-rank all-reduce bandwidth and
-latency of the active backend (gloo on cpu, nccl on cuda; torch.distributed, 2 local processes), torch AdamW
-(the optimizer on the device) and the offload optimizer (torch's fused AdamW on every core; --deepspeed-adam
-times DeepSpeedCPUAdam), and NVMe write/read at --nvme-path. Writes a hardware YAML in conf/gpu/'s format
-(cluster.gpu=<file> loads it).
+latency of the active backend (gloo on cpu, nccl on cuda; torch.distributed, 2 local processes), in the same
+processes what a DeepSpeed ZeRO-2 and ZeRO-3 micro-step costs per parameter beyond those collectives (a 3.2M-parameter
+Llama, a size the step-time study does not use), torch AdamW (the optimizer on the device) and the offload
+optimizer (torch's fused AdamW on every core; --deepspeed-adam times DeepSpeedCPUAdam), and NVMe write/read at
+--nvme-path. Writes a hardware YAML in conf/gpu/'s format (cluster.gpu=<file> loads it).
 """
 import argparse
 import json
@@ -21,7 +22,9 @@ from typing import Callable, Dict, List
 
 import yaml
 
+from .deepspeed_config import ZERO_1_2, ZERO_3, ZERO_COMMON
 from .launch import spawn_env
+from .schema import ZeroConfig
 
 GB = 1e9
 MATMUL_N = {"cpu": 768, "cuda": 8192}
@@ -32,6 +35,10 @@ NVME_BYTES = 64 * 2 ** 20
 TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2)
 SEQ = 64
+# ZeRO's gradient path is timed on a 3.2M-parameter Llama: big enough to rise above timer noise on 2 busy cores,
+# small enough to take seconds per stage.
+ZERO_MODEL = dict(TINY, hidden_size=256, intermediate_size=704)
+ZERO = ZeroConfig()  # trl_ds's defaults, as a run without zero.* overrides gets them
 
 
 def steady_step_seconds(run_dir: str, skip: int = 4) -> float:
@@ -127,12 +134,60 @@ def _collective_worker(rank: int, world: int, port: int, device: str, out: str) 
     big, small = torch.ones(ALLREDUCE_ELEMENTS, device=device), torch.ones(1, device=device)
     seconds = timed(lambda: dist.all_reduce(big), 5, sync)
     latency = timed(lambda: dist.all_reduce(small), 10, sync)
-    if rank == 0:  # bus bandwidth: a ring all-reduce moves 2 (N-1)/N of the buffer per rank (steptime's convention)
-        moved = 2 * (world - 1) / world * big.numel() * big.element_size()
+    # bus bandwidth: a ring all-reduce moves 2 (N-1)/N of the buffer per rank (steptime's convention)
+    moved = 2 * (world - 1) / world * big.numel() * big.element_size()
+    numbers = {"intra_node_gbps": moved / max(seconds - latency, 1e-9) / GB, "collective_latency_us": latency * 1e6}
+    numbers.update(zero_rates(torch, device, sync, world, numbers))
+    if rank == 0:
         with open(out, "w") as f:
-            json.dump({"intra_node_gbps": moved / max(seconds - latency, 1e-9) / GB,
-                       "collective_latency_us": latency * 1e6}, f)
+            json.dump(numbers, f)
     dist.destroy_process_group()
+
+
+def zero_micro_step_seconds(torch, device: str, sync, stage: int):
+    """Seconds of a micro-step that is not an accumulation boundary (forward, engine.backward, engine.step:
+    no optimizer update), under DeepSpeed at `stage` with trl_ds's zero defaults; and the model's parameters."""
+    import deepspeed
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    zero = {"stage": stage, **{k: getattr(ZERO, k) for k in ZERO_COMMON + (ZERO_3 if stage == 3 else ZERO_1_2)}}
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1000, "zero_optimization": zero,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}, "steps_per_print": 10 ** 9}
+    model = LlamaForCausalLM(LlamaConfig(**ZERO_MODEL))
+    sizes = [p.numel() for p in model.parameters()]
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    ids = torch.randint(0, ZERO_MODEL["vocab_size"], (1, SEQ), device=engine.device)
+
+    def micro_step():
+        engine.backward(engine(input_ids=ids, labels=ids).loss)
+        engine.step()
+
+    micro_step()  # the first one builds DeepSpeed's hooks and buffers
+    samples = []
+    for _ in range(8):  # the fastest: other work on a shared machine only slows a micro-step down
+        start = time.perf_counter()
+        micro_step()
+        sync()
+        samples.append(time.perf_counter() - start)
+    return min(samples), sizes
+
+
+def zero_rates(torch, device: str, sync, world: int, comm: Dict[str, float]) -> Dict[str, float]:
+    """Nanoseconds per parameter per micro-step that ZeRO-2 and ZeRO-3 add to a plain (stage 0) micro-step beyond
+    the collectives steptime already counts at the bandwidth and latency just measured (trl_ds/steptime.py,
+    zero_seconds). Ranks on one machine: gathers and reductions are all intra-node."""
+    os.environ.setdefault("LOCAL_RANK", str(torch.distributed.get_rank()))
+    base, sizes = zero_micro_step_seconds(torch, device, sync, 0)
+    params, width, ring = sum(sizes), 4, (world - 1) / world  # fp32: the engine trains in the model's dtype
+    bandwidth, latency = comm["intra_node_gbps"] * GB, comm["collective_latency_us"] * 1e-6
+    gathered = sum(n >= ZERO.stage3_param_persistence_threshold for n in sizes)  # steptime.gathered_modules
+    modelled = {2: 2 * ring * params * width / bandwidth + latency,  # one bucket all-reduce
+                3: 3 * ring * params * width / bandwidth + 3 * gathered * latency}  # 2 gathers, 1 reduce-scatter
+    rates = {}
+    for stage in (2, 3):
+        seconds, _ = zero_micro_step_seconds(torch, device, sync, stage)
+        rates[f"zero{stage}_ns_per_param"] = max(seconds - base - modelled[stage], 0.0) / params * 1e9
+    return rates
 
 
 def collective_rates(device: str, world: int) -> Dict[str, float]:

@@ -142,6 +142,10 @@ class HardwareConfig:
     nvme_write_gbps: Optional[float] = None  # GB/s per node at offload.nvme_path
     cpu_adam_mparams_per_s: Optional[float] = None  # million parameters/s per node, DeepSpeedCPUAdam (offload)
     micro_step_overhead_ms: Optional[float] = None  # milliseconds of framework time per micro-step (Python, hooks)
+    # ns per trainable parameter per micro-step of DeepSpeed's ZeRO-2 / ZeRO-3 gradient path beyond its collectives
+    # (bucket copies, hooks, bookkeeping; steptime.zero_seconds)
+    zero2_ns_per_param: Optional[float] = None
+    zero3_ns_per_param: Optional[float] = None
 
 
 @dataclass

@@ -30,6 +30,18 @@ Terms per optimizer step, each in `StepTime.terms`:
   once in stage 1, 16-bit parameters up once per step; offload.param adds a fetch per forward and per backward);
   NVMe (ZeRO-Infinity, Rajbhandari et al. 2021): fp32 master and moments (12 B) read and written once per step,
   16-bit parameters read per forward and backward, written after the step, over the node's NVMe bandwidth.
+- zero: DeepSpeed's ZeRO gradient path beyond its collectives, Ψ_t × zero{2,3}_ns_per_param per micro-step in
+  stages 2-3 (stage 1: once per step, at the accumulation boundary; stage 0: none). Stages 1-2
+  (zero/stage_1_and_2.py): setup_buckets allocates fresh reduce buckets every micro-step (released again in
+  independent_gradient_partition_epilogue), each gradient hook copies its gradient into one
+  (reduce_independent_p_g_buckets_and_remove_grads), allreduce_bucket flattens the bucket into another new tensor
+  and copy_grads_in_partition copies the rank's partition out: several passes over Ψ_t × w bytes, on CPU mostly
+  into pages touched for the first time. Stage 3 (zero/stage3.py, partitioned_param_coordinator.py): per-module
+  fetch/release bookkeeping, and gloo's reduce_scatter_tensor, which costs about an all-reduce (2Ψ, not the
+  ring's Ψ). Profiled on CPU (6.7M-parameter Llama, 2 gloo ranks, py-spy): 55 ms of stage 2's micro-step beyond
+  its all-reduce, 38 ms of it in the gradient hooks (mostly the bucket copy). A measured rate (python -m
+  trl_ds.calibrate); the GPU presets' is 12 B per parameter (three read+write passes over 16-bit gradients) at HBM
+  speed.
 - overhead: micro_step_overhead_ms per micro-step (Python, hooks, data loading; measured, not derived).
 """
 import os
@@ -43,7 +55,8 @@ from .memory.estimate import Setup
 
 ADAM_BYTES_PER_PARAM = 28  # fp32 param, grad, exp_avg, exp_avg_sq read; param and both moments written
 NVME_OPTIMIZER_BYTES = 12  # fp32 master + two moments per parameter, swapped in and out each step
-OPTIONAL = ("collective_latency_us", "comm_overlap", "micro_step_overhead_ms")  # may be 0; every rate must not
+OPTIONAL = ("collective_latency_us", "comm_overlap", "micro_step_overhead_ms", "zero2_ns_per_param",
+            "zero3_ns_per_param")  # may be 0; every rate must not
 
 
 @dataclass(frozen=True)
@@ -61,11 +74,13 @@ class Hardware:
     nvme_write_gbps: float
     cpu_adam_mparams_per_s: float
     micro_step_overhead_ms: float
+    zero2_ns_per_param: float = 0.0
+    zero3_ns_per_param: float = 0.0
 
 
 @dataclass
 class StepTime:
-    terms: Dict[str, float]  # seconds per optimizer step: compute, communication, optimizer, offload, overhead
+    terms: Dict[str, float]  # seconds per step: compute, communication, optimizer, offload, zero, overhead
     samples: int  # samples per optimizer step across the world
 
     @property
@@ -178,11 +193,20 @@ def offload_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
     return seconds
 
 
+def zero_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
+    """ZeRO's gradient handling beyond its collectives (see the module docstring)."""
+    if s.stage == 0:
+        return 0.0
+    passes = 1 if s.stage == 1 else accumulation  # stage 1 reduces only at the accumulation boundary
+    rate = hw.zero3_ns_per_param if s.stage == 3 else hw.zero2_ns_per_param
+    return passes * s.trainable * rate * 1e-9
+
+
 def step_time(s: Setup, hw: Hardware, accumulation: int = 1) -> StepTime:
     compute = compute_seconds(s, hw, accumulation)
     terms = {"compute": compute, "communication": communication_seconds(s, hw, accumulation, compute),
              "optimizer": optimizer_seconds(s, hw), "offload": offload_seconds(s, hw, accumulation),
-             "overhead": accumulation * hw.micro_step_overhead_ms * 1e-3}
+             "zero": zero_seconds(s, hw, accumulation), "overhead": accumulation * hw.micro_step_overhead_ms * 1e-3}
     return StepTime(terms=terms, samples=s.micro_batch * s.data_parallel * accumulation)
 
 

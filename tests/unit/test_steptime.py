@@ -8,7 +8,7 @@ from trl_ds.__main__ import CONFIG_DIR
 from trl_ds.errors import ConfigError
 from trl_ds.memory.estimate import setup_from_config
 from trl_ds.steptime import (Hardware, collectives, compute_seconds, hardware_from_config, offload_seconds,
-                             optimizer_seconds, step_time)
+                             optimizer_seconds, step_time, zero_seconds)
 
 HW = Hardware(peak_tflops=100, efficiency=0.5, hbm_gbps=1000, pcie_gbps=20, intra_node_gbps=200, inter_node_gbps=20,
               collective_latency_us=0, comm_overlap=0, nvme_read_gbps=5, nvme_write_gbps=2,
@@ -82,11 +82,23 @@ def test_step_time_sums_terms_and_counts_samples(setup_8b):
     assert t.samples == setup_8b.micro_batch * 8 * 4 and t.per_sample == t.seconds / t.samples
 
 
+def test_zero_gradient_path_per_parameter_and_micro_step(setup_8b):
+    hw, psi = replace(HW, zero2_ns_per_param=2, zero3_ns_per_param=5), setup_8b.counts.total
+    seconds = {stage: zero_seconds(replace(setup_8b, stage=stage), hw, 4) for stage in range(4)}
+    # stage 0 has no ZeRO path; stage 1 reduces at the boundary only; stages 2-3 every micro-step
+    assert seconds == pytest.approx({0: 0, 1: psi * 2e-9, 2: 4 * psi * 2e-9, 3: 4 * psi * 5e-9})
+    lora = replace(setup_8b, stage=2, lora_r=8, lora_targets=("q_proj", "v_proj"))  # adapters only
+    assert 0 < lora.adapters.total < psi and zero_seconds(lora, hw, 1) == pytest.approx(lora.adapters.total * 2e-9)
+    assert step_time(replace(setup_8b, stage=3), hw, 4).terms["zero"] == seconds[3]
+    assert zero_seconds(setup_8b, HW, 4) == 0  # a preset without the rates: the term is off
+
+
 @pytest.mark.parametrize("gpu", GPUS)
 def test_every_preset_is_complete(gpu, compose_cfg):
     cfg = compose_cfg(["cluster=1x8", f"cluster.gpu={gpu}", "cluster.gpu_memory_gb=24"])
     hw = hardware_from_config(cfg, CONFIG_DIR)
     assert hw.peak_tflops > 0 and hw.pcie_gbps > 0 and hw.nvme_write_gbps > 0
+    assert hw.zero2_ns_per_param > 0 and hw.zero3_ns_per_param > 0
 
 
 def test_cluster_and_user_overrides_win_over_the_preset(compose_cfg):
