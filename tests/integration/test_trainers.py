@@ -81,11 +81,13 @@ def test_grpo_generates_scores_and_updates(stage, tmp_path_factory):
 
 def test_lora_trains_only_the_adapters(tmp_path_factory):
     """Rank 8 on q, k, v, o of 4 layers (hidden 128, kv width 64): 4 × 8 × (256 + 192 + 192 + 256) = 28,672."""
-    _, summary, records = train("lora-stage3", tmp_path_factory)
+    run_dir, summary, records = train("lora-stage3", tmp_path_factory)
     hidden, kv, r, layers = 128, 64, 8, 4
     lora = layers * r * ((hidden + hidden) + (hidden + kv) + (hidden + kv) + (hidden + hidden))
     assert summary["trainable_parameters"] == lora == 28_672
     assert summary["total_parameters"] == 869_504 + lora
+    plan = read_json(run_dir / "plan.json")  # the planner counted the same split before launch
+    assert (plan["parameters"], plan["trainable_parameters"]) == (869_504 + lora, lora)
     losses = [r["loss"] for r in records]
     assert losses[-1] < losses[0]
 
