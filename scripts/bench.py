@@ -24,13 +24,19 @@ from importlib import metadata
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 BIN = os.path.dirname(PY)
+sys.path.insert(0, REPO)
+from trl_ds.launch import spawn_env  # noqa: E402
+
+# Both sides run as from an activated venv: its torchrun, and its ninja for DeepSpeed's JIT ops (another ninja
+# would rebuild them from scratch, see trl_ds/build_ops.py).
+ENV = spawn_env()
 
 
 def timed(cmd, cwd=REPO):
     """Wall seconds, exit code, peak RSS (MiB) of the process tree's largest child, and its output."""
     with tempfile.TemporaryFile(mode="w+") as out:
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=ENV)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
         out.seek(0)
