@@ -24,8 +24,8 @@ from trl_ds.steptime import accumulation_for, hardware_from_config, step_time  #
 MODEL = ["model.hidden_size=384", "model.intermediate_size=1024", "model.num_attention_heads=6",
          "model.num_key_value_heads=2", "model.num_hidden_layers=4"]
 FIXED = ["batch.global_size=8", "trainer.max_steps=20", "save_final_model=false", *MODEL]
-GRID = [(stage, offload, micro) for stage in range(4) for offload in ("none", "cpu") for micro in (1, 4)
-        if not (stage == 0 and offload == "cpu")]
+GRID = [(stage, offload, micro) for stage in range(4) for offload in ("none", "cpu", "nvme") for micro in (1, 4)
+        if (stage, offload) != (0, "cpu") and (offload != "nvme" or stage == 3)]  # offloads DeepSpeed accepts
 MEASURED = os.path.join(REPO, "docs", "steptime_study.json")
 HARDWARE = os.path.join(REPO, "conf", "gpu", "calibrated-cpu.yaml")
 
