@@ -4,7 +4,7 @@
         --model RUN_DIR/model --dataset RUN_DIR/data --micro 2 --accumulation 1 --steps 10
 
 It is the benchmark's baseline (scripts/bench.py): the same training as trl_ds's default run, with no trl_ds code,
-including the CPU workaround a user must find (Accelerate otherwise gives each CPU rank world size 1).
+ending with the model saved as trl_ds's run does (and TRL's scripts/sft.py), including the CPU workaround a user must find (Accelerate otherwise gives each CPU rank world size 1).
 """
 import argparse
 import json
@@ -53,6 +53,7 @@ def main():
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
     started = time.time()
     metrics = trainer.train().metrics
+    trainer.save_model(args.output)  # as TRL's own scripts/sft.py ends, and as trl_ds saves final_model/
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
     if state.is_main_process:
         print("BASELINE " + json.dumps({"final_loss": losses[-1], "train_seconds": time.time() - started,

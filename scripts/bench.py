@@ -59,7 +59,7 @@ def baseline(ds_config, ref_dir, steps=10):
     return [os.path.join(BIN, "torchrun"), "--standalone", "--nproc_per_node", "2",
             os.path.join(REPO, "scripts", "baseline_train.py"), "--deepspeed", ds_config,
             "--model", os.path.join(ref_dir, "model"), "--dataset", os.path.join(ref_dir, "data"),
-            "--steps", str(steps)]
+            "--steps", str(steps), "--output", os.path.join(os.path.dirname(ref_dir), "baseline_output")]
 
 
 def reference_run(work):
@@ -97,16 +97,24 @@ TRL_DS_MISTAKES = {
 }
 
 
-def bench_errors(ref_dir, work, quick):
+def bench_errors(ref_dir, work, quick, reps):
+    """trl_ds's side is the median of `reps` runs (half a second each); the hand-written side runs once (it spawns
+    ranks and builds the model, or trains to the end)."""
     rows = []
     configs = bad_ds_configs(ref_dir, work)
     for i, (name, overrides) in enumerate(TRL_DS_MISTAKES.items()):
-        ours = timed(trl_ds(*overrides, run_dir=os.path.join(work, f"err{i}")))
+        ours = [timed(trl_ds(*overrides, run_dir=os.path.join(work, f"err{i}"))) for _ in range(reps)]
         theirs = timed(baseline(configs[name], ref_dir)) if not quick or i == 0 else None
-        rows.append({"mistake": name, "trl_ds_s": ours[0], "trl_ds_exit": ours[1],
+        rows.append({"mistake": name, "trl_ds_s": statistics.median(o[0] for o in ours),
+                     "trl_ds_wall": stats([o[0] for o in ours]), "trl_ds_exit": exit_code([o[1] for o in ours]),
                      "baseline_s": theirs[0] if theirs else None, "baseline_exit": theirs[1] if theirs else None,
                      "baseline_caught": bool(theirs and theirs[1] != 0)})
     return rows
+
+
+def exit_code(codes):
+    """The one exit code every repetition gave, or all of them where they differ."""
+    return codes[0] if len(set(codes)) == 1 else codes
 
 
 def bench_latency(work, reps):
@@ -175,7 +183,7 @@ def render(result):
             base, ratio = f"{r['baseline_s']:.1f} s, after spawning 2 ranks", f"{r['baseline_s'] / r['trl_ds_s']:.0f}×"
         else:
             base, ratio = f"never: trained for {r['baseline_s']:.1f} s and ignored it", "∞"
-        lines.append(f"| {r['mistake']} | {base} | {r['trl_ds_s']:.2f} s (exit {r['trl_ds_exit']}) | {ratio} |")
+        lines.append(f"| {r['mistake']} | {base} | {fmt(r['trl_ds_wall'])}, exit {r['trl_ds_exit']} | {ratio} |")
     lines += ["", "## 2-3. Dry-run and planner latency", "", "| command | wall (median) | peak RSS |", "|---|---|---|"]
     for name, v in result["latency"].items():
         lines.append(f"| {name} | {fmt(v['wall'])} | {v['rss_mib']:.0f} MiB |")
@@ -207,7 +215,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as work:
         ref_dir, single_wall = reference_run(work)
         result = {"machine": machine(), "quick": args.quick, "date": time.strftime("%Y-%m-%d"),
-                  "errors": bench_errors(ref_dir, work, args.quick), "latency": bench_latency(work, max(reps, 3))}
+                  "errors": bench_errors(ref_dir, work, args.quick, max(reps, 3)), "latency": bench_latency(work, max(reps, 3))}
         if not args.quick:
             result["overhead"] = bench_overhead(ref_dir, work, reps)
             result["sweep"] = bench_sweep(work, single_wall)

@@ -13,6 +13,7 @@ from hydra.types import RunMode
 
 from .errors import EXIT_USER_ERROR, ConfigError
 from .schema import register
+from .short_lived import pause_collection, resume_collection
 from .summary import print_dry_run, print_summary, record_skipped
 from .values import value
 
@@ -45,6 +46,7 @@ def app(cfg) -> None:
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
+    resume_collection()  # the launcher may now wait for hours
     started = time.time()
     rc = start(cfg, prepared.node_commands)
     if not summarizes_here(cfg):  # a submitted SLURM job, or a node without rank 0: start() said what happened
@@ -71,6 +73,7 @@ def _skip_mode_probe() -> None:
 
 
 def main() -> None:
+    pause_collection()
     register()
     _skip_mode_probe()
     try:

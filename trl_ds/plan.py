@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .errors import EXIT_USER_ERROR, ConfigError
 from .memory.estimate import GiB, MiB, Estimate, Setup, estimate, setup_from_config
 from .params import describe_count
+from .short_lived import pause_collection
 from .steptime import StepTime, hardware_from_config, time_rows
 from .values import value
 
@@ -328,6 +329,8 @@ def load(overrides: Sequence[str]):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # the command line, not a caller in a longer-lived process
+        pause_collection()
     if "-h" in args or "--help" in args:
         print(__doc__.strip())
         return 0

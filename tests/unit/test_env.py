@@ -44,3 +44,15 @@ def test_cli_text_names_every_topic():
     for topic in ("packages:", "GPUs (nvidia-smi):", "libaio (NVMe offload):", "SLURM:", "NVMe path",
                   "distributed backends: gloo yes", "cpu_adam   installed"):
         assert topic in out.stdout, topic
+
+
+def test_package_versions_agree_with_importlib_metadata():
+    """env.json reads versions from dist-info folder names (fast); every installed distribution must agree."""
+    from importlib import metadata
+
+    from trl_ds.env import _normalize, installed_versions
+
+    found = installed_versions()
+    dists = list(metadata.distributions())
+    assert len(dists) > 50
+    assert {_normalize(d.metadata["Name"]): d.version for d in dists}.items() <= found.items()

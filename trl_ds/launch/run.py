@@ -60,8 +60,7 @@ def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: Optional[set
     """Wait for the node's launcher; stop it early, with the reason, on a missed rendezvous or a peer's failure."""
     deadline = time.monotonic() + node.rdzv_timeout + GRACE_S
     joined = attempts_before is None
-    while proc.poll() is None:
-        time.sleep(POLL_S)
+    while not _exited(proc):
         joined = joined or bool(_attempts(node.log_dir) - attempts_before)
         if not joined and time.monotonic() > deadline:
             _stop(proc)
@@ -71,6 +70,15 @@ def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: Optional[set
             _stop(proc)
             return Failure(f"node {node.rank} stopped its ranks because {peer_failure}")
     return None
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """Wait up to POLL_S; True as soon as the process ends (not at the next tick: a launch ends with no delay)."""
+    try:
+        proc.wait(timeout=POLL_S)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def _attempts(log_dir: str) -> set:
