@@ -1,17 +1,23 @@
-"""CLI processes that compose a config, answer and exit: no cyclic garbage collection.
+"""Processes that end soon: no cyclic garbage collection they do not need.
 
-Hydra's composition allocates some 100k small objects and the process frees them all when it ends. The collector's
-passes while composing, and its final pass over everything at interpreter teardown, cost about 0.1 s of a 0.6 s dry
-run; nothing is gained by them in a process that is about to end. `resume()` turns collection back on for a process
-that goes on for hours (the launcher watching its ranks).
+Python's last act at exit is a full collection over every object still alive, one by one. For a rank that has
+imported torch, transformers, DeepSpeed and TRL that pass took 1.9 s of a 13 s tiny run here (ranks end 2.7 s after
+their last line, 0.8 s with it skipped); for a CLI process that composed a Hydra config, 0.07 s of a 0.6 s dry run,
+plus ~0.03 s of collections while composing. Freezing what is alive at exit skips the pass; atexit handlers and
+stream flushes still run. `resume_collection()` turns collection back on for a process that goes on for hours
+(the launcher watching its ranks).
 """
 import atexit
 import gc
 
 
+def skip_final_collection() -> None:
+    atexit.register(gc.freeze)  # runs after the atexit handlers registered later (LIFO), before teardown
+
+
 def pause_collection() -> None:
     gc.disable()
-    atexit.register(gc.freeze)  # what is alive at exit is not swept object by object at teardown
+    skip_final_collection()
 
 
 def resume_collection() -> None:

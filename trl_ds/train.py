@@ -14,6 +14,7 @@ from transformers import TrainerCallback
 from .checkpoint import latest_complete, mark_complete, rotate
 from .memory.measure import measure_rank
 from .rundir import load_run_config, write_json
+from .short_lived import skip_final_collection
 from .trainer_config import FINAL_MODEL_DIR, TINY_MODEL_DIR
 from .trainers import count_parameters
 from .values import sp_size
@@ -181,4 +182,5 @@ def _sequence_parallel(trainer) -> int:
 
 
 if __name__ == "__main__":
+    skip_final_collection()
     sys.exit(main(sys.argv[1:]))
