@@ -14,7 +14,7 @@ from hydra.types import RunMode
 from .errors import EXIT_USER_ERROR, ConfigError
 from .schema import register
 from .short_lived import pause_collection, resume_collection
-from .summary import print_dry_run, print_summary, record_skipped
+from .summary import print_dry_run, print_summary, record_skipped, record_stopped
 from .values import value
 
 CONFIG_DIR = next(p for p in (os.path.join(os.path.dirname(__file__), "conf"),
@@ -29,6 +29,7 @@ def app(cfg) -> None:
     _task_started = True
     from .app import build, write_run_dir
     from .launch import start, summarizes_here
+    from .launch.run import Stopped
 
     hydra_cfg = HydraConfig.get()
     run_dir = os.path.abspath(hydra_cfg.runtime.output_dir)
@@ -48,7 +49,11 @@ def app(cfg) -> None:
         return
     resume_collection()  # the launcher may now wait for hours
     started = time.time()
-    rc = start(cfg, prepared.node_commands)
+    try:
+        rc = start(cfg, prepared.node_commands)
+    except Stopped as stop:  # a sweep stops too: the signal was for the whole command
+        record_stopped(run_dir, stop, time.time() - started, summarizes_here(cfg))
+        sys.exit(128 + stop.signum)
     if not summarizes_here(cfg):  # a submitted SLURM job, or a node without rank 0: start() said what happened
         if rc != 0 and not multirun:
             sys.exit(rc)

@@ -46,6 +46,16 @@ def record_skipped(run_dir: str, overrides, err) -> None:
                {"status": "skipped", "reason": " / ".join(err.problems), "run_dir": run_dir})
 
 
+def record_stopped(run_dir: str, stop, wall_seconds: float, writes_summary: bool) -> None:
+    """The launch was stopped by a signal (this node's launcher and ranks are gone): one line, no traceback."""
+    reason = f"stopped by {stop}"
+    if writes_summary:
+        write_json(os.path.join(run_dir, "summary.json"), {"status": "stopped", "reason": reason, "run_dir": run_dir,
+                                                           "wall_seconds": round(wall_seconds, 3)})
+    print(f"trl_ds: launch {reason}: this node's launcher and ranks were ended. To resume from the newest complete "
+          f"checkpoint, rerun the command with hydra.run.dir={run_dir}", file=sys.stderr)
+
+
 def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
     run_dir = prepared.run_dir
     path = os.path.join(run_dir, "summary.json")

@@ -12,8 +12,10 @@ import time
 from transformers import TrainerCallback
 
 from .checkpoint import latest_complete, mark_complete, rotate
+from .launch.failure import JOINED_FILE
+from .launch.torchrun import node_log_dir
 from .memory.measure import measure_rank
-from .rundir import load_run_config, write_json
+from .rundir import load_run_config, write_json, write_text
 from .short_lived import skip_final_collection
 from .trainer_config import FINAL_MODEL_DIR, TINY_MODEL_DIR
 from .trainers import count_parameters
@@ -26,6 +28,7 @@ def main(argv) -> int:
     run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank")][0])
     cfg = load_run_config(run_dir)
     state = init_distributed()
+    mark_joined(run_dir, state)
     if cfg.model.name_or_path is None:
         prepare_tiny_model(cfg, run_dir, state)
     trainer = build_trainer(cfg, run_dir)
@@ -110,6 +113,13 @@ def init_distributed():
 
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
     return PartialState(backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+def mark_joined(run_dir: str, state) -> None:
+    """Tell this node's launcher that the process group formed, which ends its join deadline (launch/run.py)."""
+    if state.is_local_main_process:
+        node = int(os.environ.get("GROUP_RANK") or os.environ.get("CROSS_RANK") or 0)  # torchrun, deepspeed
+        write_text(os.path.join(node_log_dir(run_dir, node), JOINED_FILE), f"{state.num_processes} ranks\n")
 
 
 def prepare_tiny_model(cfg, run_dir: str, state) -> None:

@@ -87,7 +87,7 @@ def start(cfg, node_commands: List[List[str]]) -> int:
     node = NodeView(rank=rank, nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node,
                     log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr}:{cfg.cluster.master_port}",
                     rdzv_timeout=cfg.launcher.rdzv_timeout)
-    rc = run_node(script, env, node, watch_rendezvous=value(cfg.launcher.name) == "torchrun")
+    rc = run_node(script, env, node, tell_peers=value(cfg.launcher.name) == "torchrun")
     if rc == 0 and rank != 0:
         print(f"trl_ds: node {rank} done; rank 0 on node 0 writes summary.json and metrics.jsonl in its run dir")
     return rc

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 FAILURE_FILE = "failure.json"
+JOINED_FILE = "joined"  # written by a node's first rank once the process group formed (every rank joined)
 # torchrun's "Root Cause (first observed failure)" block.
 TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
 # deepspeed.launcher.launch: "[... '--local_rank=1', ...] exits with return code = 7"

@@ -1,8 +1,9 @@
 """The one place that spawns: run this node's share of launch.sh, watch it, and say clearly how it ended.
 
-The watch bounds what torchrun alone leaves open: a node that never reaches the rendezvous ends the launch after
-launcher.rdzv_timeout, and a node whose ranks die tells the others (through the main node's rendezvous store),
-which stop at once instead of waiting in a process group that will never complete.
+The watch bounds what the launchers alone leave open: a node whose ranks have not joined the process group within
+launcher.rdzv_timeout ends the launch (torchrun has a rendezvous timeout, the deepspeed launcher none), and a
+torchrun node whose ranks die tells the others (through the main node's rendezvous store), which stop at once
+instead of waiting in a process group that will never complete. Stopping a launch ends its whole process tree.
 """
 import glob
 import os
@@ -13,34 +14,45 @@ import threading
 import time
 from typing import IO, List, Optional
 
-from .failure import FAILURE_FILE, Failure, NodeView, describe, never_reached, write_failure
+from .failure import FAILURE_FILE, JOINED_FILE, Failure, NodeView, describe, never_reached, write_failure
 from .failure import failed_rank_log, tail  # noqa: F401  (summary.py imports them from here)
 from .peers import Peers
 
 POLL_S = 0.5
-GRACE_S = 10  # torchrun's own start-up before its rendezvous clock starts
-STOP_WAIT_S = 40  # torchrun gives its ranks 30 s to end after SIGTERM before it kills them
+GRACE_S = 10  # the launcher's and the ranks' start-up before the rendezvous clock starts
+STOP_WAIT_S = 40  # torchrun and deepspeed's launch give their ranks 30 s to end after SIGTERM before killing them
 
 
-class Terminated(Exception):
-    """This launcher got SIGTERM (scancel, kill): the node's launcher and ranks must end with it."""
+class Stopped(Exception):
+    """This launcher got SIGTERM (scancel, kill) or SIGINT (Ctrl-C); the node's launcher and ranks were ended."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
-def run_node(cmd: List[str], env: dict, node: NodeView, watch_rendezvous: bool) -> int:
-    """Run cmd (launch.sh for this node); its output goes to the terminal and logs/node_K/launcher.log."""
+def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool) -> int:
+    """Run cmd (launch.sh for this node); its output goes to the terminal and logs/node_K/launcher.log.
+
+    tell_peers: announce this node's failure in the main node's rendezvous store, and stop on another's (torchrun).
+    """
     os.makedirs(node.log_dir, exist_ok=True)
-    _remove(os.path.join(node.log_dir, FAILURE_FILE))
+    for stale in (FAILURE_FILE, JOINED_FILE):  # from an earlier launch in this run dir
+        _remove(os.path.join(node.log_dir, stale))
     attempts_before = _attempts(node.log_dir)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     captured: List[str] = []
     pump = threading.Thread(target=_tee, args=(proc.stdout, os.path.join(node.log_dir, "launcher.log"), captured),
                             daemon=True)
     pump.start()
-    peers = Peers(node.endpoint) if node.nodes > 1 and watch_rendezvous else None
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    peers = Peers(node.endpoint) if node.nodes > 1 and tell_peers else None
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
     try:
-        stopped = _watch(proc, node, attempts_before if watch_rendezvous else None, peers)
-    except (KeyboardInterrupt, Terminated):
+        stopped = _watch(proc, node, attempts_before, peers)
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise Stopped(signal.SIGINT)
+    except Stopped:
         _stop(proc)
         raise
     finally:
@@ -55,13 +67,13 @@ def run_node(cmd: List[str], env: dict, node: NodeView, watch_rendezvous: bool) 
     return proc.returncode or 1
 
 
-def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: Optional[set], peers: Optional[Peers]
+def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: Optional[Peers]
            ) -> Optional[Failure]:
     """Wait for the node's launcher; stop it early, with the reason, on a missed rendezvous or a peer's failure."""
     deadline = time.monotonic() + node.rdzv_timeout + GRACE_S
-    joined = attempts_before is None
+    joined = False
     while not _exited(proc):
-        joined = joined or bool(_attempts(node.log_dir) - attempts_before)
+        joined = joined or _joined(node.log_dir, attempts_before)
         if not joined and time.monotonic() > deadline:
             _stop(proc)
             return never_reached(node)
@@ -81,6 +93,11 @@ def _exited(proc: subprocess.Popen) -> bool:
         return False
 
 
+def _joined(log_dir: str, attempts_before: set) -> bool:
+    """torchrun's rendezvous is done, or (any launcher) the ranks wrote that their process group formed."""
+    return os.path.exists(os.path.join(log_dir, JOINED_FILE)) or bool(_attempts(log_dir) - attempts_before)
+
+
 def _attempts(log_dir: str) -> set:
     """torchrun makes an attempt folder once the rendezvous is done and it starts the ranks."""
     return set(glob.glob(os.path.join(log_dir, "*", "attempt_*")))
@@ -96,18 +113,40 @@ def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
             sys.stderr.write(line)
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the node's launcher (launch.sh execs it), which ends its ranks; SIGKILL it if it does not end."""
-    proc.terminate()
+    """SIGTERM the node's launcher (launch.sh execs it) and everything under it; SIGKILL what outlives STOP_WAIT_S.
+
+    The whole tree, not the launcher alone: the deepspeed runner forwards no SIGTERM on one node or with --no_ssh,
+    so deepspeed.launcher.launch and the ranks would outlive it, holding the port and the CPUs.
+    """
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)  # now: once the launcher ends they are orphans
+    except psutil.NoSuchProcess:
+        children = []
+    for process in [proc, *children]:
+        _signal(process, signal.SIGTERM)
     try:
         proc.wait(timeout=STOP_WAIT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    for process in psutil.wait_procs(children, timeout=5)[1]:
+        _signal(process, signal.SIGKILL)
+
+
+def _signal(process, signum: int) -> None:
+    import psutil
+
+    try:
+        process.send_signal(signum)
+    except (ProcessLookupError, psutil.NoSuchProcess):  # it ended meanwhile
+        pass
 
 
 def _report(node: NodeView, failure: Failure) -> None:

@@ -36,7 +36,7 @@ def read_point(run_dir: str) -> dict:
     status = (summary or {}).get("status", "incomplete")
     plan = None
     if status != "skipped":  # plan.json is written before launch: a failed run has one too
-        plan = _load(run_dir, "plan.json", json.load, problems, required=status in ("completed", "failed"))
+        plan = _load(run_dir, "plan.json", json.load, problems, required=status in ("completed", "failed", "stopped"))
     ranks = read_ranks(run_dir, summary.get("world_size") if status == "completed" else None, problems)
     row = build_row(run_dir, overrides, summary or {}, plan, ranks)
     if problems:

@@ -80,7 +80,8 @@ def markdown_rows(rows: Sequence[dict], unit: int) -> Tuple[List[str], List[List
 def render_markdown(rows: Sequence[dict], sources: Sequence[str]) -> str:
     unit, unit_name = pick_unit(rows)
     head, body = markdown_rows(rows, unit)
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("completed", "failed", "skipped", "incomplete")}
+    statuses = ("completed", "failed", "stopped", "skipped", "incomplete")
+    counts = {s: sum(r["status"] == s for r in rows) for s in statuses}
     lines = ["# Memory study", "", f"Sources: {', '.join(sources)}. {len(rows)} points: "
              + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + ".", "", EXPLAIN.format(unit=unit_name), "",
              "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
