@@ -63,8 +63,8 @@ def test_node_started_alone_ends_within_the_timeout_naming_the_missing_node(tmp_
                                                                             expected):
     port = free_port()
     run_dir = tmp_path / "run"
-    node = start_node(two_node_args(tmp_path_factory, tmp_path, port, RDZV_TIMEOUT) + [f"cluster.node_rank={node_rank}"],
-                      run_dir)
+    args = two_node_args(tmp_path_factory, tmp_path, port, RDZV_TIMEOUT) + [f"cluster.node_rank={node_rank}"]
+    node = start_node(args, run_dir)
     rc, _, err, took = finish(node, RDZV_TIMEOUT + 120)
     assert rc != 0
     assert took < RDZV_TIMEOUT + SLACK_S

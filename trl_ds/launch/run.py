@@ -145,7 +145,7 @@ def _signal(process, signum: int) -> None:
 
     try:
         process.send_signal(signum)
-    except (ProcessLookupError, psutil.NoSuchProcess):  # it ended meanwhile
+    except psutil.NoSuchProcess:  # a child that ended meanwhile (Popen.send_signal skips an ended launcher itself)
         pass
 
 
