@@ -10,7 +10,7 @@ run: setup
 	$(PY) -m trl_ds
 
 test: setup
-	$(PY) -m trl_ds.build_ops
+	$(PY) -m trl_ds.launch.build_ops
 	$(PY) -m pytest -q -ra tests
 
 dry-run: setup

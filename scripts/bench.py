@@ -28,7 +28,7 @@ sys.path.insert(0, REPO)
 from trl_ds.launch import spawn_env  # noqa: E402
 
 # Both sides run as from an activated venv: its torchrun, and its ninja for DeepSpeed's JIT ops (another ninja
-# would rebuild them from scratch, see trl_ds/build_ops.py).
+# would rebuild them from scratch, see trl_ds/launch/build_ops.py).
 ENV = spawn_env()
 
 

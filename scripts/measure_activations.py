@@ -23,7 +23,7 @@ its fused LM head (trl/kernels/chunked_logprob.py) scores tiles of 4096 tokens Ã
 accumulates the lm_head gradient in fp32. The live bytes of every storage that head creates in forward and backward
 are tracked with a dispatch mode and storage weak references, and fitted the same way.
 
-trl_ds/memory/estimate.py holds the results as constants; tests/unit/test_estimate.py re-measures one shape per
+trl_ds/plan/memory.py holds the results as constants; tests/unit/test_estimate.py re-measures one shape per
 dtype with these functions and pins the constants.
 
     .venv/bin/python scripts/measure_activations.py --lora   # the LoRA tables and the additivity check

@@ -3,7 +3,7 @@
 --measure runs every point of the grid for real (2 CPU ranks, gloo, real DeepSpeed; ~1 min each on a loaded
 2-core box) and stores the steady-state seconds per optimizer step in docs/steptime_study.json; without it the
 stored measurements are reused. Then the calibrated model (--hardware, default conf/gpu/calibrated-cpu.yaml, written
-by `python -m trl_ds.calibrate`) predicts each point; the table, Spearman's rank correlation and the predicted
+by `python -m trl_ds.study.calibrate`) predicts each point; the table, Spearman's rank correlation and the predicted
 winner's gap to the measured fastest go to docs/steptime_study.md.
 """
 import argparse
@@ -16,9 +16,9 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from trl_ds.calibrate import spearman, steady_step_seconds, winner_gap  # noqa: E402
-from trl_ds.plan import load  # noqa: E402
-from trl_ds.steptime import accumulation_for, hardware_from_config, step_time  # noqa: E402
+from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap  # noqa: E402
+from trl_ds.plan.planner import load  # noqa: E402
+from trl_ds.plan.steptime import accumulation_for, hardware_from_config, step_time  # noqa: E402
 
 # A CPU-sized Llama (6.7M parameters) whose communication, optimizer and compute terms are all visible.
 MODEL = ["model.hidden_size=384", "model.intermediate_size=1024", "model.num_attention_heads=6",
@@ -35,7 +35,7 @@ def point_overrides(stage: int, offload: str, micro: int) -> list:
 
 
 def measure(stage: int, offload: str, micro: int) -> float:
-    """Seconds per optimizer step of a real run, steady state (trl_ds.calibrate.steady_step_seconds)."""
+    """Seconds per optimizer step of a real run, steady state (trl_ds.study.calibrate.steady_step_seconds)."""
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = [sys.executable, "-m", "trl_ds", *FIXED, *point_overrides(stage, offload, micro),
                f"hydra.run.dir={run_dir}"]

@@ -12,14 +12,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from .errors import EXIT_USER_ERROR, ConfigError
-from .schema import register
+from trl_ds.config.compose import CONFIG_DIR
+from trl_ds.config.schema import register
 from .short_lived import pause_collection, resume_collection
-from .summary import print_dry_run, print_summary, record_skipped, record_stopped
-from .values import value
+from trl_ds.launch.summary import print_dry_run, print_summary, record_skipped, record_stopped
+from trl_ds.config.values import value
 
-CONFIG_DIR = next(p for p in (os.path.join(os.path.dirname(__file__), "conf"),
-                              os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf"))
-                  if os.path.isdir(p))
 _task_started = False
 
 
@@ -27,7 +25,7 @@ _task_started = False
 def app(cfg) -> None:
     global _task_started
     _task_started = True
-    from .app import build, write_run_dir
+    from trl_ds.cli.app import build, write_run_dir
     from .launch import start, summarizes_here
     from .launch.run import Stopped
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from trl_ds.__main__ import CONFIG_DIR
-from trl_ds.app import build
+from trl_ds.cli.app import build
 from trl_ds.errors import ConfigError
-from trl_ds.values import world_size
+from trl_ds.config.values import world_size
 
 GROUPS = ["model", "zero", "offload", "cluster", "trainer", "precision", "launcher", "peft", "sp"]
 OPTIONS = {g: sorted(p.stem for p in (Path(CONFIG_DIR) / g).glob("*.yaml")) for g in GROUPS}

@@ -1,4 +1,4 @@
-"""`python -m trl_ds.calibrate` on this machine, and the calibrated step-time model against real 2-rank CPU runs.
+"""`python -m trl_ds.study.calibrate` on this machine, and the calibrated step-time model against real 2-rank CPU runs.
 
 The bar (issue 10): on a small grid of ZeRO stage × offload × micro-batch at a fixed global batch, the model's
 ranking agrees with the measured steady-state step times (Spearman >= 0.8) and its predicted winner is within 10 %
@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from conftest import REPO, require, run_app
-from trl_ds.calibrate import spearman, steady_step_seconds, winner_gap
-from trl_ds.steptime import Hardware
+from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap
+from trl_ds.plan.steptime import Hardware
 
 sys.path.insert(0, str(REPO / "scripts"))
 import steptime_study  # noqa: E402
@@ -30,7 +30,7 @@ SMALL_GRID = [(0, "none", 4), (1, "none", 1), (2, "none", 1), (3, "none", 1), (3
 @pytest.fixture(scope="module")
 def hardware_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("calibrate") / "hardware.yaml"
-    out = subprocess.run([sys.executable, "-m", "trl_ds.calibrate", "--out", str(path), "--nvme-path",
+    out = subprocess.run([sys.executable, "-m", "trl_ds.study.calibrate", "--out", str(path), "--nvme-path",
                           str(path.parent)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return path

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from trl_ds.check_equivalence import LOSS_RTOL, WEIGHT_RTOL, main
-from trl_ds.data import tiny_sft_examples
+from trl_ds.study.equivalence import LOSS_RTOL, WEIGHT_RTOL, main
+from trl_ds.worker.data import tiny_sft_examples
 
 pytestmark = pytest.mark.integration
 

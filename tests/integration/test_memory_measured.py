@@ -1,7 +1,7 @@
 """The estimator's model-state bytes against the real engine: 2 CPU ranks, fp32, ZeRO 0-3 × offload none/cpu.
 
 Each run's worker counts, after training, the bytes its engine's tensors hold (memory/rank_K.json, see
-trl_ds/memory/measure.py); plan.json in the same run dir holds the estimate the app made before launching. They
+trl_ds/worker/measure.py); plan.json in the same run dir holds the estimate the app made before launching. They
 must agree within 1% per kind (parameters, gradients, optimizer state) on every rank.
 """
 import pytest

@@ -30,7 +30,7 @@ def rank_pid(run_dir, rank):
             environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        if b"trl_ds.train" in cmdline and str(run_dir).encode() in cmdline and f"RANK={rank}".encode() in environ:
+        if b"trl_ds.worker.train" in cmdline and str(run_dir).encode() in cmdline and f"RANK={rank}".encode() in environ:
             return int(pid)
     return None
 

@@ -110,7 +110,7 @@ def test_accelerate_launch_runs_the_run_dir(tmp_path):
     out = run_app(["zero=stage3", "trainer.max_steps=2", "dry_run=true"], run_dir)
     assert out.returncode == 0, out.stderr
     accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
-    launched = subprocess.run([*accelerate, "--config_file", str(run_dir / "accelerate.yaml"), "-m", "trl_ds.train",
+    launched = subprocess.run([*accelerate, "--config_file", str(run_dir / "accelerate.yaml"), "-m", "trl_ds.worker.train",
                                str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert launched.returncode == 0, launched.stderr[-3000:]
     summary = read_json(run_dir / "summary.json")

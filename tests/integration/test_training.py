@@ -81,7 +81,7 @@ def test_stage3_rank_holds_only_its_partition(tmp_path):
 
 
 def test_model_from_a_local_folder(tmp_path, compose_cfg):
-    from trl_ds.models import save_tiny_model
+    from trl_ds.worker.models import save_tiny_model
 
     folder = tmp_path / "my-model"
     save_tiny_model(compose_cfg().model, str(folder), seed=1)

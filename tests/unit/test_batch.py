@@ -1,6 +1,6 @@
 import pytest
 
-from trl_ds.batch import Batch, resolve_batch
+from trl_ds.config.batch import Batch, resolve_batch
 from trl_ds.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""`python -m trl_ds.env`: this machine as trl_ds sees it; the fast part (env.json) never imports torch."""
+"""`python -m trl_ds.launch.env`: this machine as trl_ds sees it; the fast part (env.json) never imports torch."""
 import json
 import os
 import shutil
@@ -9,7 +9,7 @@ from conftest import REPO
 
 
 def test_fast_part_needs_no_torch():
-    code = ("import json, sys; from trl_ds.env import collect_env; env = collect_env('/tmp/x/nvme'); "
+    code = ("import json, sys; from trl_ds.launch.env import collect_env; env = collect_env('/tmp/x/nvme'); "
             "print(json.dumps(env)); assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -22,7 +22,7 @@ def test_fast_part_needs_no_torch():
 
 
 def test_cli_reports_ops_backends_and_devices(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "trl_ds.env", "--json", "--nvme-path", str(tmp_path / "nvme")],
+    out = subprocess.run([sys.executable, "-m", "trl_ds.launch.env", "--json", "--nvme-path", str(tmp_path / "nvme")],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     env = json.loads(out.stdout)
@@ -39,7 +39,7 @@ def test_cli_reports_ops_backends_and_devices(tmp_path):
 
 
 def test_cli_text_names_every_topic():
-    out = subprocess.run([sys.executable, "-m", "trl_ds.env"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "trl_ds.launch.env"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     for topic in ("packages:", "GPUs (nvidia-smi):", "libaio (NVMe offload):", "SLURM:", "NVMe path",
                   "distributed backends: gloo yes", "cpu_adam   installed"):
@@ -50,7 +50,7 @@ def test_package_versions_agree_with_importlib_metadata():
     """env.json reads versions from dist-info folder names (fast); every installed distribution must agree."""
     from importlib import metadata
 
-    from trl_ds.env import _normalize, installed_versions
+    from trl_ds.launch.env import _normalize, installed_versions
 
     found = installed_versions()
     dists = list(metadata.distributions())

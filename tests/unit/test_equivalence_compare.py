@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from trl_ds.check_equivalence import batch_shapes, compare, render_table, zero_points
+from trl_ds.study.equivalence import batch_shapes, compare, render_table, zero_points
 
 
 def fake_run(path, losses, scale):

@@ -11,9 +11,9 @@ from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem
 
 from trl_ds.errors import ConfigError
 from trl_ds.memory import estimate as est
-from trl_ds.memory.estimate import GiB, estimate, setup_from_config
-from trl_ds.params import architecture, count_params
-from trl_ds.plan import check_fit
+from trl_ds.plan.memory import GiB, estimate, setup_from_config
+from trl_ds.plan.params import architecture, count_params
+from trl_ds.plan.planner import check_fit
 
 sys.path.insert(0, "scripts")
 import measure_activations  # noqa: E402  (scripts/ is not a package)

@@ -4,11 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from trl_ds import plan
+from trl_ds.plan import planner as plan
 from trl_ds.memory import estimate as est
-from trl_ds.memory.estimate import estimate, setup_from_config
-from trl_ds.params import count_lora
-from trl_ds.steptime import Hardware, collectives, compute_seconds, optimizer_seconds, step_time
+from trl_ds.plan.memory import estimate, setup_from_config
+from trl_ds.plan.params import count_lora
+from trl_ds.plan.steptime import Hardware, collectives, compute_seconds, optimizer_seconds, step_time
 
 LORA_8B = ["model=llama3-8b", "zero=stage3", "cluster=1x8", "peft=lora"]
 HW = Hardware(peak_tflops=100, efficiency=0.5, hbm_gbps=1000, pcie_gbps=20, intra_node_gbps=200, inter_node_gbps=20,

@@ -1,4 +1,4 @@
-"""`python -m trl_ds.export`: the three config files of a run, for people who keep their own scripts."""
+"""`python -m trl_ds.cli.export`: the three config files of a run, for people who keep their own scripts."""
 import json
 import subprocess
 import sys
@@ -9,7 +9,7 @@ from conftest import REPO
 
 
 def export(args):
-    return subprocess.run([sys.executable, "-m", "trl_ds.export", *args], cwd=REPO, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "trl_ds.cli.export", *args], cwd=REPO, capture_output=True, text=True)
 
 
 def test_export_writes_the_three_files(tmp_path):

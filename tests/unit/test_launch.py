@@ -10,12 +10,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import REPO, run_app
-from trl_ds.deepspeed_config import build_ds_config
+from trl_ds.build.deepspeed_config import build_ds_config
 from trl_ds.errors import ConfigError
 from trl_ds.launch import build_commands, launch_env, render_launch_files, summarizes_here, write_launch_files
 from trl_ds.launch.script import format_command
 from trl_ds.launch.slurm import sbatch_word
-from trl_ds.validate import validate
+from trl_ds.check.validate import validate
 
 HOSTILE_LINE = "a b 'q' \"dq\" ; $(touch pwned) `touch pwned2` \\ $HOME %j #not a comment"
 HOSTILE = HOSTILE_LINE + "\nsecond line"
@@ -38,7 +38,7 @@ def test_single_node_torchrun_is_standalone_with_rendezvous_settings(compose_cfg
     _, cmds = commands(compose_cfg, ["launcher.rdzv_timeout=30", "launcher.max_restarts=2"])
     assert cmds == [["torchrun", "--nnodes", "1", "--nproc_per_node", "2", "--standalone", "--rdzv_conf",
                      "timeout=30", "--max_restarts", "2", "--log_dir", f"{RUN}/logs/node_0", "--redirects", "3",
-                     "-m", "trl_ds.train", RUN]]
+                     "-m", "trl_ds.worker.train", RUN]]
 
 
 def test_multi_node_torchrun_has_one_static_command_per_node(compose_cfg):
@@ -58,7 +58,7 @@ def test_deepspeed_single_node_needs_no_ssh(compose_cfg):
     _, cmds = commands(compose_cfg, ["launcher=deepspeed"])
     assert cmds == [["deepspeed", "--hostfile", f"{RUN}/hostfile", "--master_addr", "127.0.0.1", "--master_port",
                      "29500", "--no_ssh_check", "--enable_each_rank_log", f"{RUN}/logs/node_0", "--module",
-                     "trl_ds.train", RUN]]
+                     "trl_ds.worker.train", RUN]]
 
 
 def test_deepspeed_ssh_mode_is_one_command_on_node_0(compose_cfg):

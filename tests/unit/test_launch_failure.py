@@ -6,7 +6,7 @@ from trl_ds.launch.failure import Failure, NodeView, describe, exit_text, failed
 
 TORCHRUN_FAILURE = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-trl_ds.train FAILED
+trl_ds.worker.train FAILED
 ------------------------------------------------------------
 Failures:
 [1]:
@@ -28,7 +28,7 @@ Root Cause (first observed failure):
 ============================================================
 """
 DEEPSPEED_FAILURE = ("[2026-12-02 12:00:00,000] [ERROR] [launch.py:341:sigkill_handler] ['/venv/bin/python', '-u', "
-                     "'-m', 'trl_ds.train', '--local_rank=1', '/runs/r'] exits with return code = 7\n")
+                     "'-m', 'trl_ds.worker.train', '--local_rank=1', '/runs/r'] exits with return code = 7\n")
 
 
 def node(tmp_path, rank=1):

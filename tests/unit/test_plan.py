@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from conftest import REPO, read_json, run_app
-from trl_ds.plan import OFFLOADS, grid, recommend, valid
-from trl_ds.memory.estimate import GiB, setup_from_config
+from trl_ds.plan.planner import OFFLOADS, grid, recommend, valid
+from trl_ds.plan.memory import GiB, setup_from_config
 
 PSI_70B, L_MAX_70B = 70_553_706_496, 128_256 * 8192
 ARGS_70B = ["model=llama3-70b", "cluster=1x8", "trainer.max_length=2048"]
@@ -142,7 +142,7 @@ def test_app_writes_plan_json_and_warns_when_asked(tmp_path):
 
 @pytest.mark.parametrize("mode,expected", [("auto", "warn"), ("off", "off")])
 def test_cpu_default_is_warn(compose_cfg, mode, expected):
-    from trl_ds.plan import preflight_mode
+    from trl_ds.plan.planner import preflight_mode
 
     assert preflight_mode(compose_cfg([f"preflight.memory={mode}"])) == expected
     assert preflight_mode(compose_cfg(["cluster=1x8"])) == "error"

@@ -1,4 +1,4 @@
-"""trl_ds/steptime.py: each term against its formula, the hardware presets and their overrides."""
+"""trl_ds/plan/steptime.py: each term against its formula, the hardware presets and their overrides."""
 import os
 from dataclasses import replace
 
@@ -6,8 +6,8 @@ import pytest
 
 from trl_ds.__main__ import CONFIG_DIR
 from trl_ds.errors import ConfigError
-from trl_ds.memory.estimate import setup_from_config
-from trl_ds.steptime import (Hardware, collectives, compute_seconds, hardware_from_config, offload_seconds,
+from trl_ds.plan.memory import setup_from_config
+from trl_ds.plan.steptime import (Hardware, collectives, compute_seconds, hardware_from_config, offload_seconds,
                              optimizer_seconds, step_time, zero_seconds)
 
 HW = Hardware(peak_tflops=100, efficiency=0.5, hbm_gbps=1000, pcie_gbps=20, intra_node_gbps=200, inter_node_gbps=20,

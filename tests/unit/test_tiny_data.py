@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from trl_ds.data import NUMBERS, write_tiny_dataset
-from trl_ds.rewards import arithmetic_reward
-from trl_ds.trainer_rules import NEEDED_COLUMNS
+from trl_ds.worker.data import NUMBERS, write_tiny_dataset
+from trl_ds.worker.rewards import arithmetic_reward
+from trl_ds.check.trainer_rules import NEEDED_COLUMNS
 
 
 @pytest.mark.parametrize("trainer", list(NEEDED_COLUMNS))
@@ -31,7 +31,7 @@ def test_arithmetic_reward():
 
 def test_tiny_model_folder_names_its_architecture(tmp_path, compose_cfg):
     """TRL builds DPO's reference model from the policy's folder, by the architecture its config.json records."""
-    from trl_ds.models import save_tiny_model
+    from trl_ds.worker.models import save_tiny_model
 
     save_tiny_model(compose_cfg().model, str(tmp_path / "model"), seed=0)
     config = json.loads((tmp_path / "model" / "config.json").read_text())

@@ -5,9 +5,9 @@ import os
 import pytest
 
 from conftest import run_app
-from trl_ds.dataset_columns import first_record_columns
+from trl_ds.check.dataset_columns import first_record_columns
 from trl_ds.errors import ConfigError
-from trl_ds.validate import validate
+from trl_ds.check.validate import validate
 
 
 def problems(compose_cfg, overrides, launching=False, tmp_path="/tmp/run"):
@@ -25,7 +25,7 @@ def problems(compose_cfg, overrides, launching=False, tmp_path="/tmp/run"):
     (["trainer=dpo", "trainer.reward_funcs=[a.b]"], "trainer.reward_funcs=[a.b] is an option of trainer=grpo only"),
     (["trainer=grpo", "trainer.max_length=128"], "trainer.max_length=128 is an option of trainer=sft/dpo/reward only"),
     (["trainer=grpo", "trainer.reward_funcs=[]"], "trainer=grpo needs at least one reward function. Set "
-                                                  "trainer.reward_funcs=[trl_ds.rewards.arithmetic_reward]"),
+                                                  "trainer.reward_funcs=[trl_ds.worker.rewards.arithmetic_reward]"),
     (["trainer=grpo", "trainer.num_generations=1"], "trainer.num_generations=1 must be at least 2"),
     (["trainer=grpo", "trainer.num_generations=3"], "trainer=grpo: the global batch 4 is not a multiple of "
                                                     "trainer.num_generations=3. Set trainer.num_generations to a "
@@ -96,7 +96,7 @@ def test_grpo_data_needs_prompts(compose_cfg, tmp_path):
 @pytest.mark.parametrize("path,message", [
     ("no_such_pkg.rewards.fn", "trainer.reward_funcs: no_such_pkg.rewards.fn does not import (ModuleNotFoundError: "
                                "No module named 'no_such_pkg'). Give module.function importable from this folder"),
-    ("trl_ds.rewards.nope", "trainer.reward_funcs: module trl_ds.rewards has no function nope."),
+    ("trl_ds.worker.rewards.nope", "trainer.reward_funcs: module trl_ds.worker.rewards has no function nope."),
     ("correctness", "trainer.reward_funcs: correctness is not a dotted path."),
 ])
 def test_reward_function_must_import(compose_cfg, path, message):

@@ -47,12 +47,12 @@ def test_trl_cli_parses_trainer_yaml_into_its_config_class(tmp_path, trainer):
 def test_trainer_options_reach_their_trainer(tmp_path):
     run_dir = tmp_path / "run"
     out = run_app(["trainer=grpo", "trainer.num_generations=2", "trainer.max_completion_length=6",
-                   "trainer.beta=0.04", "trainer.reward_funcs=[trl_ds.rewards.arithmetic_reward,my.mod.fn]",
+                   "trainer.beta=0.04", "trainer.reward_funcs=[trl_ds.worker.rewards.arithmetic_reward,my.mod.fn]",
                    "dry_run=true"], run_dir)
     assert out.returncode == 0, out.stderr
     (script, training, _, _), _ = parse_like_trl_cli("grpo", run_dir / "trainer.yaml")
     assert (training.num_generations, training.max_completion_length, training.beta) == (2, 6, 0.04)
-    assert script.reward_funcs == ["trl_ds.rewards.arithmetic_reward", "my.mod.fn"]
+    assert script.reward_funcs == ["trl_ds.worker.rewards.arithmetic_reward", "my.mod.fn"]
     (_, dpo, _, _), _ = parse_like_trl_cli("dpo", _dry_run(tmp_path / "dpo", ["trainer=dpo", "trainer.beta=0.3"]))
     assert (dpo.beta, dpo.max_length) == (0.3, 64)
 

@@ -1,9 +1,9 @@
 """Every cross-group rule, pinned by its message; all problems are reported at once."""
 import pytest
 
-from trl_ds import validate as validate_mod
+from trl_ds.check import validate as validate_mod
 from trl_ds.errors import ConfigError
-from trl_ds.validate import validate
+from trl_ds.check.validate import validate
 
 
 def problems_of(cfg, launching=False, run_dir="/tmp/run"):
@@ -47,7 +47,7 @@ def test_half_precision_on_cpu(compose_cfg):
 
 
 def test_auto_precision_is_bf16_on_gpu_clusters(compose_cfg):
-    from trl_ds.values import dtype
+    from trl_ds.config.values import dtype
     assert dtype(compose_cfg(["cluster=1x8"])) == "bf16"
     assert dtype(compose_cfg()) == "fp32"
 

@@ -10,8 +10,8 @@ import sys
 from typing import Dict, List
 
 from ..errors import ConfigError
-from ..rundir import write_text
-from ..values import value
+from trl_ds.build.layout import write_text
+from trl_ds.config.values import value
 from .deepspeed import HOSTFILE, build_deepspeed_commands, load_hosts
 from .failure import NodeView
 from .hostfile import render_hostfile

@@ -2,7 +2,7 @@
 launcher.no_ssh, one command per node (each started by hand or by srun) that joins at cluster.master_addr."""
 from typing import List, Tuple
 
-from ..values import value
+from trl_ds.config.values import value
 from .hostfile import Host, check_against_cluster, default_hosts, read_hostfile, select_slots
 from .script import main_addr_word
 from .torchrun import WORKER_MODULE, node_log_dir

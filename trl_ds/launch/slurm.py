@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Dict, List
 
-from ..values import value
+from trl_ds.config.values import value
 
 SBATCH_SCRIPT = "sbatch.sh"
 # Shell lines (launch.sh, and this module under an allocation): rank 0's node is the job's first node, at the

@@ -8,7 +8,7 @@ from typing import List
 
 from .script import main_addr_word
 
-WORKER_MODULE = "trl_ds.train"
+WORKER_MODULE = "trl_ds.worker.train"
 
 
 def node_log_dir(run_dir: str, node_rank: int) -> str:

@@ -14,6 +14,6 @@ if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
 fi
 export NCCL_SOCKET_IFNAME=ib0
 case "$NODE_RANK" in
-  0) exec deepspeed --hostfile "$RUN_DIR"/hostfile --master_addr "$MAIN_ADDR" --master_port 29500 --enable_each_rank_log "$RUN_DIR"/logs/node_0 --module trl_ds.train "$RUN_DIR" ;;
+  0) exec deepspeed --hostfile "$RUN_DIR"/hostfile --master_addr "$MAIN_ADDR" --master_port 29500 --enable_each_rank_log "$RUN_DIR"/logs/node_0 --module trl_ds.worker.train "$RUN_DIR" ;;
   *) echo "trl_ds: NODE_RANK must be 0..0, got $NODE_RANK" >&2; exit 2 ;;
 esac

@@ -14,7 +14,7 @@ if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
 fi
 export NCCL_SOCKET_IFNAME=ib0
 case "$NODE_RANK" in
-  0) exec torchrun --nnodes 2 --nproc_per_node 8 --node_rank 0 --master_addr "$MAIN_ADDR" --master_port 29500 --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_0 --redirects 3 -m trl_ds.train "$RUN_DIR" ;;
-  1) exec torchrun --nnodes 2 --nproc_per_node 8 --node_rank 1 --master_addr "$MAIN_ADDR" --master_port 29500 --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_1 --redirects 3 -m trl_ds.train "$RUN_DIR" ;;
+  0) exec torchrun --nnodes 2 --nproc_per_node 8 --node_rank 0 --master_addr "$MAIN_ADDR" --master_port 29500 --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_0 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
+  1) exec torchrun --nnodes 2 --nproc_per_node 8 --node_rank 1 --master_addr "$MAIN_ADDR" --master_port 29500 --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_1 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
   *) echo "trl_ds: NODE_RANK must be 0..1, got $NODE_RANK" >&2; exit 2 ;;
 esac

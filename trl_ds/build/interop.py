@@ -1,0 +1,102 @@
+"""Files for people who launch with their own tools: accelerate.yaml, and the "auto" flavour of ds_config.json.
+
+`accelerate launch --config_file accelerate.yaml` (and `trl <cmd> --config trainer.yaml`, which names it) starts the
+same DeepSpeed setup as trl_ds: the DeepSpeed JSON is referenced, not restated, so the two cannot disagree.
+"""
+import copy
+import os
+from typing import Any, Dict
+
+import yaml
+
+from trl_ds.build.layout import write_json, write_text
+from trl_ds.build.trainer_config import ACCELERATE_YAML, TRAINER_YAML
+from trl_ds.config.values import sp_size, value, world_size
+
+# Keys Hugging Face's Trainer fills from its TrainingArguments when they hold "auto" (HfTrainerDeepSpeedConfig).
+AUTO_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+             "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps", "optimizer.params.weight_decay",
+             "bf16.enabled", "fp16.enabled")
+
+
+def build_accelerate_config(cfg, run_dir: str) -> Dict[str, Any]:
+    """accelerate's ClusterConfig for DeepSpeed with our ds_config.json.
+
+    mixed_precision is left out on purpose: with a deepspeed_config_file, accelerate refuses one from the config file
+    (the JSON's bf16/fp16 blocks decide).
+    """
+    c = cfg.cluster
+    config: Dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "DEEPSPEED",
+        "deepspeed_config": {
+            "deepspeed_config_file": os.path.join(run_dir, "ds_config.json"),
+            "deepspeed_multinode_launcher": "standard",  # torchrun on each node, as trl_ds launches
+            "zero3_init_flag": cfg.zero.stage == 3,
+        },
+        "machine_rank": c.node_rank,
+        "num_machines": c.nodes,
+        "num_processes": world_size(cfg),  # all ranks of all nodes, as accelerate counts them
+        "rdzv_backend": "static",
+        "same_network": True,
+        "use_cpu": False,
+        "debug": False,
+        "main_training_function": "main",
+    }
+    if c.nodes > 1:
+        config.update(main_process_ip=c.master_addr, main_process_port=c.master_port)
+    else:
+        config["main_process_port"] = 0  # a free port, as trl_ds's own single-node launch: parallel runs never collide
+    if sp_size(cfg) > 1:
+        config["parallelism_config"] = _parallelism_block(cfg)
+    return config
+
+
+def _parallelism_block(cfg) -> Dict[str, Any]:
+    """Ulysses as accelerate's parallelism_config: sp ranks share a sequence, ZeRO shards over the rest."""
+    size = sp_size(cfg)
+    return {
+        "parallelism_config_dp_replicate_size": 1,
+        "parallelism_config_dp_shard_size": world_size(cfg) // size,
+        "parallelism_config_sp_size": size,
+        "parallelism_config_sp_backend": "deepspeed",
+        "parallelism_config_sp_seq_length_is_variable": True,
+        "parallelism_config_sp_attn_implementation": cfg.sp.attn_implementation,
+    }
+
+
+def parallelism_config(cfg):
+    """The same settings as an accelerate ParallelismConfig object, for the worker's trainer args."""
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils import DeepSpeedSequenceParallelConfig
+
+    handler = DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=True,
+                                              sp_attn_implementation=cfg.sp.attn_implementation)
+    return ParallelismConfig(dp_replicate_size=1, dp_shard_size=world_size(cfg) // sp_size(cfg),
+                             sp_size=sp_size(cfg), sp_backend="deepspeed", sp_handler=handler)
+
+
+def auto_ds_config(ds_config: Dict[str, Any]) -> Dict[str, Any]:
+    """The JSON with "auto" where Hugging Face's Trainer fills values from its own arguments."""
+    auto = copy.deepcopy(ds_config)
+    for dotted in AUTO_KEYS:
+        *parents, leaf = dotted.split(".")
+        node = auto
+        for key in parents:
+            node = node.get(key, {})
+        if leaf in node:
+            node[leaf] = "auto"
+    return auto
+
+
+def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_args: Dict[str, Any]) -> None:
+    """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read."""
+    command = value(cfg.trainer.name)
+    machine_rank = " --machine_rank NODE_RANK" if cfg.cluster.nodes > 1 else ""
+    write_json(os.path.join(folder, "ds_config.json"), ds_config)
+    write_text(os.path.join(folder, TRAINER_YAML),
+               f"# trl {command} --config trainer.yaml   (TRL's own argument names; it launches with accelerate.yaml)\n"
+               + yaml.safe_dump(trainer_args, sort_keys=False))
+    write_text(os.path.join(folder, ACCELERATE_YAML),
+               f"# accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's "
+               f"DeepSpeed setup)\n" + yaml.safe_dump(build_accelerate_config(cfg, folder), sort_keys=False))

@@ -1,0 +1,113 @@
+"""TRL trainer arguments, from the same resolved numbers as the DeepSpeed JSON.
+
+The dict is what `trainer.yaml` holds: TRL's own names, loadable by `trl <trainer> --config trainer.yaml` (which
+also picks up `accelerate_config`, so TRL's CLI launches with the same DeepSpeed setup). The worker parses the same
+file with the same TRL parser.
+"""
+import os
+from typing import Any, Dict, Tuple
+
+from trl_ds.config.batch import Batch
+from trl_ds.build.checkpoint import CHECKPOINT_DIR
+from trl_ds.config.values import dtype, sp_size, value
+
+# Fields of the trainer group that every TRL trainer takes, passed through unchanged.
+PASSTHROUGH = ("max_steps", "per_device_train_batch_size", "learning_rate", "weight_decay", "adam_beta1",
+               "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "logging_steps",
+               "dataloader_num_workers", "report_to")
+# Fields only some trainers take (their TRL config classes have no such argument otherwise).
+TRAINER_ONLY: Dict[str, Tuple[str, ...]] = {
+    "max_length": ("sft", "dpo", "reward"),
+    "beta": ("dpo", "grpo"),
+    "num_generations": ("grpo",),
+    "max_completion_length": ("grpo",),
+    "temperature": ("grpo",),
+    "reward_funcs": ("grpo",),
+}
+
+TINY_MODEL_DIR = "model"  # the tiny model is built and saved here by the first rank
+TINY_DATA_DIR = "data"  # the built-in dataset is written here at build time
+TRAINER_YAML = "trainer.yaml"
+ACCELERATE_YAML = "accelerate.yaml"
+FINAL_MODEL_DIR = "final_model"  # the trained weights, loadable with from_pretrained
+
+
+def model_path(cfg, run_dir: str) -> str:
+    return cfg.model.name_or_path or os.path.join(run_dir, TINY_MODEL_DIR)
+
+
+def dataset_path(cfg, run_dir: str) -> str:
+    name = cfg.trainer.dataset_name
+    return os.path.join(run_dir, TINY_DATA_DIR) if name == "tiny" else name
+
+
+def trainer_keys(name: str) -> Tuple[str, ...]:
+    return PASSTHROUGH + tuple(k for k, owners in TRAINER_ONLY.items() if name in owners)
+
+
+def build_trainer_args(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
+    t = cfg.trainer
+    precision = dtype(cfg)
+    args: Dict[str, Any] = {
+        # ScriptArguments / ModelConfig of `trl <cmd> --config`
+        "model_name_or_path": model_path(cfg, run_dir),
+        "dataset_name": dataset_path(cfg, run_dir),
+        "dataset_train_split": t.dataset_train_split,
+        # training arguments
+        "output_dir": os.path.join(run_dir, CHECKPOINT_DIR),
+        "seed": cfg.seed,
+        "gradient_accumulation_steps": batch.accumulation,
+        "bf16": precision == "bf16",
+        "fp16": precision == "fp16",
+        **checkpoint_args(cfg),
+        "deepspeed": os.path.join(run_dir, "ds_config.json"),
+    }
+    name = value(t.name)
+    args.update({k: _plain(t[k]) for k in trainer_keys(name)})
+    # transformers 5 renamed gradient_checkpointing (a deprecated alias now); the group keeps the familiar name.
+    args["activation_checkpointing"] = t.gradient_checkpointing
+    args.update(peft_args(cfg))
+    args.update(sequence_parallel_args(cfg))
+    # Not a TRL argument: `trl <cmd>` hands it to `accelerate launch --config_file`.
+    args["accelerate_config"] = os.path.join(run_dir, ACCELERATE_YAML)
+    return args
+
+
+def peft_args(cfg) -> Dict[str, Any]:
+    """TRL's ModelConfig names, which `trl <cmd>` turns into a peft.LoraConfig (get_peft_config)."""
+    p = cfg.peft
+    if value(p.name) == "none":
+        return {}
+    args = {"use_peft": True, "lora_r": p.r, "lora_alpha": p.lora_alpha, "lora_dropout": p.lora_dropout,
+            "lora_target_modules": list(p.target_modules)}
+    if value(cfg.trainer.name) == "reward":
+        # The reward model's score head is new: it trains in full beside the adapters.
+        args.update(lora_task_type="SEQ_CLS", lora_modules_to_save=["score"])
+    return args
+
+
+def sequence_parallel_args(cfg) -> Dict[str, Any]:
+    """Ulysses shards each sequence across sp.size ranks: lengths must divide, attention must take position_ids.
+
+    On CPU every batch is padded to max_length: DeepSpeed gathers each sp group's batches, and gloo (unlike NCCL)
+    gathers equal shapes only.
+    """
+    size = sp_size(cfg)
+    if size == 1:
+        return {}
+    multiple = cfg.trainer.max_length if value(cfg.cluster.device) == "cpu" else size
+    return {"pad_to_multiple_of": multiple, "attn_implementation": cfg.sp.attn_implementation}
+
+
+def _plain(x: Any) -> Any:
+    """YAML wants plain lists, not OmegaConf's."""
+    return list(x) if hasattr(x, "__iter__") and not isinstance(x, str) else x
+
+
+def checkpoint_args(cfg) -> Dict[str, Any]:
+    """transformers saves; trl_ds marks complete and rotates (transformers' own rotation could delete the last
+    complete checkpoint before the new one is marked)."""
+    every = cfg.checkpoint.every_steps
+    if every <= 0:
+        return {"save_strategy": "no"}
+    return {"save_strategy": "steps", "save_steps": every, "save_total_limit": None}

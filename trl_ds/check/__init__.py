@@ -1,0 +1,1 @@
+"""Checks before launch: every cross-group rule, all problems in one ConfigError, nothing spawned."""

@@ -1,0 +1,39 @@
+"""May this launch write into an existing run dir? Only a relaunch of the same config (to resume, or a real launch
+after its own dry run); a run dir of another config is never overwritten."""
+import os
+from typing import Dict, List
+
+import yaml
+from omegaconf import OmegaConf
+
+from trl_ds.build.layout import RESOLVED_CONFIG
+
+# Keys that may change between launches of the same run: how it is started, not what it trains.
+RELAUNCH_KEYS = ("dry_run", "resume", "cluster.node_rank", "trainer.max_steps", "preflight.", "launcher.")
+
+
+def check_run_dir(cfg, run_dir: str) -> List[str]:
+    saved_path = os.path.join(run_dir, RESOLVED_CONFIG)
+    if not os.path.isfile(saved_path):
+        return []
+    with open(saved_path) as f:
+        saved = flatten(yaml.safe_load(f) or {})
+    now = flatten(yaml.safe_load(OmegaConf.to_yaml(cfg, resolve=True)))
+    changed = sorted(k for k in saved.keys() | now.keys()
+                     if saved.get(k) != now.get(k) and not k.startswith(RELAUNCH_KEYS))
+    if not changed:
+        return []
+    shown = ", ".join(f"{k}: {saved.get(k)!r} → {now.get(k)!r}" for k in changed[:5])
+    more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+    return [f"hydra.run.dir={run_dir} already holds a run of another config ({shown}{more}); trl_ds does not "
+            f"overwrite it. Use a new hydra.run.dir, or the same overrides to resume that run."]
+
+
+def flatten(tree: Dict, prefix: str = "") -> Dict:
+    flat = {}
+    for key, val in tree.items():
+        if isinstance(val, dict) and val:
+            flat.update(flatten(val, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = val
+    return flat

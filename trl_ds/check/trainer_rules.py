@@ -1,0 +1,180 @@
+"""What each trainer, LoRA and Ulysses need, checked in the launching process before any rank starts.
+
+Pure rules take the config and return problems; the `*_here` rules look at this machine (dataset files, importable
+reward functions, installed loggers) and run for real launches only. No torch.
+"""
+import dataclasses
+import importlib
+import importlib.util
+import math
+from typing import List, Optional
+
+from omegaconf import ListConfig
+
+from trl_ds.config.batch import Batch
+from trl_ds.check.dataset_columns import first_record_columns
+from trl_ds.plan.params import architecture, layer_modules
+from trl_ds.config.schema import TrainerConfig
+from trl_ds.build.trainer_config import TRAINER_ONLY
+from trl_ds.config.values import is_local_path, value, world_size
+
+# Any one of these column sets will do (TRL's dataset formats for each trainer).
+NEEDED_COLUMNS = {
+    "sft": (("text",), ("messages",), ("prompt", "completion")),
+    "dpo": (("chosen", "rejected"),),
+    "reward": (("chosen", "rejected"),),
+    "grpo": (("prompt",),),
+}
+EXAMPLE_RECORD = {
+    "sft": '{"text": "..."}',
+    "dpo": '{"prompt": "...", "chosen": "...", "rejected": "..."}',
+    "reward": '{"prompt": "...", "chosen": "...", "rejected": "..."}',
+    "grpo": '{"prompt": "...", ...}  (other columns reach the reward functions as keywords)',
+}
+LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
+SP_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
+BUILTIN_REWARD = "trl_ds.worker.rewards.arithmetic_reward"
+
+
+def check_trainer_options(cfg) -> List[str]:
+    """A trainer-only option changed for a trainer that has no such argument, and each trainer's own needs."""
+    t, name = cfg.trainer, value(cfg.trainer.name)
+    defaults = {f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(TrainerConfig)}
+    problems = [f"trainer.{k}={_show(t[k])} is an option of trainer={'/'.join(owners)} only; trainer={name} has no "
+                f"such argument. Drop it, or use trainer={owners[0]}."
+                for k, owners in TRAINER_ONLY.items() if name not in owners and _plain(t[k]) != defaults[k]]
+    if value(t.report_to) not in ("none", *LOGGER_PACKAGES):
+        problems.append(f"trainer.report_to={t.report_to} is not supported. Use trainer.report_to=none, tensorboard "
+                        f"or wandb.")
+    if name == "grpo":
+        problems += _grpo_needs(t)
+    return problems
+
+
+def _grpo_needs(t) -> List[str]:
+    problems = []
+    if not t.reward_funcs:
+        problems.append(f"trainer=grpo needs at least one reward function. Set trainer.reward_funcs=[{BUILTIN_REWARD}] "
+                        f"or your own, e.g. trainer.reward_funcs=[my_pkg.rewards.correctness].")
+    if t.num_generations < 2:
+        problems.append(f"trainer.num_generations={t.num_generations} must be at least 2: GRPO compares the "
+                        f"completions of one prompt. Set trainer.num_generations=4.")
+    if t.max_completion_length < 1:
+        problems.append(f"trainer.max_completion_length={t.max_completion_length} must be at least 1.")
+    return problems
+
+
+def check_generation_batch(cfg, batch: Batch) -> List[str]:
+    """GRPO scores whole groups of num_generations completions: the global batch must hold whole groups."""
+    n = cfg.trainer.num_generations
+    if value(cfg.trainer.name) != "grpo" or n < 2 or batch.global_size % n == 0:
+        return []
+    return [f"trainer=grpo: the global batch {batch.global_size} is not a multiple of trainer.num_generations={n}. "
+            f"Set trainer.num_generations to a divisor of {batch.global_size}, or "
+            f"batch.global_size={math.lcm(batch.micro * batch.world, n)}."]
+
+
+def check_peft(cfg) -> List[str]:
+    p = cfg.peft
+    if value(p.name) == "none":
+        return []
+    problems = [f"peft.r={p.r} must be at least 1."] if p.r < 1 else []
+    problems += [f"peft.lora_alpha={p.lora_alpha} must be positive."] if p.lora_alpha <= 0 else []
+    problems += [f"peft.lora_dropout={p.lora_dropout} must be in [0, 1)."] if not 0 <= p.lora_dropout < 1 else []
+    linear = [m for m in layer_modules(architecture(cfg.model)) if m.endswith("_proj")]
+    unknown = [m for m in p.target_modules if m not in linear]
+    if unknown or not p.target_modules:
+        problems.append(f"peft.target_modules={_show(p.target_modules)} must name linear layers of model="
+                        f"{cfg.model.name}; {', '.join(unknown) or 'none given'} is not one. "
+                        f"Use some of: peft.target_modules=[{','.join(linear)}].")
+    return problems
+
+
+def check_sequence_parallel(cfg) -> List[str]:
+    s, size, name = cfg.sp, cfg.sp.size, value(cfg.sp.name)
+    if name == "none":
+        return [] if size == 1 else [f"sp.size={size} has no effect with sp=none. Use sp=ulysses sp.size={size}."]
+    if size < 2:
+        return [f"sp=ulysses needs sp.size of 2 or more (got sp.size={size}). Set sp.size=2, or sp=none."]
+    problems = []
+    world = world_size(cfg)
+    if world % size:
+        sizes = [str(n) for n in range(2, world + 1) if world % n == 0]
+        fix = f"sp.size={' or '.join(sizes)}" if sizes else "a cluster of 2 or more ranks, or sp=none"
+        problems.append(f"sp.size={size} must divide the world size {world} (cluster={cfg.cluster.name}). Use {fix}.")
+    if value(cfg.trainer.name) != "sft":
+        problems.append(f"sp=ulysses works with trainer=sft only: TRL's {value(cfg.trainer.name)} trainer does not "
+                        f"shard sequences. Use trainer=sft, or sp=none.")
+    problems += _heads_divide(cfg.model, size)
+    if cfg.trainer.max_length % size and value(cfg.cluster.device) == "cpu":
+        problems.append(f"trainer.max_length={cfg.trainer.max_length} must be a multiple of sp.size={size}: on CPU "
+                        f"every batch is padded to it (gloo gathers equal shapes only) and split in {size}. Set "
+                        f"trainer.max_length={(cfg.trainer.max_length // size + 1) * size}.")
+    if s.attn_implementation not in SP_ATTENTION:
+        problems.append(f"sp.attn_implementation={s.attn_implementation} does not work with Ulysses (it needs "
+                        f"attention that takes position_ids). Use sp.attn_implementation=sdpa.")
+    elif s.attn_implementation != "sdpa" and value(cfg.cluster.device) == "cpu":
+        problems.append(f"sp.attn_implementation={s.attn_implementation} needs GPUs (cluster.device=cpu here). "
+                        f"Use sp.attn_implementation=sdpa.")
+    return problems
+
+
+def _heads_divide(model, size: int) -> List[str]:
+    heads, kv = model.num_attention_heads, model.num_key_value_heads
+    if heads % size == 0 and (kv % size == 0 or size % kv == 0):
+        return []
+    return [f"sp.size={size} must divide model.num_attention_heads={heads}, and divide or be a multiple of "
+            f"model.num_key_value_heads={kv} (Ulysses gives each rank whole heads). Use a smaller sp.size."]
+
+
+def check_trainer_here(cfg) -> List[str]:
+    """Needs this machine must meet for a real launch: dataset columns, reward functions, loggers."""
+    problems = check_dataset_columns(cfg)
+    if value(cfg.trainer.name) == "grpo":
+        problems += [p for path in cfg.trainer.reward_funcs for p in [reward_function_problem(path)] if p]
+    report_to = value(cfg.trainer.report_to)
+    if report_to in LOGGER_PACKAGES and not any(importlib.util.find_spec(m) for m in LOGGER_PACKAGES[report_to]):
+        problems.append(f"trainer.report_to={report_to} needs the {report_to} package, which is not installed here. "
+                        f"Install it (pip install {report_to}) or use trainer.report_to=none.")
+    return problems
+
+
+def check_dataset_columns(cfg) -> List[str]:
+    name, trainer = cfg.trainer.dataset_name, value(cfg.trainer.name)
+    if name == "tiny" or not is_local_path(name):
+        return []
+    columns = first_record_columns(name)
+    if columns is None:
+        return []
+    options = NEEDED_COLUMNS[trainer]
+    if any(set(option) <= set(columns) for option in options):
+        return []
+    missing = [c for c in options[0] if c not in columns]
+    needs = " or ".join(" and ".join(option) for option in options)
+    return [f"trainer.dataset_name={name} has columns {', '.join(columns) or '(none)'}; trainer={trainer} needs "
+            f"{needs} (missing {', '.join(missing)}). Give records like {EXAMPLE_RECORD[trainer]}, or "
+            f"trainer.dataset_name=tiny."]
+
+
+def reward_function_problem(path: str) -> Optional[str]:
+    """Import pkg.module.fn the way TRL's `trl grpo` does; None when it is a callable."""
+    module_name, _, attr = path.rpartition(".")
+    fix = f"Give module.function importable from this folder, e.g. trainer.reward_funcs=[{BUILTIN_REWARD}]."
+    if not module_name:
+        return f"trainer.reward_funcs: {path} is not a dotted path. {fix}"
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # any import-time failure of user code is the user's to fix
+        return f"trainer.reward_funcs: {path} does not import ({type(err).__name__}: {err}). {fix}"
+    if not callable(getattr(module, attr, None)):
+        return f"trainer.reward_funcs: module {module_name} has no function {attr}. {fix}"
+    return None
+
+
+def _plain(x):
+    return list(x) if isinstance(x, ListConfig) else x
+
+
+def _show(x) -> str:
+    return f"[{','.join(map(str, x))}]" if not isinstance(x, str) and hasattr(x, "__iter__") else str(x)

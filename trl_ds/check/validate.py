@@ -1,0 +1,276 @@
+"""Cross-group rules, checked in the launching process before any rank starts.
+
+`validate` collects every problem into one ConfigError. Rules that depend on this machine (GPUs present, libaio,
+a writable nvme_path, local model and data files) apply only when launching for real, not to dry runs.
+"""
+import ctypes.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from typing import Callable, List
+
+from trl_ds.config.batch import Batch, resolve_batch
+from trl_ds.launch.build_ops import stale_locks
+from trl_ds.build.checkpoint import CHECKPOINT_DIR, latest_complete, read_marker
+from trl_ds.errors import ConfigError
+from trl_ds.check.reuse import check_run_dir
+from trl_ds.launch.deepspeed import check_deepspeed_launcher
+from trl_ds.launch.hostfile import HOST_NAME
+from trl_ds.launch.script import ENV_NAME
+from trl_ds.launch.slurm import check_slurm
+from trl_ds.check.trainer_rules import (check_generation_batch, check_peft, check_sequence_parallel, check_trainer_here,
+                            check_trainer_options)
+from trl_ds.config.values import (data_parallel_world, dtype, is_local_path, micro_batch, nvme_path, offloads, value,
+                     world_size)
+
+LIBAIO_HEADER = "/usr/include/libaio.h"
+IPV6 = re.compile(r"^[0-9A-Fa-f:]+$")
+
+
+def validate(cfg, run_dir: str, launching: bool) -> Batch:
+    """Return the resolved batch, or raise one ConfigError listing every problem."""
+    problems: List[str] = []
+    for rule in RULES:
+        problems += rule(cfg)
+    batch = None
+    try:
+        # Sequence-parallel ranks share their samples: only data-parallel ranks multiply the batch.
+        batch = resolve_batch(chosen_micro_batch(cfg), data_parallel_world(cfg),
+                              cfg.trainer.gradient_accumulation_steps, cfg.batch.global_size)
+        problems += check_generation_batch(cfg, batch)
+    except ConfigError as err:
+        problems += err.problems
+    problems += check_run_dir(cfg, run_dir)
+    if launching:
+        problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_resume(cfg, run_dir)
+        problems += check_trainer_here(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return batch
+
+
+def chosen_micro_batch(cfg) -> int:
+    """The micro-batch in force; `auto` is replaced by trl_ds.plan.autofit before validation, so one left is a bug."""
+    micro = micro_batch(cfg)
+    if micro is None:
+        raise RuntimeError("trainer.per_device_train_batch_size=auto reached validation unresolved")
+    return micro
+
+
+def check_zero(cfg) -> List[str]:
+    stage = cfg.zero.stage
+    if stage not in (0, 1, 2, 3):
+        return [f"zero.stage={stage} is not a ZeRO stage. Use zero=stage0, stage1, stage2 or stage3."]
+    problems = []
+    where = offloads(cfg)
+    if where["param"] != "none" and stage != 3:
+        problems.append(f"offload.param={where['param']} needs zero=stage3 (got zero.stage={stage}); DeepSpeed would "
+                        f"silently ignore it. Use zero=stage3 or offload.param=none.")
+    if where["optimizer"] == "nvme" and stage != 3:
+        problems.append(f"offload.optimizer=nvme needs zero=stage3 (got zero.stage={stage}). "
+                        f"Use zero=stage3 or offload.optimizer=cpu.")
+    elif where["optimizer"] != "none" and stage == 0:
+        problems.append(f"offload.optimizer={where['optimizer']} needs a ZeRO stage of 1 or more (got zero.stage=0). "
+                        f"Use zero=stage2 or offload=none.")
+    if stage == 3 and cfg.save_final_model and not cfg.zero.stage3_gather_16bit_weights_on_model_save:
+        problems.append("save_final_model=true with zero=stage3 needs zero.stage3_gather_16bit_weights_on_model_save="
+                        "true, or each rank saves only its partition. Set it to true, or save_final_model=false.")
+    sizes = ["reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+             "stage3_max_live_parameters", "sub_group_size"]
+    problems += [f"zero.{k}={cfg.zero[k]} must be positive." for k in sizes if cfg.zero[k] <= 0]
+    problems += [f"zero.stage3_param_persistence_threshold={cfg.zero.stage3_param_persistence_threshold} "
+                 f"must be 0 or more."] if cfg.zero.stage3_param_persistence_threshold < 0 else []
+    return problems
+
+
+def check_offload(cfg) -> List[str]:
+    o = cfg.offload
+    fields = {"offload.buffer_count": o.buffer_count, "offload.buffer_size": o.buffer_size,
+              "offload.aio.block_size": o.aio.block_size, "offload.aio.queue_depth": o.aio.queue_depth,
+              "offload.aio.intra_op_parallelism": o.aio.intra_op_parallelism}
+    return [f"{k}={v} must be positive." for k, v in fields.items() if v <= 0]
+
+
+def check_cluster(cfg) -> List[str]:
+    c = cfg.cluster
+    problems = [f"cluster.{k}={c[k]} must be at least 1." for k in ("nodes", "gpus_per_node") if c[k] < 1]
+    if c.nodes >= 1 and not 0 <= c.node_rank < c.nodes:
+        problems.append(f"cluster.node_rank={c.node_rank} is outside 0..{c.nodes - 1} for cluster.nodes={c.nodes}. "
+                        f"Use cluster.node_rank=0 to {c.nodes - 1}.")
+    if not 1 <= c.master_port <= 65535:
+        problems.append(f"cluster.master_port={c.master_port} is not a TCP port. Use a value in 1..65535, "
+                        f"e.g. cluster.master_port=29500.")
+    return problems
+
+
+def check_launcher(cfg) -> List[str]:
+    c, launcher = cfg.cluster, cfg.launcher
+    problems = [f"launcher.rdzv_timeout={launcher.rdzv_timeout} must be at least 1 (seconds), e.g. "
+                f"launcher.rdzv_timeout=900."] if launcher.rdzv_timeout < 1 else []
+    if launcher.max_restarts < 0:
+        problems.append(f"launcher.max_restarts={launcher.max_restarts} must be 0 or more.")
+    for group, env in (("cluster", c.env), ("launcher", launcher.env)):
+        problems += [f"{group}.env has {name!r}, which is not an environment variable name (letters, digits and _, "
+                     f"not starting with a digit). Rename it, e.g. +{group}.env.NCCL_DEBUG=WARN."
+                     for name in env if not ENV_NAME.match(name)]
+    if not (HOST_NAME.match(c.master_addr) or IPV6.match(c.master_addr)):
+        problems.append(f"cluster.master_addr={c.master_addr!r} is not a host name or address. Give node 0's "
+                        f"name or address, e.g. cluster.master_addr=node-0 or cluster.master_addr=10.0.0.1.")
+    if c.hostfile and value(launcher.name) != "deepspeed":
+        problems.append(f"cluster.hostfile={c.hostfile} is read by the deepspeed launcher only (launcher="
+                        f"{value(launcher.name)} here). Use launcher=deepspeed, or cluster.hostfile=null.")
+    return problems
+
+
+def check_zeropp(cfg) -> List[str]:
+    if not cfg.zero.zeropp:
+        return []
+    problems = [f"zero.zeropp=true needs zero=stage3 (got zero.stage={cfg.zero.stage}). Use zero=stage3 or "
+                f"zero.zeropp=false."] if cfg.zero.stage != 3 else []
+    if value(cfg.cluster.device) != "cuda":
+        problems.append("zero.zeropp=true quantizes with CUDA kernels, and cluster.device=cpu here. Use a GPU "
+                        "cluster such as cluster=2x8, or zero.zeropp=false.")
+    return problems
+
+
+def check_precision(cfg) -> List[str]:
+    chosen = dtype(cfg)
+    if value(cfg.cluster.device) == "cpu" and chosen != "fp32":
+        return [f"precision={chosen} needs a GPU cluster (cluster.device=cpu here); trl_ds trains CPU runs in fp32. "
+                f"Use precision=fp32 (or precision=auto) or a GPU cluster such as cluster=1x8."]
+    return []
+
+
+def check_trainer(cfg) -> List[str]:
+    t = cfg.trainer
+    problems = [f"trainer.{k}={t[k]} must be at least 1." for k in ("max_steps", "max_length", "logging_steps")
+                if t[k] < 1]
+    problems += [f"trainer.learning_rate={t.learning_rate} must be positive."] if t.learning_rate <= 0 else []
+    return problems
+
+
+def check_model(cfg) -> List[str]:
+    m = cfg.model
+    dims = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads")
+    problems = [f"model.{k}={m[k]} must be at least 1." for k in dims if m[k] < 1]
+    if not problems and (m.hidden_size % m.num_attention_heads or m.num_attention_heads % m.num_key_value_heads):
+        problems.append(f"model.hidden_size={m.hidden_size}, num_attention_heads={m.num_attention_heads} and "
+                        f"num_key_value_heads={m.num_key_value_heads} must divide evenly (hidden by heads, heads by "
+                        f"kv heads).")
+    return problems
+
+
+def check_local_files(cfg) -> List[str]:
+    problems = []
+    path = cfg.model.name_or_path
+    if path and is_local_path(path) and not os.path.isfile(os.path.join(os.path.expanduser(path), "config.json")):
+        problems.append(f"model.name_or_path={path} is not a model folder (no config.json there). Give a folder "
+                        f"written by save_pretrained, or a hub id such as model.name_or_path=Qwen/Qwen2.5-0.5B.")
+    data = cfg.trainer.dataset_name
+    if data != "tiny" and is_local_path(data) and not os.path.exists(os.path.expanduser(data)):
+        problems.append(f"trainer.dataset_name={data} does not exist. Give an existing .jsonl/.json/.parquet file, "
+                        f"a hub dataset name, or trainer.dataset_name=tiny.")
+    return problems
+
+
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def check_secrets(cfg) -> List[str]:
+    """Values in these blocks are written into launch.sh / sbatch.sh: a secret there would sit in a file."""
+    blocks = {"launcher.env": cfg.launcher.env, "cluster.env": cfg.cluster.get("env", {})}
+    return [f"{where}.{name} looks like a secret, and trl_ds writes {where} into the run dir's scripts. Remove it "
+            f"and export {name} in the environment of the launch instead (ranks inherit it; nothing is written)."
+            for where, block in blocks.items() for name in (block or {}) if SECRET_NAME.search(name)]
+
+
+def check_checkpoint(cfg) -> List[str]:
+    c = cfg.checkpoint
+    problems = [f"checkpoint.every_steps={c.every_steps} must be 0 (off) or more."] if c.every_steps < 0 else []
+    problems += [f"checkpoint.keep_last={c.keep_last} must be at least 1."] if c.keep_last < 1 else []
+    if cfg.resume not in ("auto", "never"):
+        problems.append(f"resume={cfg.resume} is not a choice. Use resume=auto (continue from the newest complete "
+                        f"checkpoint in the run dir) or resume=never.")
+    return problems
+
+
+def check_resume(cfg, run_dir: str) -> List[str]:
+    """A checkpoint written by another world size cannot be loaded as it is (ZeRO partitions by rank)."""
+    latest = latest_complete(os.path.join(run_dir, CHECKPOINT_DIR)) if cfg.resume == "auto" else None
+    if latest is None:
+        return []
+    saved, now = read_marker(latest)["world_size"], world_size(cfg)
+    if saved == now:
+        return []
+    return [f"resume=auto found {latest} written by world size {saved}, but this launch has world size {now}. "
+            f"Relaunch with the same cluster (world size {saved}), or convert it to a universal checkpoint with "
+            f"`python -m deepspeed.checkpoint.ds_to_universal --input_folder {latest}/global_step"
+            f"{read_marker(latest)['step']} --output_folder <folder>` and load that, or set resume=never to start over."]
+
+
+def check_machine(cfg, run_dir: str) -> List[str]:
+    """What this machine must have for a real launch."""
+    problems = []
+    if value(cfg.cluster.device) == "cuda":
+        have = count_gpus()
+        if have < cfg.cluster.gpus_per_node:
+            problems.append(f"cluster={cfg.cluster.name} asks for {cfg.cluster.gpus_per_node} GPUs per node "
+                            f"(cluster.gpus_per_node={cfg.cluster.gpus_per_node}) but this machine has {have}. "
+                            f"Use dry_run=true to write the run dir only, cluster.gpus_per_node={have or 1}"
+                            f"{'' if have else ' on a GPU machine'}, or cluster=local to train on CPU.")
+    if "nvme" in offloads(cfg).values():
+        problems += check_nvme(nvme_path(cfg, run_dir))
+    return problems + check_build_locks(cfg)
+
+
+def check_build_locks(cfg) -> List[str]:
+    """A killed JIT build leaves torch's lock file, and every run needing that op then waits on it without end."""
+    where = offloads(cfg)
+    ops = (["cpu_adam"] if set(where.values()) != {"none"} else []) + (["async_io"] if "nvme" in where.values() else [])
+    run = ", ".join(f"offload.{kind}={place}" for kind, place in where.items())
+    return [f"{lock} is left by a killed build of a DeepSpeed op (no build is running); this run ({run}) would wait "
+            f"on it forever. Run `python -m trl_ds.launch.build_ops` (it clears the lock and builds the op)."
+            for lock in stale_locks(ops)]
+
+
+def check_nvme(path: str) -> List[str]:
+    problems = []
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing) or "."
+    if not os.path.isdir(existing) or not can_write(existing):
+        problems.append(f"offload.nvme_path={path} is not writable ({existing} is not a writable folder). "
+                        f"Set offload.nvme_path to a folder on a local NVMe drive that you can write.")
+    if not (ctypes.util.find_library("aio") and os.path.exists(LIBAIO_HEADER)):
+        problems.append("offload=nvme needs libaio for DeepSpeed's async_io op, and it is not installed here. "
+                        "Install it with: apt-get install -y libaio-dev (or use offload=cpu).")
+    return problems
+
+
+def can_write(folder: str) -> bool:
+    """Try it: permission bits say nothing to root, and /proc or a read-only mount refuse anyway."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".trl_ds_probe", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
+def count_gpus() -> int:
+    """GPUs visible here, without importing torch (nvidia-smi answers in milliseconds)."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+RULES: List[Callable] = [
+    check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer,
+    check_model, check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm, check_trainer_options,
+    check_peft, check_sequence_parallel,
+]

@@ -1,0 +1,74 @@
+"""From a composed config to a written run dir: validate, build, write. No process is spawned here."""
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import yaml
+from omegaconf import OmegaConf
+
+from trl_ds.plan.autofit import resolve as resolve_auto
+from trl_ds.config.batch import Batch
+from trl_ds.worker.data import write_tiny_dataset
+from trl_ds.build.deepspeed_config import build_ds_config
+from trl_ds.launch.env import collect_env
+from trl_ds.launch import build_commands, write_launch_files
+from trl_ds.plan.memory import estimate, setup_from_config
+from trl_ds.plan.planner import check_fit, plan_for_run_dir
+from trl_ds.build.interop import write_interop_files
+from trl_ds.build.layout import OVERRIDES, RESOLVED_CONFIG, write_json, write_text
+from trl_ds.build.trainer_config import TINY_DATA_DIR, build_trainer_args
+from trl_ds.check.validate import validate
+from trl_ds.config.values import nvme_path, value
+
+
+@dataclass
+class Prepared:
+    run_dir: str
+    batch: Batch
+    ds_config: Dict[str, Any]
+    trainer_args: Dict[str, Any]
+    node_commands: List[List[str]]
+    plan: Dict[str, Any] = field(default_factory=dict)  # plan.json: the memory estimate and the grid around it
+    memory_warning: Optional[str] = None  # preflight.memory=warn and the estimate does not fit
+    autofit_text: Optional[str] = None  # zero=auto / offload=auto: the ranking and the choice, printed
+
+
+def build(cfg, run_dir: str, launching: bool) -> Prepared:
+    """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
+    cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
+    autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
+    batch = validate(cfg, run_dir, launching)
+    memory = estimate(setup_from_config(cfg))
+    warning = check_fit(cfg, memory, launching)
+    plan = plan_for_run_dir(cfg, memory, task_overrides())
+    if autofit:
+        plan["autofit"] = {k: v for k, v in autofit.items() if k != "text"}
+    return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),
+                    trainer_args=build_trainer_args(cfg, batch, run_dir),
+                    node_commands=build_commands(cfg, run_dir), plan=plan, memory_warning=warning,
+                    autofit_text=autofit["text"] if autofit else None)
+
+
+def task_overrides() -> List[str]:
+    """The user's command-line overrides, for the run command plan.json recommends (none outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
+    run_dir = prepared.run_dir
+    os.makedirs(run_dir, exist_ok=True)
+    write_text(os.path.join(run_dir, RESOLVED_CONFIG), OmegaConf.to_yaml(cfg, resolve=True))
+    write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))
+    write_interop_files(cfg, run_dir, prepared.ds_config, prepared.trainer_args)
+    write_launch_files(cfg, run_dir, prepared.node_commands)
+    write_json(os.path.join(run_dir, "env.json"), collect_env(nvme_path(cfg, run_dir)))
+    write_json(os.path.join(run_dir, "plan.json"), prepared.plan)
+    if prepared.autofit_text:
+        print(prepared.autofit_text)
+    if prepared.memory_warning:
+        print(f"trl_ds: warning: {prepared.memory_warning}", file=sys.stderr)
+    if cfg.trainer.dataset_name == "tiny":
+        write_tiny_dataset(os.path.join(run_dir, TINY_DATA_DIR), value(cfg.trainer.name))

@@ -1,0 +1,86 @@
+"""`python -m trl_ds.cli.export --dir DIR [--auto] [overrides ...]`: the config files of a run, without the run.
+
+Writes ds_config.json, trainer.yaml and accelerate.yaml into DIR for people who keep their own scripts:
+
+    python -m trl_ds.cli.export --dir my_setup zero=stage3 cluster=1x8 model.name_or_path=Qwen/Qwen2.5-0.5B
+    trl sft --config my_setup/trainer.yaml              # TRL's CLI, launched with my_setup/accelerate.yaml
+    accelerate launch --config_file my_setup/accelerate.yaml my_train.py
+
+`--auto` writes the "auto" flavour of ds_config.json that Hugging Face's Trainer fills from its own arguments
+(batch sizes, learning rate, betas, clipping, precision), for scripts that set those themselves.
+"""
+import argparse
+import os
+import sys
+from typing import List
+
+from trl_ds.errors import EXIT_USER_ERROR, ConfigError
+
+FILES = ("ds_config.json", "trainer.yaml", "accelerate.yaml")
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trl_ds.cli.export", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", required=True, help="folder to write the three files into (created if missing)")
+    parser.add_argument("--auto", action="store_true", help='write "auto" where Hugging Face scripts fill values')
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m trl_ds")
+    return parser.parse_args(argv)
+
+
+def compose_config(overrides: List[str]):
+    """The same composition as `python -m trl_ds`, through Hydra's compose API (no run dir, no job)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from trl_ds.__main__ import CONFIG_DIR
+    from trl_ds.config.schema import register
+
+    register()
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError([str(err)]) from None
+
+
+def export(folder: str, overrides: List[str], auto: bool):
+    """Validate as for a dry run, then write the files; returns their paths and the config."""
+    from trl_ds.cli.app import build
+    from trl_ds.build.interop import auto_ds_config, write_interop_files
+
+    folder = os.path.abspath(folder)
+    cfg = compose_config(overrides)
+    prepared = build(cfg, folder, launching=False)
+    ds_config = auto_ds_config(prepared.ds_config) if auto else prepared.ds_config
+    os.makedirs(folder, exist_ok=True)
+    write_interop_files(cfg, folder, ds_config, prepared.trainer_args)
+    return [os.path.join(folder, name) for name in FILES], cfg
+
+
+def built_in_notes(cfg) -> List[str]:
+    """The tiny model and data exist only inside a trl_ds run dir; trainer.yaml points where a run would put them."""
+    notes = []
+    if not cfg.model.name_or_path:
+        notes.append("model.name_or_path=... (the tiny model is built by trl_ds runs only)")
+    if cfg.trainer.dataset_name == "tiny":
+        notes.append("trainer.dataset_name=... (the tiny dataset is written by trl_ds runs only)")
+    return notes
+
+
+def main(argv: List[str]) -> int:
+    args = parse_args(argv)
+    try:
+        paths, cfg = export(args.dir, args.overrides, args.auto)
+    except ConfigError as err:
+        print(f"trl_ds.cli.export: {err.render()}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print("trl_ds.cli.export wrote:\n" + "\n".join(f"  {p}" for p in paths))
+    notes = built_in_notes(cfg)
+    if notes:
+        print("for your own scripts, also set: " + "; ".join(notes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,304 @@
+"""Typed schema of every config group, registered in Hydra's ConfigStore.
+
+YAML presets under conf/ merge into `RunConfig`, so a misspelled key or a wrong type fails at compose time with
+Hydra's own message. Keys that map onto DeepSpeed JSON or TRL arguments keep those libraries' names.
+"""
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class OffloadDevice(str, Enum):
+    none = "none"
+    cpu = "cpu"
+    nvme = "nvme"
+
+
+class Dtype(str, Enum):
+    auto = "auto"  # bf16 on cuda, fp32 on cpu
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class PreflightMode(str, Enum):
+    auto = "auto"  # error on cuda clusters, warn on cpu
+    error = "error"  # refuse to launch a config the memory estimate says cannot fit (exit code 2)
+    warn = "warn"  # print the estimate's verdict and launch anyway
+    off = "off"
+
+
+class LauncherName(str, Enum):
+    torchrun = "torchrun"  # one torchrun per node, static rendezvous at cluster.master_addr (node 0 = rank 0)
+    deepspeed = "deepspeed"  # the deepspeed launcher over a hostfile (ssh/pdsh, or launcher.no_ssh per node)
+    slurm = "slurm"  # sbatch.sh: srun starts launch.sh (torchrun) on every node of the allocation
+
+
+class TrainerName(str, Enum):
+    sft = "sft"  # SFTTrainer: plain text, or prompt/completion
+    dpo = "dpo"  # DPOTrainer: prompt/chosen/rejected preference pairs
+    grpo = "grpo"  # GRPOTrainer: prompts, completions generated and scored by reward functions
+    reward = "reward"  # RewardTrainer: chosen/rejected pairs, a sequence-classification head
+
+
+class PeftName(str, Enum):
+    none = "none"
+    lora = "lora"
+
+
+class SequenceParallelName(str, Enum):
+    none = "none"
+    ulysses = "ulysses"  # DeepSpeed's Ulysses (ALST) through accelerate's parallelism_config
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    # Hub id or local folder (save_pretrained); null builds the tiny model in code.
+    name_or_path: Optional[str] = None
+    # Architecture, so parameter counts are exact without a download (transformers' config names).
+    model_type: str = "llama"
+    vocab_size: int = MISSING
+    hidden_size: int = MISSING
+    intermediate_size: int = MISSING
+    num_hidden_layers: int = MISSING
+    num_attention_heads: int = MISSING
+    num_key_value_heads: int = MISSING
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
+    # A Hugging Face config.json (file or folder) whose dimensions the memory planner uses instead of the above.
+    config_path: Optional[str] = None
+
+
+@dataclass
+class ZeroConfig:
+    """The `zero_optimization` block; field names are DeepSpeed's."""
+    stage: int = 2  # 0..3
+    auto: bool = False  # zero=auto: trl_ds.plan.autofit sets `stage` to the fastest that fits, before anything else
+    overlap_comm: bool = True
+    contiguous_gradients: bool = True
+    reduce_scatter: bool = True
+    reduce_bucket_size: int = 500_000_000  # elements
+    allgather_bucket_size: int = 500_000_000  # elements, stages 1-2
+    round_robin_gradients: bool = False
+    stage3_prefetch_bucket_size: int = 50_000_000  # elements
+    stage3_param_persistence_threshold: int = 100_000  # elements: smaller params stay whole on every rank
+    stage3_max_live_parameters: int = 1_000_000_000  # elements
+    stage3_max_reuse_distance: int = 1_000_000_000  # elements
+    stage3_gather_16bit_weights_on_model_save: bool = True
+    sub_group_size: int = 1_000_000_000  # elements per optimizer sub-group (stage 3)
+    # ZeRO++ (stage 3, GPUs): hierarchical partitioning with a secondary partition of cluster.gpus_per_node ranks,
+    # quantized weights and gradients (DeepSpeed's zero_hpz_partition_size, zero_quantized_*).
+    zeropp: bool = False
+
+
+@dataclass
+class AioConfig:
+    """DeepSpeed's `aio` block for NVMe offload (libaio)."""
+    block_size: int = 1_048_576  # bytes
+    queue_depth: int = 8
+    intra_op_parallelism: int = 1
+    single_submit: bool = False
+    overlap_events: bool = True
+
+
+@dataclass
+class OffloadConfig:
+    optimizer: OffloadDevice = OffloadDevice.none
+    param: OffloadDevice = OffloadDevice.none  # needs zero stage 3
+    auto: bool = False  # offload=auto: trl_ds.plan.autofit sets optimizer and param to the fastest that fits
+    pin_memory: bool = True
+    # Folder for NVMe swap files; null means <run dir>/nvme.
+    nvme_path: Optional[str] = None
+    keep_nvme_files: bool = False  # NVMe swap files are deleted when the run ends unless this is true
+    buffer_count: int = 5  # parameter swap buffers (optimizer uses 4)
+    buffer_size: int = 100_000_000  # elements per parameter swap buffer
+    max_in_cpu: int = 1_000_000_000  # elements of parameters kept in CPU memory
+    aio: AioConfig = field(default_factory=AioConfig)
+
+
+@dataclass
+class HardwareConfig:
+    """Speeds the step-time model (trl_ds/plan/steptime.py) uses; null takes the number from the `cluster.gpu` preset.
+    Every field can be overridden: cluster.hardware.inter_node_gbps=25."""
+    peak_tflops: Optional[float] = None  # TFLOP/s per device, dense, in the training dtype (bf16; fp32 on CPU)
+    efficiency: Optional[float] = None  # fraction of peak_tflops a training step's matmuls reach (0..1)
+    hbm_gbps: Optional[float] = None  # GB/s (1e9 B/s) of device memory; on CPU: what torch's AdamW reaches
+    pcie_gbps: Optional[float] = None  # GB/s host<->device per device, one direction; on CPU: host memcpy
+    intra_node_gbps: Optional[float] = None  # GB/s per device for collectives inside a node (NVLink, PCIe, gloo)
+    inter_node_gbps: Optional[float] = None  # GB/s per device for collectives across nodes (IB/RoCE per GPU)
+    collective_latency_us: Optional[float] = None  # microseconds of fixed cost per collective call
+    comm_overlap: Optional[float] = None  # fraction of overlappable communication hidden behind compute (0..1)
+    nvme_read_gbps: Optional[float] = None  # GB/s per node at offload.nvme_path
+    nvme_write_gbps: Optional[float] = None  # GB/s per node at offload.nvme_path
+    cpu_adam_mparams_per_s: Optional[float] = None  # million parameters/s per node, DeepSpeedCPUAdam (offload)
+    micro_step_overhead_ms: Optional[float] = None  # milliseconds of framework time per micro-step (Python, hooks)
+    # ns per trainable parameter per micro-step of DeepSpeed's ZeRO-2 / ZeRO-3 gradient path beyond its collectives
+    # (bucket copies, hooks, bookkeeping; steptime.zero_seconds)
+    zero2_ns_per_param: Optional[float] = None
+    zero3_ns_per_param: Optional[float] = None
+
+
+@dataclass
+class ClusterConfig:
+    name: str = MISSING
+    nodes: int = 1
+    gpus_per_node: int = 2  # ranks per node (CPU processes when device=cpu)
+    device: Device = Device.cpu
+    gpu_memory_gb: float = 80.0  # GiB per device
+    cpu_memory_gb: float = 24.0  # GiB of host RAM per node
+    node_rank: int = 0  # which node this launch starts
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    # DeepSpeed hostfile (`HOST slots=N` lines, e.g. hostfiles/2x8.txt) for launcher=deepspeed; null: generated
+    # from nodes × gpus_per_node (localhost, or node-0..node-N-1). Relative paths are from the launch folder.
+    hostfile: Optional[str] = None
+    # Network environment for every rank, exported by launch.sh on each node, e.g. NCCL_SOCKET_IFNAME=ib0,
+    # GLOO_SOCKET_IFNAME=eth0, NCCL_IB_HCA=mlx5, NCCL_DEBUG=WARN.
+    env: Dict[str, str] = field(default_factory=dict)
+    # Step-time hardware: a preset of conf/gpu/ (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l4-24gb, rtx4090-24gb,
+    # cpu) or a hardware YAML file (python -m trl_ds.study.calibrate writes one); cluster.hardware.* overrides its numbers.
+    gpu: str = "cpu"
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+
+
+@dataclass
+class TrainerConfig:
+    """TRL/transformers argument names; dataset_name is TRL's ScriptArguments name."""
+    name: TrainerName = TrainerName.sft
+    # "tiny" (built in), a local .jsonl/.json/.parquet file, or a hub dataset name.
+    dataset_name: str = "tiny"
+    dataset_train_split: str = "train"
+    max_steps: int = 10
+    per_device_train_batch_size: Any = 2  # a positive integer, or auto (trl_ds.plan.autofit picks it at batch.global_size)
+    gradient_accumulation_steps: Optional[int] = None  # null: derived from batch.global_size (or 1)
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    lr_scheduler_type: str = "constant"
+    warmup_steps: int = 0
+    logging_steps: int = 1
+    max_length: int = 64  # tokens per sequence (sft, dpo, reward)
+    # Recompute activations in backward: less memory, about 1/3 more compute. auto: trl_ds.plan.autofit decides.
+    gradient_checkpointing: Any = False
+    dataloader_num_workers: int = 0
+    report_to: str = "none"  # none, tensorboard or wandb (the package must be installed)
+    # Options of one trainer only (TRL's names); setting one for another trainer is an error before launch.
+    beta: float = 0.1  # dpo: how far the policy may move from the reference; grpo: KL coefficient (grpo preset: 0.0)
+    num_generations: int = 4  # grpo: completions per prompt; the global batch must be a multiple of it
+    max_completion_length: int = 8  # grpo: tokens generated per completion
+    temperature: float = 1.0  # grpo: sampling temperature of the generations
+    reward_funcs: List[str] = field(default_factory=list)  # grpo: reward functions by dotted path (pkg.module.fn)
+
+
+@dataclass
+class PeftConfig:
+    """peft=lora: train low-rank adapters only; the base weights stay frozen (PEFT's LoraConfig names)."""
+    name: PeftName = PeftName.none
+    r: int = 8  # adapter rank
+    lora_alpha: int = 16  # scaling: the adapter's update is multiplied by lora_alpha / r
+    lora_dropout: float = 0.05
+    target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class SequenceParallelConfig:
+    """sp=ulysses: ranks that share one sequence, each holding size-th of its tokens (attention all-to-all)."""
+    name: SequenceParallelName = SequenceParallelName.none
+    size: int = 1  # ranks per sequence-parallel group; the data-parallel world is world / size
+    attn_implementation: str = "sdpa"  # sdpa, flash_attention_2 or flash_attention_3 (eager is not supported)
+
+
+@dataclass
+class CheckpointConfig:
+    every_steps: int = 0  # 0: no intermediate checkpoints; N: a checkpoint every N optimizer steps
+    keep_last: int = 2  # complete checkpoints kept; older ones are deleted after a newer one is marked complete
+
+
+@dataclass
+class BatchConfig:
+    # Samples per optimizer step across all ranks; null means micro × world × accumulation.
+    global_size: Optional[int] = None
+
+
+@dataclass
+class PrecisionConfig:
+    dtype: Dtype = Dtype.auto
+    # fp16 dynamic loss scaling (DeepSpeed's names)
+    initial_scale_power: int = 16
+    loss_scale_window: int = 1000
+    hysteresis: int = 2
+    min_loss_scale: int = 1
+
+
+@dataclass
+class SlurmConfig:
+    """launcher=slurm: #SBATCH options (SLURM's own words) and whether to submit."""
+    job_name: str = "trl_ds"
+    partition: Optional[str] = None  # null: the cluster's default partition
+    account: Optional[str] = None
+    time: Optional[str] = None  # wall-clock limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS; null: default
+    cpus_per_task: Optional[int] = None  # CPUs for each node's task (its launcher and all its ranks)
+    extra_sbatch: List[str] = field(default_factory=list)  # more options, one per #SBATCH line: ["--qos=high"]
+    submit: bool = True  # false: write sbatch.sh only (submit later with: sbatch <run dir>/sbatch.sh)
+    # --requeue: a preempted or requeued job runs again and resumes from the run dir's newest complete checkpoint
+    requeue: bool = True
+
+
+@dataclass
+class LauncherConfig:
+    name: LauncherName = LauncherName.torchrun
+    # Extra environment for every rank; written into launch.sh (cluster.env holds the network variables).
+    env: Dict[str, str] = field(default_factory=dict)
+    # Seconds for every node to reach the rendezvous; past it the launch ends naming the node that is missing.
+    rdzv_timeout: int = 900
+    max_restarts: int = 0  # torchrun restarts of a failed node's ranks before the launch fails
+    # launcher=deepspeed: start each node yourself (bash launch.sh NODE_RANK) instead of over ssh/pdsh.
+    no_ssh: bool = False
+    include: str = ""  # launcher=deepspeed --include, e.g. "node-0@node-1:0,1" (hosts, optionally their slots)
+    exclude: str = ""  # launcher=deepspeed --exclude, same syntax
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+
+
+@dataclass
+class PreflightConfig:
+    """Checks before launch; the memory estimate is also written to plan.json in the run dir."""
+    memory: PreflightMode = PreflightMode.auto
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = MISSING
+    zero: ZeroConfig = MISSING
+    offload: OffloadConfig = MISSING
+    cluster: ClusterConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    precision: PrecisionConfig = MISSING
+    launcher: LauncherConfig = MISSING
+    peft: PeftConfig = MISSING
+    sp: SequenceParallelConfig = MISSING
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    seed: int = 42
+    dry_run: bool = False  # write the run dir and print the commands; spawn nothing
+    save_final_model: bool = True  # <run dir>/final_model, loadable with from_pretrained (gathered under ZeRO-3)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # auto: continue from the run dir's newest complete checkpoint if there is one; never: start over
+    resume: str = "auto"
+
+
+def register() -> None:
+    """The top-level schema types every group's preset when it merges in (conf/config.yaml lists it first)."""
+    ConfigStore.instance().store(name="base_run", node=RunConfig)

@@ -1,0 +1,74 @@
+"""Small readers over the typed config shared by the builders and the validator."""
+import os
+from enum import Enum
+from typing import Any, Optional
+
+from trl_ds.errors import ConfigError
+
+LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+
+
+def value(x: Any) -> Any:
+    """An enum's plain value (configs hold enums; JSON, YAML and messages want strings)."""
+    return x.value if isinstance(x, Enum) else x
+
+
+def world_size(cfg) -> int:
+    return cfg.cluster.nodes * cfg.cluster.gpus_per_node
+
+
+def sp_size(cfg) -> int:
+    """Ranks that share one sequence (1 without sequence parallelism)."""
+    return cfg.sp.size if value(cfg.sp.name) != "none" else 1
+
+
+def data_parallel_world(cfg) -> int:
+    """Ranks that read different samples: sequence-parallel ranks share a batch."""
+    return max(world_size(cfg) // sp_size(cfg), 1)
+
+
+def dtype(cfg) -> str:
+    """The precision in force: `auto` means bf16 on cuda clusters and fp32 on CPU."""
+    chosen = value(cfg.precision.dtype)
+    if chosen == "auto":
+        return "bf16" if value(cfg.cluster.device) == "cuda" else "fp32"
+    return chosen
+
+
+def offloads(cfg) -> dict:
+    return {"optimizer": value(cfg.offload.optimizer), "param": value(cfg.offload.param)}
+
+
+def uses_nvme(cfg) -> bool:
+    return "nvme" in offloads(cfg).values()
+
+
+def nvme_path(cfg, run_dir: str) -> str:
+    return cfg.offload.nvme_path or os.path.join(run_dir, "nvme")
+
+
+def is_local_path(name: str) -> bool:
+    """A model or dataset name that must exist here rather than on the hub."""
+    return name.startswith(("/", "./", "../", "~")) or name.endswith(LOCAL_DATA_SUFFIXES) or os.path.exists(name)
+
+
+def micro_batch(cfg) -> Optional[int]:
+    """trainer.per_device_train_batch_size; None while it is `auto` (trl_ds.plan.autofit replaces it before launch)."""
+    micro = cfg.trainer.per_device_train_batch_size
+    if micro == "auto":
+        return None
+    if isinstance(micro, bool) or not isinstance(micro, int):
+        raise ConfigError([f"trainer.per_device_train_batch_size={micro} must be a positive integer or auto."])
+    if micro < 1:
+        raise ConfigError([f"trainer.per_device_train_batch_size={micro} must be a positive integer."])
+    return micro
+
+
+def checkpointing(cfg) -> Optional[bool]:
+    """trainer.gradient_checkpointing; None while it is `auto`."""
+    chosen = cfg.trainer.gradient_checkpointing
+    if chosen == "auto":
+        return None
+    if not isinstance(chosen, bool):
+        raise ConfigError([f"trainer.gradient_checkpointing={chosen} must be true, false or auto."])
+    return chosen

@@ -1,0 +1,86 @@
+"""`python -m trl_ds.launch.build_ops`: JIT-build, once and one at a time, the DeepSpeed ops that offloaded runs need.
+
+A run that needs an op which is not yet built compiles it inside its ranks, after they spawned: cpu_adam and
+async_io take minutes on 2 cores (8.5 min for a cold ZeRO-3 + NVMe run here), and a build that is killed leaves
+torch's lock file behind, on which every later run waits forever without a word. Building ahead, in one process,
+turns that wait into a visible setup step with a time per op, and clears locks that no build holds.
+`make test` runs it before the suite; on a cluster, run it once per node image.
+"""
+import argparse
+import contextlib
+import glob
+import os
+import sys
+import time
+from typing import List, Optional
+
+from trl_ds.launch import spawn_env
+
+# Accelerator builder names for the ops trl_ds's offload paths JIT-build (the accelerator maps them to its own
+# implementation; ops it lacks, such as the shared-memory CPU collectives on a GPU, are skipped).
+BUILDERS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "pin_memory": "PinMemoryBuilder",
+            "cpu_adam": "CPUAdamBuilder", "async_io": "AsyncIOBuilder"}
+
+
+def held_by_a_build(folder: str) -> bool:
+    """A build runs with its folder as working directory (torch runs ninja there)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.path.realpath(os.readlink(f"/proc/{pid}/cwd")).startswith(os.path.realpath(folder)):
+                return True
+    return False
+
+
+def stale_locks(ops) -> List[str]:
+    """Build locks of these ops that no build holds, in torch's extensions folder (found without importing torch)."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
+    locks = [lock for op in ops for lock in glob.glob(os.path.join(root, "*", op, "lock"))]
+    return [lock for lock in locks if not held_by_a_build(os.path.dirname(lock))]
+
+
+def clear_stale_lock(folder: str) -> bool:
+    """Remove torch's build lock when no build holds it (a killed build leaves it; later loads then wait forever)."""
+    lock = os.path.join(folder, "lock")
+    if os.path.exists(lock) and not held_by_a_build(folder):
+        os.remove(lock)
+        return True
+    return False
+
+
+def build(name: str) -> Optional[str]:
+    """Build (or load from the cache) one op; None when this accelerator has no such op or cannot build it here."""
+    from deepspeed.accelerator import get_accelerator
+    from torch.utils.cpp_extension import _get_build_directory
+
+    builder = get_accelerator().create_op_builder(BUILDERS[name])
+    if builder is None or not builder.is_compatible(verbose=False):
+        return None
+    folder = _get_build_directory(builder.name, verbose=False)
+    note = "cleared a stale build lock; " if clear_stale_lock(folder) else ""
+    library = os.path.join(folder, f"{builder.name}.so")
+    before = os.path.getmtime(library) if os.path.isfile(library) else None
+    builder.load(verbose=False)
+    return note + ("cached" if before == os.path.getmtime(library) else "built")
+
+
+def main(argv: List[str]) -> int:
+    # Build with the ninja the ranks use (the venv's, first on their PATH): ninja versions do not share a build
+    # log, and a build made by another ninja is rebuilt from scratch by the next run.
+    os.environ["PATH"] = spawn_env()["PATH"]
+    parser = argparse.ArgumentParser(prog="python -m trl_ds.launch.build_ops", description=__doc__.split("\n")[0])
+    parser.add_argument("ops", nargs="*", metavar="OP", help=f"ops to build (default: all of {', '.join(BUILDERS)})")
+    names = parser.parse_args(argv).ops or list(BUILDERS)
+    unknown = [name for name in names if name not in BUILDERS]
+    if unknown:
+        parser.error(f"unknown op {', '.join(unknown)}; choose from {', '.join(BUILDERS)}")  # exits 2
+    for name in names:
+        started = time.perf_counter()
+        with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed and ninja log to stdout
+            result = build(name)
+        print(f"{name:<20} {result or 'not available on this accelerator or machine'} "
+              f"({time.perf_counter() - started:.1f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

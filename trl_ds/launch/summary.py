@@ -1,0 +1,101 @@
+"""What the launching process prints: the dry-run commands, or the outcome of the run."""
+import glob
+import os
+import re
+import sys
+
+import yaml
+
+from trl_ds.launch.run import failed_rank_log, tail
+from trl_ds.launch.script import format_command
+from trl_ds.build.layout import OVERRIDES, read_json, write_json, write_text
+from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
+
+MiB = 2 ** 20
+# The exception a rank died of, as Python prints it last ("[rank0]: ConnectionError: Couldn't reach ...").
+ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$")
+
+
+def describe(cfg) -> str:
+    c = cfg.cluster
+    where = offloads(cfg)
+    return (f"{c.nodes} node(s) × {c.gpus_per_node} {value(c.device)} rank(s) = world {world_size(cfg)}, "
+            f"ZeRO stage {cfg.zero.stage}, offload optimizer={where['optimizer']} param={where['param']}, "
+            f"{dtype(cfg)}, model {cfg.model.name}")
+
+
+def print_dry_run(cfg, prepared) -> None:
+    b = prepared.batch
+    print(f"trl_ds dry run: {describe(cfg)}")
+    world = f"world {b.world}" if sp_size(cfg) == 1 else \
+        f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
+    print(f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}")
+    print(f"  run dir: {prepared.run_dir}")
+    if value(cfg.launcher.name) == "slurm":
+        print(f"  submit: sbatch {os.path.join(prepared.run_dir, 'sbatch.sh')}   (srun runs launch.sh on every node)")
+    print("  launch commands (bash launch.sh NODE_RANK runs the same):")
+    for rank, cmd in enumerate(prepared.node_commands):
+        print(f"    node {rank}: {format_command(cmd)}")
+
+
+def record_skipped(run_dir: str, overrides, err) -> None:
+    """A sweep point whose config is invalid: one line on stderr, the reason in its summary.json."""
+    print(f"trl_ds: skipping point {' '.join(overrides)}: {' / '.join(err.problems)}", file=sys.stderr)
+    write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))  # the point's coordinates
+    write_json(os.path.join(run_dir, "summary.json"),
+               {"status": "skipped", "reason": " / ".join(err.problems), "run_dir": run_dir})
+
+
+def record_stopped(run_dir: str, stop, wall_seconds: float, writes_summary: bool) -> None:
+    """The launch was stopped by a signal (this node's launcher and ranks are gone): one line, no traceback."""
+    reason = f"stopped by {stop}"
+    if writes_summary:
+        write_json(os.path.join(run_dir, "summary.json"), {"status": "stopped", "reason": reason, "run_dir": run_dir,
+                                                           "wall_seconds": round(wall_seconds, 3)})
+    print(f"trl_ds: launch {reason}: this node's launcher and ranks were ended. To resume from the newest complete "
+          f"checkpoint, rerun the command with hydra.run.dir={run_dir}", file=sys.stderr)
+
+
+def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
+    run_dir = prepared.run_dir
+    path = os.path.join(run_dir, "summary.json")
+    if returncode != 0 or not os.path.exists(path):
+        log = failed_rank_log(run_dir)
+        reason = failure_reason(log, returncode)
+        write_json(path, {"status": "failed", "reason": reason, "log": log, "run_dir": run_dir,
+                          "wall_seconds": round(wall_seconds, 3)})
+        print(f"trl_ds: run FAILED ({reason}); {describe(cfg)}")
+        if log:
+            print(f"  first failing rank's log: {log}\n{tail(log)}")
+        print(f"  run dir: {run_dir}")
+        return
+    s = {**read_json(path), "wall_seconds": round(wall_seconds, 3)}
+    write_json(path, s)
+    print(f"trl_ds: run {s['status']}: {describe(cfg)}")
+    print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
+    print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")
+    print(f"  world size     {s['world_size']} ({s['distributed_type']}, {s['device']})")
+    for mem_path in sorted(glob.glob(os.path.join(run_dir, "memory", "rank_*.json"))):
+        print(f"  memory         {format_memory(read_json(mem_path))}")
+    print(f"  run dir        {run_dir}")
+
+
+def failure_reason(log, returncode: int) -> str:
+    """What a sweep's report shows for a failed point: the failing rank's last exception line, when there is one."""
+    exit_text = f"launcher exited with code {returncode}"
+    if not log or not os.path.exists(log):
+        return exit_text
+    with open(log, errors="replace") as f:
+        errors = [m.group(1) for m in map(ERROR_LINE.match, f.read().splitlines()) if m]
+    return f"{errors[-1][:300]} ({exit_text})" if errors else exit_text
+
+
+def format_memory(m: dict) -> str:
+    states = {kind: sum(by_device.values()) for kind, by_device in m["model_states"].items()}
+    text = (f"rank {m['rank']}: peak RSS {m['peak_rss_bytes'] / MiB:.0f} MiB; model states "
+            f"{sum(states.values()) / MiB:.2f} MiB (params {states['params'] / MiB:.2f}, "
+            f"grads {states['gradients'] / MiB:.2f}, optimizer {states['optimizer'] / MiB:.2f})")
+    if "gpu_peak_allocated_bytes" in m:
+        text += (f"; GPU peak allocated {m['gpu_peak_allocated_bytes'] / MiB:.0f} MiB, "
+                 f"reserved {m['gpu_peak_reserved_bytes'] / MiB:.0f} MiB")
+    return text

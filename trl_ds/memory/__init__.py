@@ -1,1 +1,0 @@
-"""Memory: the estimate before launch and the measurement on every rank."""

@@ -1,0 +1,1 @@
+"""Plan: parameter counts, the memory estimate, the step-time model, the grid of what fits, auto-fit."""

@@ -1,0 +1,152 @@
+"""`zero=auto`, `offload=auto`, `trainer.per_device_train_batch_size=auto`, `trainer.gradient_checkpointing=auto`:
+choose, at compose time, the configuration with the least estimated time per sample among those the memory estimate
+says fit, then carry on exactly as if the user had typed it.
+
+    python -m trl_ds model=llama3-70b cluster=1x8 zero=auto offload=auto dry_run=true
+
+Candidates are the planner's valid ZeRO stage × offload pairs, × its micro-batches that divide batch.global_size
+over the data-parallel ranks, × checkpointing off/on; only the `auto` choices vary. A micro-batch chosen this way
+holds the global batch fixed, so it needs batch.global_size. Memory: trl_ds/plan/memory.py; time:
+trl_ds/plan/steptime.py. Ties are broken by the planner's speed heuristic, then by the candidate's order, so the choice
+is deterministic.
+"""
+from dataclasses import dataclass, replace
+from typing import List, Optional
+
+from trl_ds.errors import ConfigError
+from trl_ds.plan.memory import Estimate, estimate, setup_from_config
+from trl_ds.plan.planner import OFFLOADS, config_dir, micro_batches, offload_name, size, speed_key, valid
+from trl_ds.plan.steptime import StepTime, accumulation_for, hardware_from_config, step_time
+from trl_ds.config.values import checkpointing, micro_batch
+
+SHOWN = 5  # candidates printed
+
+
+@dataclass
+class Candidate:
+    estimate: Estimate
+    time: StepTime
+    auto: tuple  # the `auto` choices, which the label shows
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.verdict == "fits"
+
+    def label(self) -> str:
+        s = self.estimate.setup
+        parts = [f"zero=stage{s.stage}", f"offload={offload_name(s)}"]
+        parts += [f"micro={s.micro_batch}"] if MICRO in self.auto else []
+        parts += [f"ckpt={'yes' if s.gradient_checkpointing else 'no'}"] if CHECKPOINTING in self.auto else []
+        return " ".join(parts)
+
+
+MICRO, CHECKPOINTING = "trainer.per_device_train_batch_size", "trainer.gradient_checkpointing"
+
+
+def auto_choices(cfg) -> List[str]:
+    """The overrides left `auto`, in the order they are reported."""
+    flags = {"zero": cfg.zero.get("auto", False), "offload": cfg.offload.get("auto", False),
+             MICRO: micro_batch(cfg) is None, CHECKPOINTING: checkpointing(cfg) is None}
+    return [name for name, is_auto in flags.items() if is_auto]
+
+
+def check_micro_auto(cfg) -> None:
+    """An automatic micro-batch trades accumulation for memory at a fixed global batch: it needs one."""
+    if not cfg.batch.global_size:
+        raise ConfigError([f"{MICRO}=auto holds the global batch fixed while it varies the micro-batch: set "
+                           f"batch.global_size (e.g. batch.global_size=64), or give {MICRO} a number."])
+    if cfg.trainer.gradient_accumulation_steps is not None:
+        raise ConfigError([f"{MICRO}=auto derives trainer.gradient_accumulation_steps from batch.global_size: drop "
+                           f"trainer.gradient_accumulation_steps={cfg.trainer.gradient_accumulation_steps}."])
+
+
+def candidates(cfg, auto: Optional[List[str]] = None) -> List[Candidate]:
+    """Every valid combination the `auto` choices allow, fastest (per sample) first, those that fit before the rest."""
+    auto = auto_choices(cfg) if auto is None else auto
+    base = setup_from_config(cfg)
+    stages = range(4) if "zero" in auto else [base.stage]
+    names = list(OFFLOADS) if "offload" in auto else [offload_name(base)]
+    micros = micro_batches(base, cfg.batch.global_size) if MICRO in auto else [base.micro_batch]
+    ckpts = (False, True) if CHECKPOINTING in auto else (base.gradient_checkpointing,)
+    hw = hardware_from_config(cfg, config_dir())
+    out = []
+    for stage in stages:
+        for name in (n for n in names if n in OFFLOADS and valid(stage, n)):
+            optimizer, param = OFFLOADS[name]
+            for micro in micros:
+                for ckpt in ckpts:
+                    e = estimate(replace(base, stage=stage, optimizer_offload=optimizer, param_offload=param,
+                                         micro_batch=micro, gradient_checkpointing=ckpt))
+                    accumulation = accumulation_for(e.setup, cfg.batch.global_size,
+                                                    cfg.trainer.gradient_accumulation_steps)
+                    out.append(Candidate(e, step_time(e.setup, hw, accumulation), tuple(auto)))
+    return sorted(out, key=lambda c: (not c.fits, c.time.per_sample, speed_key(c.estimate)))
+
+
+def why(winner: Candidate, ranked: List[Candidate]) -> str:
+    """What the winner saves over the runner-up that fits, and what would be faster but does not fit."""
+    fitting = [c for c in ranked if c.fits]
+    parts = [f"least estimated time per sample of the {len(fitting)} that fit"]
+    if len(fitting) > 1:
+        other = fitting[1]
+        saved = {k: other.time.terms[k] - v for k, v in winner.time.terms.items()}
+        term = max(saved, key=saved.get)
+        gain = 1 - winner.time.per_sample / other.time.per_sample
+        parts.append(f"{gain:.0%} faster than {other.label()}, mostly {term} ({other.time.terms[term]:.3g} s -> "
+                     f"{winner.time.terms[term]:.3g} s)")
+    faster = [c.label() for c in ranked if not c.fits and c.time.per_sample < winner.time.per_sample]
+    if faster:
+        more = f" and {len(faster) - 3} more" if len(faster) > 3 else ""
+        parts.append(f"faster but does not fit: {', '.join(faster[:3])}{more}")
+    return "; ".join(parts)
+
+
+def apply(cfg, winner: Candidate) -> None:
+    """Set the winner's choices as typed overrides would; `auto` off."""
+    s = winner.estimate.setup
+    cfg.zero.stage, cfg.zero.auto = s.stage, False
+    cfg.offload.optimizer, cfg.offload.param, cfg.offload.auto = s.optimizer_offload, s.param_offload, False
+    cfg.trainer.per_device_train_batch_size = s.micro_batch
+    cfg.trainer.gradient_checkpointing = s.gradient_checkpointing
+
+
+def row(c: Candidate) -> dict:
+    s = c.estimate.setup
+    return {"zero_stage": s.stage, "offload": offload_name(s), "micro_batch": s.micro_batch,
+            "gradient_checkpointing": s.gradient_checkpointing, "device_total_bytes": c.estimate.device_total,
+            "host_total_bytes": c.estimate.host_total, "verdict": c.estimate.verdict,
+            "step_seconds": c.time.seconds, "seconds_per_sample": c.time.per_sample, "step_terms": dict(c.time.terms)}
+
+
+def render(ranked: List[Candidate], winner: Candidate, reason: str) -> str:
+    lines = ["trl_ds auto-fit (estimated; rank, choice, per-rank GiB, host GiB per node, s/step, verdict):"]
+    width = max(len(c.label()) for c in ranked[:SHOWN])
+    for i, c in enumerate(ranked[:SHOWN], 1):
+        lines.append(f"  {i}. {c.label():<{width}} {size(c.estimate.device_total):>7} {size(c.estimate.host_total):>7} "
+                     f"{c.time.seconds:>9.3g}  {c.estimate.verdict}")
+    lines += [f"  chosen: {winner.label()}", f"  why: {reason}"]
+    return "\n".join(lines)
+
+
+def resolve(cfg) -> Optional[dict]:
+    """Replace the `auto` choices in `cfg` by the winner (in place); the ranking for plan.json and the text to print.
+    None when nothing is `auto`; ConfigError when nothing fits."""
+    auto = auto_choices(cfg)
+    if not auto:
+        return None
+    if MICRO in auto:
+        check_micro_auto(cfg)
+    ranked = candidates(cfg, auto)
+    if not ranked or not ranked[0].fits:
+        smallest = min(ranked, key=lambda c: c.estimate.device_total) if ranked else None
+        closest = f" The smallest is {smallest.label()} at {size(smallest.estimate.device_total)} GiB per rank." \
+            if smallest else ""
+        raise ConfigError([f"{', '.join(f'{name}=auto' for name in auto)}: none of the {len(ranked)} candidates fits "
+                           f"on cluster={cfg.cluster.name}.{closest} Add GPUs (cluster.nodes=...), shorten sequences "
+                           f"(trainer.max_length=...), set trainer.gradient_checkpointing=true or lower "
+                           f"trainer.per_device_train_batch_size."])
+    winner = ranked[0]
+    reason = why(winner, ranked)
+    apply(cfg, winner)
+    return {"choices": auto, "winner": row(winner), "reason": reason, "ranking": [row(c) for c in ranked],
+            "text": render(ranked, winner, reason)}

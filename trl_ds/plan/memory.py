@@ -1,0 +1,372 @@
+"""Memory of one training configuration, before launch: bytes per rank on the device, per node on the host and NVMe.
+
+Moments and places (see ../shared/MEMORY_MODEL.md for the sources of every term):
+- `device`: the PEAK per rank during a training step, as the sum of its terms (the activation peak at the start of
+  backward and the optimizer-step transients are added, a bound rather than a coincidence). On a GPU cluster this is
+  GPU memory; on a CPU cluster (cluster.device=cpu) it is the rank process's share of host RAM.
+- `host`: the PEAK per node in host RAM, over loading and training: model states DeepSpeed keeps on the host
+  (× DeepSpeed's 1.5 pinned-buffer factor, as its estimators apply it), pinned buffers, and the rank processes.
+- `nvme`: bytes per node in the NVMe swap files (ZeRO-Infinity).
+- `after_step`: what the engine holds per rank right after an optimizer step (gradients freed), split by the place
+  DeepSpeed puts it; the moment trl_ds/worker/measure.py counts, which tests hold to within 1%.
+
+The params/gradients/optimizer terms of `device` and the model-state term of `host` equal DeepSpeed's own
+`estimate_zero2/3_model_states_mem_needs` where those apply (stages 2 and 3, mixed precision, cpu offload); stages 0
+and 1, fp32 and NVMe follow the ZeRO papers with the same conventions. What DeepSpeed's estimators leave out appears
+under `buffers`, itemised in `buffer_items`.
+
+LoRA (peft=lora) counts frozen and trainable parameters apart: parameters are all of them, gradients, fp32 master,
+Adam and everything that follows them only the adapters. Ulysses (sp=ulysses) gives each rank seq_len / sp.size
+tokens, which divides every sequence-dependent term; ZeRO still partitions over the whole world.
+"""
+from dataclasses import dataclass, field
+from typing import Dict
+
+from trl_ds.plan.params import AdapterCounts, Architecture, ParamCounts, architecture, count_lora, count_params, linear_shapes
+from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, sp_size, value
+
+GiB, MiB = 2 ** 30, 2 ** 20
+HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only
+LOAD_BYTES_PER_PARAM = 4  # without zero.Init every rank materialises the model in fp32 (DeepSpeed's assumption)
+CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context, cuBLAS workspace, NCCL buffers per GPU rank (not measured here)
+FRAGMENTATION = 0.10  # caching allocator: reserved is commonly 5-25 % above allocated
+CPU_RANK_BYTES = int(0.55 * GiB)  # measured: peak RSS of a tiny 2-rank CPU run is 509-580 MiB per rank
+HOST_BYTES_PER_GPU_RANK = 2 * GiB  # host RSS of one GPU rank process (Python, torch, CUDA libraries)
+PLACE = {"none": "device", "cpu": "host", "nvme": "nvme"}  # offload device -> where after_step reports it
+
+# Measured by scripts/measure_activations.py (exact integer fits; tests/unit/test_estimate.py re-measures and pins).
+# Bytes one decoder layer saves per token, by parameter width (2: bf16/fp16, 4: fp32), for h hidden, f ffn,
+# q = heads × head_dim, kv = kv heads × head_dim; identical for Llama, Mistral and Qwen2.
+LAYER_SAVED = {2: {"h": 16, "f": 8, "q": 4, "kv": 4, "heads": 4, "one": 8},
+               4: {"h": 24, "f": 16, "q": 8, "kv": 8, "heads": 4, "one": 8}}
+# TRL's fused LM head (SFTTrainer): tiles of HEAD_TOKEN_TILE × HEAD_VOCAB_TILE logits, fp32 gradient accumulation.
+HEAD_TOKEN_TILE, HEAD_VOCAB_TILE = 4096, 32768  # trl/kernels/chunked_logprob.py, trl.trainer.utils
+HEAD_PEAK = {2: {"vocab_x_hidden": 6, "tokens_x_hidden": 6, "tokens": 24},
+             4: {"vocab_x_hidden": 8, "tokens_x_hidden": 8, "tokens": 24}}
+HEAD_CPU_TILE_TEMPORARIES = 29  # bytes per tile element of the torch fallback on CPU; Triton works in place
+HEAD_WEIGHT_GRAD = 4  # per vocab × hidden: the fp32 lm_head gradient, which a frozen lm_head (LoRA) never allocates
+
+# LoRA, measured the same way (scripts/measure_activations.py --lora; adapters in the training dtype, as DeepSpeed
+# casts every parameter). A frozen layer saves no inputs for weight gradients:
+LORA_FROZEN_LAYER_SAVED = {2: {"h": 8, "f": 6, "q": 4, "kv": 4, "heads": 4, "one": 8},
+                           4: {"h": 8, "f": 12, "q": 8, "kv": 8, "heads": 4, "one": 8}}
+# Each targeted Linear(in, out) adds, in the training dtype, lora_A's input (in) and lora_A's output (r, for lora_B).
+# With dropout lora_A's input is the dropout's own output, plus its mask: additive per target. Without dropout it
+# is the Linear's input itself, saved once per distinct tensor: q/k/v share theirs, gate/up theirs, and o_proj's
+# (the attention output) is already held by SDPA (None).
+LORA_INPUTS = {"q_proj": "attention_in", "k_proj": "attention_in", "v_proj": "attention_in", "o_proj": None,
+               "gate_proj": "mlp_in", "up_proj": "mlp_in", "down_proj": "down_in"}
+CUDA_DROPOUT_MASK_BYTES = 1  # native_dropout's bool mask; CPU's dropout keeps a noise tensor of the dtype (measured)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything the estimate depends on, flat, so the planner can vary it with dataclasses.replace."""
+    arch: Architecture
+    counts: ParamCounts
+    stage: int
+    optimizer_offload: str  # none | cpu | nvme
+    param_offload: str  # none | cpu | nvme
+    nodes: int
+    gpus_per_node: int
+    device: str  # cuda | cpu
+    dtype: str  # bf16 | fp16 | fp32 (already resolved from auto)
+    micro_batch: int
+    seq_len: int
+    gradient_checkpointing: bool
+    gpu_memory_gb: float
+    cpu_memory_gb: float
+    reduce_bucket_size: int = 500_000_000
+    overlap_comm: bool = True
+    prefetch_bucket_size: int = 50_000_000
+    persistence_threshold: int = 100_000
+    sub_group_size: int = 1_000_000_000
+    buffer_count: int = 5
+    buffer_size: int = 100_000_000
+    zeropp: bool = False  # ZeRO++ hpZ keeps a secondary 16-bit parameter partition per node
+    lora_r: int = 0  # 0: every parameter trains; else LoRA's rank, and only the adapters train
+    lora_targets: tuple = ()  # the Linear names LoRA adapts (q_proj, ..., down_proj)
+    lora_dropout: float = 0.0
+    sp_size: int = 1  # ranks sharing one sequence (Ulysses)
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks reading different samples: sequence-parallel ranks share one."""
+        return max(self.world // self.sp_size, 1)
+
+    @property
+    def width(self) -> int:
+        """Bytes of a parameter (and its gradient) in the training dtype."""
+        return 4 if self.dtype == "fp32" else 2
+
+    @property
+    def uses_lora(self) -> bool:
+        return self.lora_r > 0
+
+    @property
+    def adapters(self) -> AdapterCounts:
+        return count_lora(self.arch, self.lora_r, self.lora_targets if self.uses_lora else ())
+
+    @property
+    def total_params(self) -> int:
+        """Every parameter the engine holds: the base model and LoRA's adapters."""
+        return self.counts.total + self.adapters.total
+
+    @property
+    def trainable(self) -> int:
+        """Ψ_t, the parameters with gradients and optimizer state."""
+        return self.adapters.total if self.uses_lora else self.counts.total
+
+    @property
+    def largest_trainable(self) -> int:
+        """ZeRO-3 holds one gathered module's gradient whole: the largest that has one."""
+        return self.adapters.largest if self.uses_lora else self.counts.largest_module
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per rank per micro-step: sequence parallelism splits each sequence over sp_size ranks."""
+        return self.micro_batch * self.seq_len // self.sp_size
+
+    @property
+    def persistent_params(self) -> int:
+        """Parameters ZeRO-3 keeps whole on every rank, adapters included."""
+        threshold = self.persistence_threshold
+        return self.counts.persistent(threshold) + self.adapters.persistent(threshold)
+
+    @property
+    def judged_on_host(self) -> bool:
+        """CPU clusters (and gpu_memory_gb 0) run ranks in host RAM: judge everything against it."""
+        return self.device == "cpu" or self.gpu_memory_gb <= 0
+
+
+@dataclass
+class Estimate:
+    setup: Setup
+    device: Dict[str, int]  # per rank, peak: params, gradients, optimizer, activations, logits, buffers, overhead
+    host: Dict[str, int]  # per node, peak: model_states, buffers, processes
+    nvme: int  # per node
+    after_step: Dict[str, Dict[str, int]]  # per rank: {params|gradients|optimizer: {device|host|nvme: bytes}}
+    buffer_items: Dict[str, int] = field(default_factory=dict)  # per rank, the device buffers by name
+    verdict: str = ""
+
+    @property
+    def device_total(self) -> int:
+        return sum(self.device.values())
+
+    @property
+    def host_total(self) -> int:
+        """Per node; on a CPU cluster the ranks' own bytes live in host RAM too."""
+        ranks = self.device_total * self.setup.gpus_per_node if self.setup.judged_on_host else 0
+        return sum(self.host.values()) + ranks
+
+    def model_states(self) -> int:
+        return sum(self.device[k] for k in ("params", "gradients", "optimizer"))
+
+
+def setup_from_config(cfg) -> Setup:
+    """The composed RunConfig's memory-relevant values (reads model.config_path when it is set). A micro-batch or
+    checkpointing left `auto` reads as 1 and off: the planner and trl_ds.plan.autofit vary them from there."""
+    arch = architecture(cfg.model)
+    z, o, c, where, lora = cfg.zero, cfg.offload, cfg.cluster, offloads(cfg), value(cfg.peft.name) == "lora"
+    return Setup(arch=arch, counts=count_params(arch), stage=z.stage, optimizer_offload=where["optimizer"],
+                 param_offload=where["param"], nodes=c.nodes, gpus_per_node=c.gpus_per_node,
+                 device=value(c.device), dtype=dtype(cfg), micro_batch=micro_batch(cfg) or 1,
+                 seq_len=cfg.trainer.max_length, gradient_checkpointing=bool(checkpointing(cfg)),
+                 gpu_memory_gb=c.gpu_memory_gb, cpu_memory_gb=c.cpu_memory_gb,
+                 reduce_bucket_size=z.reduce_bucket_size, overlap_comm=z.overlap_comm,
+                 prefetch_bucket_size=z.stage3_prefetch_bucket_size,
+                 persistence_threshold=z.stage3_param_persistence_threshold, sub_group_size=z.sub_group_size,
+                 buffer_count=o.buffer_count, buffer_size=o.buffer_size, zeropp=bool(z.get("zeropp", False)),
+                 lora_r=cfg.peft.r if lora else 0, lora_targets=tuple(cfg.peft.target_modules) if lora else (),
+                 lora_dropout=cfg.peft.lora_dropout if lora else 0.0, sp_size=sp_size(cfg))
+
+
+def estimate(s: Setup) -> Estimate:
+    states, host_states = model_states(s)
+    items = device_buffers(s)
+    device = {**states, "activations": activations(s), "logits": logits(s), "buffers": sum(items.values())}
+    device["overhead"] = overhead(s, sum(device.values()))
+    host = {"model_states": host_model_states(s, host_states), "buffers": host_buffers(s),
+            "processes": s.gpus_per_node * (0 if s.judged_on_host else HOST_BYTES_PER_GPU_RANK)}
+    result = Estimate(setup=s, device=device, host=host, nvme=nvme_bytes(s), after_step=after_step(s),
+                      buffer_items=items)
+    result.verdict = verdict(result)
+    return result
+
+
+def model_states(s: Setup):
+    """Peak per-rank model states on the device, and the per-rank bytes DeepSpeed keeps off it (cpu or nvme).
+
+    Mixed precision: 2 B params + 2 B grads + 4 B fp32 grads + 12 B fp32 master and Adam per parameter, partitioned
+    by stage; ZeRO-3 adds the largest module gathered with its gradient (2 × width × L_max) and counts 4 B of
+    gradients, as DeepSpeed's estimator does. fp32 training uses 4 B for the "16-bit" terms. Parameters count Ψ (all
+    of them); gradients and optimizer states Ψ_t (the trainable ones: LoRA's adapters).
+    """
+    psi, psi_t, n, w, l_max = s.total_params, s.trainable, s.world, s.width, s.counts.largest_module
+    offload_opt = s.optimizer_offload != "none"
+    if s.stage == 0:  # mixed precision: fp32 master copy and a transient fp32 gradient; fp32 steps the params
+        master = 0 if s.dtype == "fp32" else 4
+        return {"params": w * psi, "gradients": (w + master) * psi_t, "optimizer": (master + 8) * psi_t}, 0
+    optimizer = 0 if offload_opt else int(12 * psi_t / n)
+    off_device = int(16 * psi_t / n) if offload_opt else 0  # fp32 gradients, master weights, Adam moments
+    if s.stage < 3:
+        grads16 = w * psi_t if s.stage == 1 else (0 if offload_opt else int(w * psi_t / n))
+        fp32_grads = 0 if offload_opt else int(4 * psi_t / n)
+        return {"params": w * psi, "gradients": grads16 + fp32_grads, "optimizer": optimizer}, off_device
+    params_offloaded = s.param_offload != "none"
+    params = w * l_max + (0 if params_offloaded else int(w * psi / n))
+    off_device += int(w * psi / n) if params_offloaded else 0
+    gradients = w * s.largest_trainable + (0 if offload_opt else int(4 * psi_t / n))
+    return {"params": params, "gradients": gradients, "optimizer": optimizer}, off_device
+
+
+def host_model_states(s: Setup, per_rank_host: int) -> int:
+    """Per node, × DeepSpeed's 1.5, with its zero.Init convention: stages 0-2 load the whole model in fp32 on every
+    rank first (the larger of that and the offloaded states counts); ZeRO-3 loads one module at a time, so only the
+    offloaded states count once there are any. NVMe-offloaded states are on disk, not here."""
+    on_cpu = per_rank_host * s.gpus_per_node if "nvme" not in (s.optimizer_offload, s.param_offload) else 0
+    if s.judged_on_host:  # CPU ranks: exact bytes, no pinned buffers; the ranks' own training RAM dominates loading
+        return on_cpu
+    if s.stage == 3:
+        peak = on_cpu or LOAD_BYTES_PER_PARAM * s.counts.largest_module * s.gpus_per_node
+    else:
+        peak = max(LOAD_BYTES_PER_PARAM * s.total_params * s.gpus_per_node, on_cpu)
+    return int(peak * HOST_BUFFER_FACTOR)
+
+
+def nvme_bytes(s: Setup) -> int:
+    """ZeRO-Infinity swap files per node: 16-bit params (all) and/or fp32 master + Adam state (12 B, trainable)."""
+    params = (s.width if s.param_offload == "nvme" else 0) * s.total_params
+    optimizer = (12 if s.optimizer_offload == "nvme" else 0) * s.trainable
+    return int(params / s.nodes + optimizer / s.nodes)
+
+
+def layer_saved(arch: Architecture, c: Dict[str, int]) -> int:
+    """Bytes per token of one layer for measured coefficients `c` (LAYER_SAVED's form)."""
+    q, kv = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
+    return (c["h"] * arch.hidden_size + c["f"] * arch.intermediate_size + c["q"] * q + c["kv"] * kv
+            + c["heads"] * arch.num_attention_heads + c["one"])
+
+
+def layer_saved_per_token(arch: Architecture, width: int) -> int:
+    return layer_saved(arch, LAYER_SAVED[width])
+
+
+def lora_layer_saved_per_token(s: Setup) -> int:
+    """A frozen layer with LoRA's adapters on s.lora_targets (see LORA_INPUTS)."""
+    w, fan_in = s.width, {name: shape[0] for name, shape in linear_shapes(s.arch).items()}
+    lora_a_outputs = w * s.lora_r * len(s.lora_targets)
+    if s.lora_dropout > 0:
+        mask = w if s.device == "cpu" else CUDA_DROPOUT_MASK_BYTES
+        inputs = (w + mask) * sum(fan_in[t] for t in s.lora_targets)
+    else:
+        distinct = {LORA_INPUTS[t]: fan_in[t] for t in s.lora_targets if LORA_INPUTS[t]}
+        inputs = w * sum(distinct.values())
+    return layer_saved(s.arch, LORA_FROZEN_LAYER_SAVED[w]) + inputs + lora_a_outputs
+
+
+def activations(s: Setup) -> int:
+    """Saved activations of all layers at the start of backward (SDPA without padding: no a·s² term). With
+    checkpointing each layer keeps only its input, and one layer is recomputed at a time (measured: LoRA too).
+    LoRA charges every layer what the last one saves: without checkpointing the first saves a little less, as its
+    input needs no gradient."""
+    per_token = lora_layer_saved_per_token(s) if s.uses_lora else layer_saved_per_token(s.arch, s.width)
+    per_layer = per_token * s.tokens
+    if s.gradient_checkpointing:
+        return s.arch.num_hidden_layers * s.width * s.arch.hidden_size * s.tokens + per_layer
+    return s.arch.num_hidden_layers * per_layer
+
+
+def logits(s: Setup) -> int:
+    """Peak of TRL's fused LM head + loss; checkpointing does not change it, and the full logits never exist."""
+    return fused_head_peak(s.tokens, s.arch.vocab_size, s.arch.hidden_size, s.width, on_cpu=s.device == "cpu",
+                           frozen=s.uses_lora)
+
+
+def fused_head_peak(tokens: int, vocab: int, hidden: int, width: int, on_cpu: bool, frozen: bool = False) -> int:
+    """One logits tile, the fp32 gradients of the lm_head weight (unless frozen) and of the hidden states,
+    per-token statistics."""
+    c = HEAD_PEAK[width]
+    tile_tokens = min(tokens, HEAD_TOKEN_TILE)
+    tile = tile_tokens * HEAD_VOCAB_TILE * width
+    if on_cpu:
+        tile += HEAD_CPU_TILE_TEMPORARIES * tile_tokens * min(vocab, HEAD_VOCAB_TILE)
+    vocab_x_hidden = c["vocab_x_hidden"] - (HEAD_WEIGHT_GRAD if frozen else 0)
+    return (tile + vocab_x_hidden * vocab * hidden + c["tokens_x_hidden"] * tokens * hidden
+            + c["tokens"] * tokens)
+
+
+def device_buffers(s: Setup) -> Dict[str, int]:
+    """Per-rank device bytes DeepSpeed's estimators leave out, by name (gradient buffers hold trainable ones only)."""
+    psi, psi_t, w, n = s.total_params, s.trainable, s.width, s.world
+    if s.stage == 0:
+        return {}
+    copies = 2 if s.overlap_comm and s.stage < 3 else 1  # stages 1-2 double-buffer the reduce bucket
+    items = {"reduce_bucket": copies * w * min(s.reduce_bucket_size, psi_t)}
+    if s.stage == 3:
+        items["prefetch_bucket"] = w * min(s.prefetch_bucket_size, psi)
+        items["persistent_params"] = w * s.persistent_params
+        if s.optimizer_offload == "none":
+            items["grad_partition_16bit"] = int(w * psi_t / n)
+        if s.zeropp:
+            items["hpz_secondary_params"] = int(w * psi / s.gpus_per_node)
+    return items
+
+
+def host_buffers(s: Setup) -> int:
+    """Pinned host bytes per node beside the model states: ZeRO-3's gradient partition when the optimizer is
+    offloaded, and the NVMe swap buffers (parameters: buffer_count × buffer_size; optimizer: 4 × sub-group)."""
+    psi_t, n = s.trainable, s.world
+    per_rank = 0
+    if s.stage == 3 and s.optimizer_offload != "none":
+        per_rank += int(s.width * psi_t / n)
+    if s.param_offload == "nvme":
+        per_rank += s.buffer_count * s.buffer_size * s.width
+    if s.optimizer_offload == "nvme":
+        per_rank += 4 * min(int(psi_t / n), s.sub_group_size) * 4
+    return per_rank * s.gpus_per_node
+
+
+def overhead(s: Setup, allocated: int) -> int:
+    """GPU: CUDA context + allocator fragmentation. CPU: the rank process itself (interpreter, torch, DeepSpeed)."""
+    if s.device == "cpu":
+        return CPU_RANK_BYTES
+    return CUDA_CONTEXT_BYTES + int(FRAGMENTATION * allocated)
+
+
+def after_step(s: Setup) -> Dict[str, Dict[str, int]]:
+    """Bytes the engine's tensors hold per rank after an optimizer step, by kind and place (device|host|nvme).
+
+    params: the parameters or their ZeRO-3 partitions, plus ZeRO-3's persistent small params kept whole.
+    gradients: persistent gradient partitions (ZeRO-3's flat buffer; the pinned fp32 gradients of CPU offload).
+    optimizer: fp32 master partitions and Adam's two moments.
+    Params count every parameter; gradients and optimizer the trainable ones.
+    """
+    psi, psi_t, n, w = s.total_params, s.trainable, s.world, s.width
+    opt_place, param_place = PLACE[s.optimizer_offload], PLACE[s.param_offload]
+    grad_place = "device" if s.optimizer_offload == "none" else "host"
+    if s.stage == 0:
+        master = 0 if s.dtype == "fp32" else 4 * psi_t
+        return {"params": {"device": w * psi}, "gradients": {}, "optimizer": {"device": master + 8 * psi_t}}
+    optimizer = {opt_place: int(12 * psi_t / n)}
+    offload_grads = int(4 * psi_t / n) if s.optimizer_offload != "none" else 0
+    if s.stage < 3:
+        gradients = {grad_place: offload_grads} if offload_grads else {}
+        return {"params": {"device": w * psi}, "gradients": gradients, "optimizer": optimizer}
+    params = {param_place: int(w * psi / n)}
+    params["device"] = params.get("device", 0) + w * s.persistent_params
+    return {"params": params, "gradients": {grad_place: int(w * psi_t / n) + offload_grads},
+            "optimizer": optimizer}
+
+
+def verdict(e: Estimate) -> str:
+    s = e.setup
+    if not s.judged_on_host and e.device_total > s.gpu_memory_gb * GiB:
+        return "does not fit"
+    if e.host_total > s.cpu_memory_gb * GiB:
+        return "does not fit in host RAM"
+    return "fits"

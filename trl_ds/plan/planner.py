@@ -1,0 +1,353 @@
+"""`python -m trl_ds.plan [--json] [--fits] [overrides]`: which ZeRO/offload/checkpointing/micro-batch configs fit.
+
+    python -m trl_ds.plan model=llama3-70b cluster=1x8 trainer.max_length=2048
+    python -m trl_ds.plan model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24 --fits   # only the rows that fit
+    python -m trl_ds.plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
+    python -m trl_ds.plan model.config_path=/models/my-llama/config.json cluster=2x8
+
+Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
+micro-batch around it. No torch, no DeepSpeed, no download: the numbers come from trl_ds/plan/memory.py, and
+the estimated seconds per optimizer step (the rows' order, fitting rows first) from trl_ds/plan/steptime.py with the
+cluster.gpu hardware preset (or a `python -m trl_ds.study.calibrate` file).
+"""
+import os
+import sys
+from dataclasses import replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from trl_ds.config.compose import CONFIG_DIR
+from trl_ds.errors import EXIT_USER_ERROR, ConfigError
+from trl_ds.plan.memory import GiB, MiB, Estimate, Setup, estimate, setup_from_config
+from trl_ds.plan.params import describe_count
+from trl_ds.short_lived import pause_collection
+from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
+from trl_ds.config.values import value
+
+# name -> (offload.optimizer, offload.param), slowest last; the override that selects each
+OFFLOADS = {"none": ("none", "none"), "opt-cpu": ("cpu", "none"), "opt+param-cpu": ("cpu", "cpu"),
+            "nvme": ("nvme", "nvme")}
+OFFLOAD_OVERRIDES = {"none": ["offload=none"], "opt-cpu": ["offload=cpu"],
+                     "opt+param-cpu": ["offload=cpu", "offload.param=cpu"], "nvme": ["offload=nvme"]}
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.param=",
+             "trainer.gradient_checkpointing=", "trainer.per_device_train_batch_size=")
+NOT_FOR_RUNNING = ("dry_run=", "preflight.")  # dropped from the recommended run command
+FLAGS = ("--json", "--fits")  # JSON instead of the table; only the rows that fit
+COLUMNS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
+
+
+def offload_name(s: Setup) -> str:
+    pair = (s.optimizer_offload, s.param_offload)
+    return next((name for name, devices in OFFLOADS.items() if devices == pair), f"{pair[0]}/{pair[1]}")
+
+
+def valid(stage: int, offload: str) -> bool:
+    """The combinations trl_ds.check.validate accepts: offload needs ZeRO >= 1; parameters and NVMe need ZeRO-3."""
+    return offload == "none" or (stage >= 1 and offload == "opt-cpu") or stage == 3
+
+
+def micro_batches(base: Setup, global_size: Optional[int]) -> List[int]:
+    choices = sorted(set(MICRO_BATCHES) | {base.micro_batch})
+    if global_size:  # only micro-batches that divide the fixed global batch over the data-parallel ranks
+        choices = [m for m in choices if global_size % (m * base.data_parallel) == 0] or [base.micro_batch]
+    return choices
+
+
+def grid(base: Setup, global_size: Optional[int] = None) -> List[Estimate]:
+    rows = []
+    for stage in range(4):
+        for name, (optimizer, param) in OFFLOADS.items():
+            if not valid(stage, name):
+                continue
+            for checkpointing in (False, True):
+                for micro in micro_batches(base, global_size):
+                    rows.append(estimate(replace(base, stage=stage, optimizer_offload=optimizer, param_offload=param,
+                                                 gradient_checkpointing=checkpointing, micro_batch=micro)))
+    return rows
+
+
+def speed_key(e: Estimate) -> Tuple:
+    """Smaller is expected to be faster: offload traffic first, then recomputation, then ZeRO-3's parameter
+    all-gathers, then a larger micro-batch; stages 0-2 move the same bytes, so the one with most headroom wins."""
+    s = e.setup
+    return (list(OFFLOADS).index(offload_name(s)), s.gradient_checkpointing, s.stage == 3, -s.micro_batch,
+            e.device_total)
+
+
+Times = Dict[Setup, StepTime]  # each row's estimated step time (trl_ds/plan/steptime.py)
+
+
+def recommend(rows: Sequence[Estimate], times: Optional[Times] = None) -> Optional[Estimate]:
+    """The fitting row with the least estimated time per sample; the speed heuristic without times."""
+    fitting = [e for e in rows if e.verdict == "fits"]
+    key = (lambda e: (times[e.setup].per_sample, speed_key(e))) if times else speed_key
+    return min(fitting, key=key) if fitting else None
+
+
+def by_time(rows: Sequence[Estimate], times: Times) -> List[Estimate]:
+    """Fitting rows first, each part fastest first (seconds per sample at the fixed global batch)."""
+    return sorted(rows, key=lambda e: (e.verdict != "fits", times[e.setup].per_sample, speed_key(e)))
+
+
+def times_for(cfg, rows: Sequence[Estimate]) -> Times:
+    hw = hardware_from_config(cfg, config_dir())
+    return time_rows(rows, hw, cfg.batch.global_size, cfg.trainer.gradient_accumulation_steps)
+
+
+def reason(best: Estimate, rows: Sequence[Estimate], times: Optional[Times] = None) -> str:
+    if times:
+        return time_reason(best, rows, times)
+    s = best.setup
+    offload = {"none": "no offload (nothing crosses PCIe each step)", "opt-cpu": "optimizer on CPU is the least "
+               "offload that fits", "opt+param-cpu": "optimizer and parameters on CPU are needed to fit",
+               "nvme": "only NVMe offload fits"}[offload_name(s)]
+    parts = [offload, "activation checkpointing needed (+1 forward of recomputation)" if s.gradient_checkpointing
+             else "no recomputation", "ZeRO-3 needed (parameter all-gathers: 1.5x the traffic)" if s.stage == 3
+             else f"ZeRO-{s.stage} (no parameter all-gathers)", f"micro-batch {s.micro_batch}"]
+    fitting = sum(e.verdict == "fits" for e in rows)
+    return f"fastest of the {fitting} configurations that fit: " + ", ".join(parts)
+
+
+def time_reason(best: Estimate, rows: Sequence[Estimate], times: Times) -> str:
+    t = times[best.setup]
+    terms = ", ".join(f"{k} {v:.3g}" for k, v in t.terms.items() if v > 0)
+    fitting = sum(e.verdict == "fits" for e in rows)
+    return (f"least estimated time per sample of the {fitting} configurations that fit: {t.seconds:.3g} s per step "
+            f"of {t.samples} samples ({terms})")
+
+
+def grid_overrides(s: Setup) -> List[str]:
+    return [f"zero=stage{s.stage}", *OFFLOAD_OVERRIDES[offload_name(s)],
+            f"trainer.gradient_checkpointing={str(s.gradient_checkpointing).lower()}",
+            f"trainer.per_device_train_batch_size={s.micro_batch}"]
+
+
+def run_command(s: Setup, user_overrides: Sequence[str]) -> str:
+    kept = [o for o in user_overrides if not o.startswith(GRID_KEYS + NOT_FOR_RUNNING)]
+    return " ".join(["python -m trl_ds", *kept, *grid_overrides(s)])
+
+
+def changed(a: Setup, b: Setup) -> int:
+    return sum(x != y for x, y in [(a.stage, b.stage), (offload_name(a), offload_name(b)),
+                                   (a.gradient_checkpointing, b.gradient_checkpointing),
+                                   (a.micro_batch, b.micro_batch)])
+
+
+def smallest_fitting_change(current: Setup, global_size: Optional[int] = None) -> Optional[Estimate]:
+    """The grid point that fits with the fewest changed choices, the fastest among equals."""
+    fitting = [e for e in grid(current, global_size) if e.verdict == "fits"]
+    return min(fitting, key=lambda e: (changed(current, e.setup), speed_key(e)), default=None)
+
+
+def change_overrides(current: Setup, target: Setup) -> List[str]:
+    """The overrides that turn `current` into `target`, one group per changed choice."""
+    out = [f"zero=stage{target.stage}"] if target.stage != current.stage else []
+    out += OFFLOAD_OVERRIDES[offload_name(target)] if offload_name(target) != offload_name(current) else []
+    if target.gradient_checkpointing != current.gradient_checkpointing:
+        out.append(f"trainer.gradient_checkpointing={str(target.gradient_checkpointing).lower()}")
+    if target.micro_batch != current.micro_batch:
+        out.append(f"trainer.per_device_train_batch_size={target.micro_batch}")
+    return out
+
+
+def preflight_mode(cfg) -> str:
+    mode = value(cfg.preflight.memory)
+    if mode == "auto":
+        return "error" if value(cfg.cluster.device) == "cuda" else "warn"
+    return mode
+
+
+def check_fit(cfg, current: Estimate, launching: bool) -> Optional[str]:
+    """None when the config fits (or preflight.memory=off); the warning text for warn and for dry runs (which only
+    write files); ConfigError for error when launching."""
+    mode = preflight_mode(cfg)
+    if mode == "off" or current.verdict == "fits":
+        return None
+    message = not_fit_message(cfg, current)
+    if mode == "error" and launching:
+        raise ConfigError([message + " Or set preflight.memory=warn to launch anyway."])
+    return message
+
+
+def not_fit_message(cfg, e: Estimate) -> str:
+    s = e.setup
+    parts = ", ".join(f"{k} {size(v)}" for k, v in e.device.items())
+    if e.verdict == "does not fit":
+        what = (f"estimated {size(e.device_total)} GiB per GPU ({parts}) > "
+                f"cluster.gpu_memory_gb={s.gpu_memory_gb:g}.")
+    else:
+        what = (f"estimated {size(e.host_total)} GiB of host RAM per node > cluster.cpu_memory_gb={s.cpu_memory_gb:g} "
+                f"(per rank: {parts}).")
+    head = f"model={cfg.model.name} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
+           f"offload {offload_name(s)}, micro-batch {s.micro_batch}, {s.seq_len} tokens): {what}"
+    best = smallest_fitting_change(s, cfg.batch.global_size)
+    if best is None:
+        return (head + " Nothing in the planner's grid fits either: add GPUs (cluster.nodes=...), shorten "
+                       "sequences (trainer.max_length=...) or use larger devices.")
+    return (head + f" The smallest change that fits: {' '.join(change_overrides(s, best.setup))} (estimated "
+                   f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).")
+
+
+def plan_for_run_dir(cfg, current: Estimate, overrides: Sequence[str]) -> dict:
+    """plan.json: the current config's estimate, the grid around it and the recommendation."""
+    names = (cfg.cluster.name, cfg.model.config_path or cfg.model.name)
+    rows = grid(current.setup, cfg.batch.global_size)
+    times = times_for(cfg, rows + [current])
+    return {**as_json(by_time(rows, times), current, names, overrides, times),
+            "preflight": {"memory": preflight_mode(cfg), "verdict": current.verdict}}
+
+
+def size(n: int, unit: int = GiB) -> str:
+    """Bytes as a number of `unit` (GiB unless told), one decimal."""
+    return f"{n / unit:.1f}"
+
+
+def table_unit(rows: Sequence[Estimate]) -> Tuple[int, str]:
+    """GiB, or MiB when every rank needs less than 1 GiB (CPU-sized models)."""
+    return (GiB, "GiB") if max(e.device_total for e in rows) >= GiB else (MiB, "MiB")
+
+
+def render_table(rows: Sequence[Estimate], times: Times) -> str:
+    unit = table_unit(rows)[0]
+    head = ["zero", "offload", "ckpt", "micro", *COLUMNS, "per-rank", "host/node", "nvme/node", "s/step", "s/sample",
+            "verdict"]
+    lines = [[str(e.setup.stage), offload_name(e.setup), "yes" if e.setup.gradient_checkpointing else "no",
+              str(e.setup.micro_batch), *(size(e.device[k], unit) for k in COLUMNS), size(e.device_total, unit),
+              size(e.host_total, unit), size(e.nvme, unit), seconds(times[e.setup]),
+              f"{times[e.setup].per_sample:.3g}", e.verdict] for e in rows]
+    widths = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i in (1, len(r) - 1) else c.rjust(w)  # noqa: E731
+                              for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in lines])
+
+
+def seconds(t: StepTime) -> str:
+    """Estimated seconds per optimizer step, 3 significant digits."""
+    return f"{t.seconds:.3g}"
+
+
+def describe_params(s: Setup) -> str:
+    """'8.04B parameters, 6.82M trainable' under LoRA: the optimizer holds only the adapters."""
+    trainable = f", {describe_count(s.trainable)} trainable" if s.uses_lora else ""
+    return f"{describe_count(s.total_params)} parameters{trainable}"
+
+
+def describe_sequence(s: Setup) -> str:
+    split = f", {s.seq_len // s.sp_size} per rank (Ulysses over {s.sp_size} ranks)" if s.sp_size > 1 else ""
+    return f"sequence {s.seq_len} tokens{split}"
+
+
+def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str) -> List[str]:
+    capacity = ("judged against host RAM (CPU ranks)" if s.judged_on_host
+                else f"{s.gpu_memory_gb:g} GiB per GPU")
+    lora = f", LoRA r={s.lora_r}" if s.uses_lora else ""
+    return [f"trl_ds plan: {model_name} ({describe_params(s)}, largest module "
+            f"{describe_count(s.counts.largest_module)}){lora}, {s.dtype}, {describe_sequence(s)}",
+            f"cluster {cluster_name}: {s.nodes} node(s) x {s.gpus_per_node} {s.device} rank(s), {capacity}, "
+            f"{s.cpu_memory_gb:g} GiB host RAM per node",
+            f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: the peak of "
+            "one rank during a step; host/node: "
+            + ("every rank's bytes plus offloaded states" if s.judged_on_host
+               else "offloaded states x DeepSpeed's 1.5, pinned buffers, rank processes")]
+
+
+def summary_line(e: Estimate) -> str:
+    s = e.setup
+    return (f"zero=stage{s.stage} offload={offload_name(s)} ckpt={'yes' if s.gradient_checkpointing else 'no'} "
+            f"micro={s.micro_batch}: {size(e.device_total)} GiB per rank, {size(e.host_total)} GiB host per node, "
+            f"{e.verdict}")
+
+
+def render(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str],
+           times: Times, only_fitting: bool = False) -> str:
+    shown = [e for e in rows if e.verdict == "fits"] if only_fitting else rows
+    lines = describe_setup(current.setup, *names, table_unit(rows)[1]) + [
+        "", render_table(shown or rows, times), "", f"current:     {summary_line(current)}"]
+    best = recommend(rows, times)
+    if best is None:
+        smallest = min(rows, key=lambda e: e.device_total)
+        lines += [f"nothing fits; the smallest is {summary_line(smallest)}.",
+                  "Add GPUs (cluster.nodes=...), shorten sequences (trainer.max_length=...) or use larger devices."]
+    else:
+        lines += [f"recommended: {summary_line(best)}", f"  why: {reason(best, rows, times)}",
+                  f"  run: {run_command(best.setup, overrides)}"]
+    return "\n".join(lines)
+
+
+def as_json(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str],
+            times: Times) -> dict:
+    s, best = current.setup, recommend(rows, times)
+    return {"model": names[1], "parameters": s.total_params, "trainable_parameters": s.trainable,
+            "lora_r": s.lora_r, "largest_module": s.counts.largest_module, "dtype": s.dtype, "seq_len": s.seq_len,
+            "sp_size": s.sp_size,
+            "cluster": {"name": names[0], "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "device": s.device,
+                        "gpu_memory_gb": s.gpu_memory_gb, "cpu_memory_gb": s.cpu_memory_gb},
+            "current": row_json(current, times), "rows": [row_json(e, times) for e in rows],
+            "recommendation": None if best is None else {**row_json(best, times), "reason": reason(best, rows, times),
+                                                         "command": run_command(best.setup, overrides)}}
+
+
+def row_json(e: Estimate, times: Times) -> dict:
+    s, t = e.setup, times[e.setup]
+    return {"zero_stage": s.stage, "offload": offload_name(s), "offload_optimizer": s.optimizer_offload,
+            "offload_param": s.param_offload, "gradient_checkpointing": s.gradient_checkpointing,
+            "micro_batch": s.micro_batch, "device_bytes": dict(e.device), "device_total_bytes": e.device_total,
+            "buffer_items": dict(e.buffer_items), "host_bytes": dict(e.host), "host_total_bytes": e.host_total,
+            "nvme_bytes": e.nvme, "after_step_bytes": e.after_step, "verdict": e.verdict,
+            "step_seconds": t.seconds, "step_terms": dict(t.terms), "samples_per_step": t.samples,
+            "overrides": grid_overrides(s)}
+
+
+def config_dir() -> str:
+    return CONFIG_DIR
+
+
+def compose_config(overrides: Sequence[str]):
+    from hydra import compose, initialize_config_dir
+
+    from trl_ds.config.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3", job_name="trl_ds_plan"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def load(overrides: Sequence[str]):
+    """(config, base setup), or ConfigError for a composition mistake or impossible model dimensions."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = compose_config(overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError([str(err).strip()])
+    return cfg, setup_from_config(cfg)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # the command line, not a caller in a longer-lived process
+        pause_collection()
+    if "-h" in args or "--help" in args:
+        print(__doc__.strip())
+        return 0
+    overrides = [a for a in args if a not in FLAGS]
+    try:
+        cfg, base = load(overrides)
+        rows, current = grid(base, cfg.batch.global_size), estimate(base)
+        times = times_for(cfg, rows + [current])
+    except ConfigError as err:
+        print(f"trl_ds.plan: {err.render()}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    rows = by_time(rows, times)
+    names = (cfg.cluster.name, cfg.model.name if not cfg.model.config_path else cfg.model.config_path)
+    if "--json" in args:
+        import json
+        print(json.dumps(as_json(rows, current, names, overrides, times), indent=2))
+    else:
+        print(render(rows, current, names, overrides, times, only_fitting="--fits" in args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Seconds per optimizer step of one training configuration, before launch: the planner's speed axis.
+
+Notation as in shared/MEMORY_MODEL.md: Ψ parameters (Ψ_t trainable: LoRA's adapters under peft=lora, else Ψ), N
+ranks, w bytes per 16-bit (or fp32) parameter, A accumulation steps (micro-steps per optimizer step), T tokens per
+micro-step per rank (micro-batch × max_length / sp.size: Ulysses splits each sequence over sp.size ranks, which
+then read one sample together).
+Every rate comes from `Hardware` (conf/gpu/ presets, cluster.hardware.* overrides, or `python -m trl_ds.study.calibrate`).
+
+Terms per optimizer step, each in `StepTime.terms`:
+- compute: A × T × F / (peak × efficiency). F, FLOPs per token: 6 × matmul params (forward 2, backward 4; Kaplan et
+  al. 2020, "Scaling Laws", the 6N rule) + 12 × L × s × h for attention scores (Narayanan et al. 2021, "Efficient
+  Large-Scale Language Model Training", eq. 3); gradient checkpointing adds one forward (+2 and +4: same paper,
+  "activation recomputation"). The input embedding is a lookup, not a matmul, so untied embeddings are left out.
+  Frozen weights (LoRA's base) get no weight gradient: 4 × matmul params + 2 × trainable ones.
+- communication: the ZeRO paper's volumes (Rajbhandari et al. 2020, sec. 7): stage 0 all-reduces gradients once per
+  optimizer step (2Ψ); stage 3 all-gathers parameters in forward and backward and reduce-scatters gradients every
+  micro-step (3Ψ each). Stages 1-2 as DeepSpeed implements them, not the paper's Ψ reduce-scatter: the gradient
+  buckets are all-reduced (2Ψ; zero/stage_1_and_2.py average_tensor -> allreduce_and_scatter with
+  use_multi_rank_bucket_allreduce) before each rank keeps its partition, once per step in stage 1 and every
+  micro-step in stage 2, and the updated parameters are all-gathered once per step (Ψ). A ring moves (N-1)/N of those bytes per rank (Patarasuk & Yuan 2009) over the per-device bandwidth,
+  intra-node when the world fits one node, else inter-node; each collective call costs a fixed latency (Hockney's
+  α-β model); ZeRO-3 issues three per gathered module per micro-step. Overlap: with overlap_comm DeepSpeed hides
+  stage 2's reductions behind backward and stage 3's prefetched gathers behind the whole micro-step, up to
+  comm_overlap of them (zero/stage_1_and_2.py IPG buckets, zero/partitioned_param_coordinator.py prefetch).
+  Gradients and updated parameters are Ψ_t (trainable); ZeRO-3's parameter gathers move all Ψ.
+- optimizer: on the device, Adam streams 28 B per parameter of its partition (fp32 param, grad, two moments read;
+  param and moments written) over hbm_gbps; offloaded, DeepSpeedCPUAdam updates the node's partition (Ψ / nodes) at
+  cpu_adam_mparams_per_s (Ψ_t / nodes; ZeRO-Offload, Ren et al. 2021, sec. 4.2).
+- offload: host<->device traffic over pcie_gbps (ZeRO-Offload: 16-bit gradients down every micro-step in stages 2-3,
+  once in stage 1, 16-bit parameters up once per step; offload.param adds a fetch per forward and per backward);
+  NVMe (ZeRO-Infinity, Rajbhandari et al. 2021): fp32 master and moments (12 B) read and written once per step,
+  16-bit parameters read per forward and backward, written after the step, over the node's NVMe bandwidth.
+- zero: DeepSpeed's ZeRO gradient path beyond its collectives, Ψ_t × zero{2,3}_ns_per_param per micro-step in
+  stages 2-3 (stage 1: once per step, at the accumulation boundary; stage 0: none). Stages 1-2
+  (zero/stage_1_and_2.py): setup_buckets allocates fresh reduce buckets every micro-step (released again in
+  independent_gradient_partition_epilogue), each gradient hook copies its gradient into one
+  (reduce_independent_p_g_buckets_and_remove_grads), allreduce_bucket flattens the bucket into another new tensor
+  and copy_grads_in_partition copies the rank's partition out: several passes over Ψ_t × w bytes, on CPU mostly
+  into pages touched for the first time. Stage 3 (zero/stage3.py, partitioned_param_coordinator.py): per-module
+  fetch/release bookkeeping, and gloo's reduce_scatter_tensor, which costs about an all-reduce (2Ψ, not the
+  ring's Ψ). Profiled on CPU (6.7M-parameter Llama, 2 gloo ranks, py-spy): 55 ms of stage 2's micro-step beyond
+  its all-reduce, 38 ms of it in the gradient hooks (mostly the bucket copy). A measured rate (python -m
+  trl_ds.study.calibrate); the GPU presets' is 12 B per parameter (three read+write passes over 16-bit gradients) at HBM
+  speed.
+- overhead: micro_step_overhead_ms per micro-step (Python, hooks, data loading; measured, not derived).
+"""
+import os
+from dataclasses import dataclass, fields
+from typing import Dict, Optional
+
+import yaml
+
+from trl_ds.errors import ConfigError
+from trl_ds.plan.memory import Setup
+
+ADAM_BYTES_PER_PARAM = 28  # fp32 param, grad, exp_avg, exp_avg_sq read; param and both moments written
+NVME_OPTIMIZER_BYTES = 12  # fp32 master + two moments per parameter, swapped in and out each step
+OPTIONAL = ("collective_latency_us", "comm_overlap", "micro_step_overhead_ms", "zero2_ns_per_param",
+            "zero3_ns_per_param")  # may be 0; every rate must not
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Resolved rates (units as in trl_ds.config.schema.HardwareConfig)."""
+    peak_tflops: float
+    efficiency: float
+    hbm_gbps: float
+    pcie_gbps: float
+    intra_node_gbps: float
+    inter_node_gbps: float
+    collective_latency_us: float
+    comm_overlap: float
+    nvme_read_gbps: float
+    nvme_write_gbps: float
+    cpu_adam_mparams_per_s: float
+    micro_step_overhead_ms: float
+    zero2_ns_per_param: float = 0.0
+    zero3_ns_per_param: float = 0.0
+
+
+@dataclass
+class StepTime:
+    terms: Dict[str, float]  # seconds per step: compute, communication, optimizer, offload, zero, overhead
+    samples: int  # samples per optimizer step across the world
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.terms.values())
+
+    @property
+    def per_sample(self) -> float:
+        return self.seconds / self.samples
+
+
+def preset_path(gpu: str, conf_dir: str) -> str:
+    """A preset name of conf/gpu/ or a path to a hardware YAML file."""
+    return gpu if gpu.endswith((".yaml", ".yml")) else os.path.join(conf_dir, "gpu", f"{gpu}.yaml")
+
+
+def read_preset(gpu: str, conf_dir: str) -> dict:
+    path = preset_path(gpu, conf_dir)
+    if not os.path.isfile(path):
+        names = sorted(f[:-5] for f in os.listdir(os.path.join(conf_dir, "gpu")) if f.endswith(".yaml"))
+        raise ConfigError([f"cluster.gpu={gpu}: no such preset or file. Use one of {', '.join(names)}, or a file "
+                           f"from python -m trl_ds.study.calibrate (cluster.gpu=/path/hardware.yaml)."])
+    with open(path) as f:
+        return yaml.safe_load(f) or {}
+
+
+def hardware_from_config(cfg, conf_dir: str) -> Hardware:
+    """cluster.gpu's preset with every non-null cluster.hardware.* on top; a missing number is a ConfigError.
+    Memory stays cluster.gpu_memory_gb's (a preset's memory_gb documents the card; it is not read here)."""
+    c = cfg.cluster
+    preset = read_preset(c.gpu, conf_dir)
+    numbers = {f.name: c.hardware.get(f.name) for f in fields(Hardware)}
+    numbers = {k: float(v if v is not None else preset.get(k, 0) or 0) for k, v in numbers.items()}
+    missing = [k for k in numbers if numbers[k] <= 0 and k not in OPTIONAL]
+    if missing:
+        raise ConfigError([f"cluster.gpu={c.gpu} gives no {', '.join(missing)}. Set cluster.hardware.{missing[0]}"
+                           f"=... or use a complete preset."])
+    return Hardware(**numbers)
+
+
+def flops_per_token(s: Setup) -> float:
+    a, c = s.arch, s.counts
+    matmul_params = s.total_params - (0 if a.tie_word_embeddings else c.embedding)
+    with_weight_grads = s.adapters.total if s.uses_lora else matmul_params
+    attention = 12 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
+    recompute = 2 * matmul_params + 4 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
+    return 4 * matmul_params + 2 * with_weight_grads + attention + (recompute if s.gradient_checkpointing else 0)
+
+
+def compute_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
+    return s.tokens * accumulation * flops_per_token(s) / (hw.peak_tflops * 1e12 * hw.efficiency)
+
+
+def gathered_modules(s: Setup) -> int:
+    """Modules ZeRO-3 gathers each pass: tensors above the persistence threshold (small ones stay whole)."""
+    big = sum(n >= s.persistence_threshold for n in s.counts.layer_tensors) * s.counts.num_layers
+    return big + sum(n >= s.persistence_threshold for n in (s.counts.embedding, s.counts.lm_head))
+
+
+def collectives(s: Setup, accumulation: int):
+    """(bytes moved per rank, collective calls, overlappable bytes) per optimizer step, ring algorithms."""
+    n = s.world
+    if n == 1:
+        return 0.0, 0, 0.0
+    ring, grad_bytes = (n - 1) / n, s.trainable * s.width
+    buckets = -(-s.trainable // s.reduce_bucket_size)
+    if s.stage == 0:  # one all-reduce after accumulation
+        return 2 * ring * grad_bytes, buckets, 0.0
+    if s.stage == 1:  # all-reduce, then all-gather of the updated partitions, both after accumulation
+        return 3 * ring * grad_bytes, 2 * buckets, 0.0
+    if s.stage == 2:  # DeepSpeed all-reduces each micro-step's buckets (see the module docstring)
+        reduce = 2 * accumulation * ring * grad_bytes
+        return reduce + ring * grad_bytes, (accumulation + 1) * buckets, reduce
+    volume = accumulation * ring * (2 * s.total_params * s.width + grad_bytes)  # gathers twice, reduce-scatter
+    return volume, 3 * accumulation * gathered_modules(s), volume
+
+
+def communication_seconds(s: Setup, hw: Hardware, accumulation: int, compute: float) -> float:
+    moved, calls, overlappable = collectives(s, accumulation)
+    bandwidth = hw.intra_node_gbps if s.nodes == 1 else hw.inter_node_gbps
+    seconds = moved / (bandwidth * 1e9) + calls * hw.collective_latency_us * 1e-6
+    window = compute * (2 / 3 if s.stage == 2 else 1.0)  # stage 2 reduces during backward only
+    share = overlappable / moved if moved else 0.0
+    hidden = min(seconds * share * (hw.comm_overlap if s.overlap_comm else 0.0), window)
+    return seconds - hidden
+
+
+def optimizer_seconds(s: Setup, hw: Hardware) -> float:
+    partition = s.trainable / (1 if s.stage == 0 else s.world)
+    if s.optimizer_offload == "none":
+        return ADAM_BYTES_PER_PARAM * partition / (hw.hbm_gbps * 1e9)
+    return s.trainable / s.nodes / (hw.cpu_adam_mparams_per_s * 1e6)
+
+
+def offload_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
+    """Gradients down and updated parameters up move Ψ_t; parameter fetches move Ψ."""
+    trained_bytes, partition_bytes = s.width * s.trainable / s.world, s.width * s.total_params / s.world
+    node_params = s.total_params / s.nodes
+    seconds = 0.0
+    if s.optimizer_offload != "none":
+        grads_down = (1 if s.stage == 1 else accumulation) * trained_bytes
+        seconds += (grads_down + trained_bytes) / (hw.pcie_gbps * 1e9)
+    if s.param_offload == "cpu":
+        seconds += 2 * accumulation * partition_bytes / (hw.pcie_gbps * 1e9)
+    if s.optimizer_offload == "nvme":
+        optimizer_bytes = NVME_OPTIMIZER_BYTES * s.trainable / s.nodes
+        seconds += optimizer_bytes * (1 / hw.nvme_read_gbps + 1 / hw.nvme_write_gbps) / 1e9
+    if s.param_offload == "nvme":
+        seconds += s.width * node_params * (2 * accumulation / hw.nvme_read_gbps + 1 / hw.nvme_write_gbps) / 1e9
+    return seconds
+
+
+def zero_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
+    """ZeRO's gradient handling beyond its collectives (see the module docstring)."""
+    if s.stage == 0:
+        return 0.0
+    passes = 1 if s.stage == 1 else accumulation  # stage 1 reduces only at the accumulation boundary
+    rate = hw.zero3_ns_per_param if s.stage == 3 else hw.zero2_ns_per_param
+    return passes * s.trainable * rate * 1e-9
+
+
+def step_time(s: Setup, hw: Hardware, accumulation: int = 1) -> StepTime:
+    compute = compute_seconds(s, hw, accumulation)
+    terms = {"compute": compute, "communication": communication_seconds(s, hw, accumulation, compute),
+             "optimizer": optimizer_seconds(s, hw), "offload": offload_seconds(s, hw, accumulation),
+             "zero": zero_seconds(s, hw, accumulation), "overhead": accumulation * hw.micro_step_overhead_ms * 1e-3}
+    return StepTime(terms=terms, samples=s.micro_batch * s.data_parallel * accumulation)
+
+
+def accumulation_for(s: Setup, global_size: Optional[int], configured: Optional[int]) -> int:
+    """Micro-steps per optimizer step: from a fixed global batch, else the configured accumulation (or 1)."""
+    if global_size:
+        return max(global_size // (s.micro_batch * s.data_parallel), 1)
+    return configured or 1
+
+
+def time_rows(rows, hw: Hardware, global_size: Optional[int], configured: Optional[int]) -> Dict[Setup, StepTime]:
+    """Each planner row's step time, keyed by its Setup."""
+    return {e.setup: step_time(e.setup, hw, accumulation_for(e.setup, global_size, configured)) for e in rows}

@@ -1,0 +1,1 @@
+"""Studies over finished runs: sweep rows, tables, plots, equivalence of batch shapes, calibration."""

@@ -1,0 +1,99 @@
+"""`python -m trl_ds.study.report PATH [PATH ...] [--out DIR]`: a memory study's table and plot, estimated vs measured.
+
+    python -m trl_ds -m zero=stage0,stage1,stage2,stage3 offload=none,cpu    # the sweep: one real run per point
+    python -m trl_ds.study.report multirun/2026-12-02/10-00-00                    # its report, written into that folder
+    python -m trl_ds.study.report multirun/A multirun/B --out study/              # several sweeps in one table
+    python -m trl_ds.study.report outputs/2026-12-02/10-00-00 outputs/...         # plain run dirs
+
+Writes sweep.csv (one row per point, every figure in bytes), sweep.md (the readable table, sorted by measured peak)
+and memory.png (needs matplotlib: pip install 'trl_ds[report]') into the first sweep folder, or --out DIR, or, for
+plain run dirs, the folder holding them; prints the table. A point whose files are missing or half-written is
+reported as incomplete, naming the file; the others are reported as usual.
+"""
+import argparse
+import importlib.util
+import os
+import sys
+from typing import List, Optional, Sequence
+
+from trl_ds.errors import EXIT_USER_ERROR
+from trl_ds.study.points import read_point
+from trl_ds.study.table import render_markdown, write_csv
+
+RUN_FILES = ("summary.json", "plan.json", "config.yaml", "overrides.yaml")
+
+
+def is_run_dir(path: str) -> bool:
+    return any(os.path.exists(os.path.join(path, name)) for name in RUN_FILES)
+
+
+def sweep_points(folder: str) -> List[str]:
+    """A sweep folder's points in job order: numbered folders (Hydra's default subdir, even when the app never
+    got to write in one) and any other visible folder holding a run (a custom hydra.sweep.subdir)."""
+    names = [n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n)) and not n.startswith(".")]
+    numbered = sorted((n for n in names if n.isdigit()), key=int)
+    named = sorted(n for n in names if not n.isdigit() and is_run_dir(os.path.join(folder, n)))
+    return [os.path.join(folder, n) for n in numbered + named]
+
+
+def find_runs(paths: Sequence[str]):
+    """(run dirs, sweep folders) for the paths given; a path that is neither is a user error."""
+    runs, sweeps, problems = [], [], []
+    for path in map(os.path.abspath, paths):
+        if not os.path.isdir(path):
+            problems.append(f"{path} is not a folder")
+        elif is_run_dir(path):
+            runs.append(path)
+        elif sweep_points(path):
+            sweeps.append(path)
+            runs += sweep_points(path)
+        else:
+            problems.append(f"{path} holds no run: neither a run dir (summary.json, plan.json, config.yaml) nor a "
+                            f"sweep folder (multirun/<date>/<time> with numbered point folders)")
+    return runs, sweeps, problems
+
+
+def write_report(runs: Sequence[str], sources: Sequence[str], out_dir: str) -> str:
+    """Read every point, write sweep.csv, sweep.md and memory.png into out_dir; returns the table's text."""
+    common = os.path.commonpath([os.path.dirname(r) for r in runs])
+    rows = [{**read_point(r), "point": os.path.relpath(r, common)} for r in runs]
+    os.makedirs(out_dir, exist_ok=True)
+    write_csv(rows, os.path.join(out_dir, "sweep.csv"))
+    text = render_markdown(rows, sources)
+    with open(os.path.join(out_dir, "sweep.md"), "w") as f:
+        f.write(text)
+    print(text)
+    print(f"trl_ds.study.report: wrote {out_dir}/sweep.csv and sweep.md")
+    write_plot(rows, os.path.join(out_dir, "memory.png"))
+    return text
+
+
+def write_plot(rows: Sequence[dict], path: str) -> None:
+    if importlib.util.find_spec("matplotlib") is None:  # an optional extra: the csv and md stand without it
+        print("trl_ds.study.report: matplotlib is not installed, so memory.png is not written "
+              "(pip install 'trl_ds[report]')")
+        return
+    from trl_ds.study.plot import plot_memory
+
+    drawn = plot_memory(rows, path) if any(r["est_peak"] or r["meas_peak"] for r in rows) else 0
+    print(f"trl_ds.study.report: wrote {path} ({drawn} points)" if drawn else
+          "trl_ds.study.report: no point has memory figures; memory.png is not written")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trl_ds.study.report", description=__doc__.split("\n")[0],
+                                     epilog="See the module docstring or docs/memory_study.md.")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="sweep folders and/or run dirs")
+    parser.add_argument("--out", metavar="DIR", help="where to write (default: the first sweep folder)")
+    args = parser.parse_args(argv)
+    runs, sweeps, problems = find_runs(args.paths)
+    if problems:
+        print("trl_ds.study.report: " + "\n  ".join(problems), file=sys.stderr)
+        return EXIT_USER_ERROR
+    out_dir = args.out or (sweeps[0] if sweeps else os.path.commonpath([os.path.dirname(r) for r in runs]))
+    write_report(runs, args.paths, out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Worker: what each rank runs, reading only the run dir: train, trainers, data, models, measurement."""

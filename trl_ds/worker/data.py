@@ -1,0 +1,79 @@
+"""The built-in tiny datasets (one shape per trainer) and their word-level vocabulary, and loading of user datasets.
+
+The tiny data is arithmetic in words ("what is three plus four ? seven"), deterministic and learnable, so the loss
+falls within a few steps. It needs no download and no torch.
+"""
+import json
+import os
+import random
+from typing import Dict, List
+
+NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+           "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen"]
+WORDS = ["question", ":", "what", "is", "plus", "?", "answer", "the", "sum", "of", "and", "."]
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
+VOCABULARY = SPECIAL_TOKENS + NUMBERS + WORDS
+TINY_SIZE = 512  # examples
+
+
+def tiny_sft_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]:
+    """Plain-text SFT examples (TRL's "text" field), two phrasings so lengths vary."""
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(n):
+        a, b = rng.randrange(10), rng.randrange(10)
+        if rng.random() < 0.5:
+            text = f"question : what is {NUMBERS[a]} plus {NUMBERS[b]} ? answer : {NUMBERS[a + b]}"
+        else:
+            text = f"question : what is the sum of {NUMBERS[a]} and {NUMBERS[b]} ? answer : the sum is {NUMBERS[a + b]} ."
+        examples.append({"text": text})
+    return examples
+
+
+def tiny_preference_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]:
+    """DPO / reward pairs: the right sum is chosen, a wrong one rejected (TRL's explicit-prompt format)."""
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(n):
+        a, b, off = rng.randrange(10), rng.randrange(10), rng.randrange(1, len(NUMBERS))
+        wrong = (a + b + off) % len(NUMBERS)
+        examples.append({"prompt": _question(a, b), "chosen": f" {NUMBERS[a + b]}", "rejected": f" {NUMBERS[wrong]}"})
+    return examples
+
+
+def tiny_prompt_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]:
+    """GRPO prompts; `answer` reaches the reward function (trl_ds.worker.rewards.arithmetic_reward) as a keyword."""
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(n):
+        a, b = rng.randrange(10), rng.randrange(10)
+        examples.append({"prompt": _question(a, b), "answer": NUMBERS[a + b]})
+    return examples
+
+
+def _question(a: int, b: int) -> str:
+    return f"question : what is {NUMBERS[a]} plus {NUMBERS[b]} ? answer :"
+
+
+TINY_EXAMPLES = {"sft": tiny_sft_examples, "dpo": tiny_preference_examples, "reward": tiny_preference_examples,
+                 "grpo": tiny_prompt_examples}
+
+
+def write_tiny_dataset(folder: str, trainer: str = "sft") -> str:
+    """Write the trainer's train.jsonl into folder, so `datasets.load_dataset(folder)` and TRL's CLI both read it."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "train.jsonl")
+    with open(path, "w") as f:
+        for example in TINY_EXAMPLES[trainer]():
+            f.write(json.dumps(example) + "\n")
+    return path
+
+
+def load_train_dataset(name: str, split: str):
+    """A local file by its suffix, a local folder, or a hub dataset name."""
+    from datasets import load_dataset
+
+    for suffix, builder in ((".jsonl", "json"), (".json", "json"), (".parquet", "parquet"), (".csv", "csv")):
+        if name.endswith(suffix):
+            return load_dataset(builder, data_files={split: os.path.expanduser(name)}, split=split)
+    return load_dataset(os.path.expanduser(name), split=split)

@@ -1,0 +1,63 @@
+"""Model architectures in code: the tiny model built from its dimensions, and its word-level tokenizer."""
+import os
+
+from trl_ds.worker.data import SPECIAL_TOKENS, VOCABULARY
+
+HF_CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "max_position_embeddings", "tie_word_embeddings")
+
+
+def hf_config(model_cfg):
+    """A transformers config with exactly the preset's dimensions (no download)."""
+    from transformers import AutoConfig
+
+    kwargs = {k: model_cfg[k] for k in HF_CONFIG_KEYS}
+    if model_cfg.model_type == "llama":
+        kwargs["attention_bias"] = model_cfg.attention_bias
+    return AutoConfig.for_model(model_cfg.model_type, **kwargs)
+
+
+def build_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {word: i for i, word in enumerate(VOCABULARY)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    pad, unk, bos, eos = SPECIAL_TOKENS
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=pad, unk_token=unk, bos_token=bos, eos_token=eos)
+
+
+def save_tiny_model(model_cfg, folder: str, seed: int) -> None:
+    """Build the tiny model with a fixed seed and save it with its tokenizer, atomically.
+
+    Every rank then loads it by path, which exercises the real loading code (and ZeRO-3's partitioned init), and
+    every stage starts from the same weights.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if os.path.isfile(os.path.join(folder, "config.json")):
+        return
+    config = hf_config(model_cfg)
+    tokenizer = build_tokenizer()
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(f"tiny vocabulary {len(tokenizer)} exceeds model.vocab_size={config.vocab_size}")
+    config.pad_token_id, config.bos_token_id, config.eos_token_id = (
+        tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    staging = f"{folder}.tmp-{os.getpid()}"
+    # Not model.save_pretrained: under torch.distributed it writes only on global rank 0, and every node's first
+    # rank builds its own copy (run dirs need not be on a shared filesystem).
+    from safetensors.torch import save_model
+    os.makedirs(staging)
+    config.architectures = [type(model).__name__]  # as save_pretrained records it; TRL builds DPO's reference from it
+    config.save_pretrained(staging)
+    save_model(model, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(staging)
+    try:
+        os.rename(staging, folder)
+    except OSError:  # another node's first rank saved the same weights first
+        import shutil
+        shutil.rmtree(staging, ignore_errors=True)

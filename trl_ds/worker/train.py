@@ -1,0 +1,196 @@
+"""The per-rank worker: `python -m trl_ds.worker.train <run dir>`, started by torchrun or the deepspeed launcher.
+
+It reads only the run dir (Hydra never runs here), trains with TRL + DeepSpeed, and writes metrics.jsonl (rank 0),
+memory/rank_K.json (every rank) and summary.json (rank 0).
+"""
+import json
+import os
+import shutil
+import sys
+import time
+
+from transformers import TrainerCallback
+
+from trl_ds.build.checkpoint import latest_complete, mark_complete, rotate
+from trl_ds.launch.failure import JOINED_FILE
+from trl_ds.launch.torchrun import node_log_dir
+from trl_ds.worker.measure import measure_rank
+from trl_ds.build.layout import load_run_config, write_json, write_text
+from trl_ds.short_lived import skip_final_collection
+from trl_ds.build.trainer_config import FINAL_MODEL_DIR, TINY_MODEL_DIR
+from trl_ds.worker.trainers import count_parameters
+from trl_ds.config.values import sp_size
+
+PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
+
+
+def main(argv) -> int:
+    run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank")][0])
+    cfg = load_run_config(run_dir)
+    state = init_distributed()
+    mark_joined(run_dir, state)
+    if cfg.model.name_or_path is None:
+        prepare_tiny_model(cfg, run_dir, state)
+    trainer = build_trainer(cfg, run_dir)
+    trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes))
+    resume_from = latest_complete(trainer.args.output_dir) if cfg.resume == "auto" else None
+    started = time.time()
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    wall = time.time() - started
+    write_json(os.path.join(run_dir, "memory", f"rank_{state.process_index}.json"),
+               measure_rank(trainer, state.process_index))  # after the last step, before saving gathers weights
+    if cfg.save_final_model:
+        trainer.save_model(os.path.join(run_dir, FINAL_MODEL_DIR))  # ZeRO-3: gathered from every rank
+        save_probe_logits(trainer, os.path.join(run_dir, FINAL_MODEL_DIR, PROBE_FILE), state)
+    state.wait_for_everyone()
+    swap = nvme_swap_folder(trainer.args.hf_deepspeed_config.config)
+    if state.is_main_process:
+        summary = summarize(run_dir, trainer, result.metrics, wall, state)
+        if swap:
+            summary["nvme_swap_bytes"] = folder_bytes(swap)
+        write_json(os.path.join(run_dir, "summary.json"), summary)
+    state.wait_for_everyone()
+    if swap and not cfg.offload.keep_nvme_files and state.is_local_main_process:
+        shutil.rmtree(swap, ignore_errors=True)
+    return 0
+
+
+def nvme_swap_folder(ds_config: dict):
+    """Where DeepSpeed swapped to NVMe (it writes under <nvme_path>/zero_stage_3), or None."""
+    zero = ds_config.get("zero_optimization", {})
+    for block in (zero.get("offload_param"), zero.get("offload_optimizer")):
+        if block and block.get("device") == "nvme":
+            return os.path.join(block["nvme_path"], "zero_stage_3")
+    return None
+
+
+def folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
+
+
+class MarkComplete(TrainerCallback):
+    """After every rank has saved a checkpoint, rank 0 marks it complete and rotates old ones."""
+
+    def __init__(self, keep_last: int, world_size: int):
+        self.keep_last = keep_last
+        self.world_size = world_size
+
+    def on_save(self, args, state, control, **kwargs):
+        import torch.distributed as dist
+
+        dist.barrier()  # every rank's shards are on disk before the marker says so
+        if state.is_world_process_zero:
+            checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            mark_complete(checkpoint, state.global_step, self.world_size)
+            rotate(args.output_dir, self.keep_last)
+        dist.barrier()
+
+
+def save_probe_logits(trainer, path: str, state) -> None:
+    """The trained engine's logits on a fixed batch, so a reload of the saved model can be checked against them.
+
+    Every rank runs the forward (ZeRO-3 gathers parameters collectively); rank 0 writes the file.
+    """
+    import torch
+
+    probe = torch.arange(16, dtype=torch.long).remainder(trainer.model.config.vocab_size).reshape(2, 8)
+    model = trainer.model_wrapped
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=probe.to(trainer.args.device)).logits.float().cpu()
+    if state.is_main_process:
+        torch.save({"input_ids": probe, "logits": logits}, path)
+
+
+def init_distributed():
+    """Join the process group before any trainer config exists.
+
+    On CPU, Accelerate sees no GPU backend and would give every rank world size 1; a PartialState built with gloo
+    and `use_configured_state` in the trainer args makes the trainer use this state instead.
+    """
+    import torch
+    from accelerate import PartialState
+
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    return PartialState(backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+def mark_joined(run_dir: str, state) -> None:
+    """Tell this node's launcher that the process group formed, which ends its join deadline (launch/run.py)."""
+    if state.is_local_main_process:
+        node = int(os.environ.get("GROUP_RANK") or os.environ.get("CROSS_RANK") or 0)  # torchrun, deepspeed
+        write_text(os.path.join(node_log_dir(run_dir, node), JOINED_FILE), f"{state.num_processes} ranks\n")
+
+
+def prepare_tiny_model(cfg, run_dir: str, state) -> None:
+    from trl_ds.worker.models import save_tiny_model
+
+    if state.is_local_main_process:
+        save_tiny_model(cfg.model, os.path.join(run_dir, TINY_MODEL_DIR), cfg.seed)
+    state.wait_for_everyone()
+
+
+def build_trainer(cfg, run_dir: str):
+    """The trainer named by cfg.trainer.name (trl_ds/worker/trainers.py), logging to metrics.jsonl."""
+    from trl_ds.worker.trainers import build_trainer as build_named_trainer
+
+    logger = MetricsLogger(os.path.join(run_dir, "metrics.jsonl"), sp_size(cfg))
+    return build_named_trainer(cfg, run_dir, callbacks=[logger])
+
+
+class MetricsLogger(TrainerCallback):
+    """Appends each logging step's metrics and throughput to metrics.jsonl on rank 0."""
+
+    def __init__(self, path: str, sequence_parallel: int = 1):
+        self.path = path
+        self.sequence_parallel = sequence_parallel  # ranks that share each sample
+        self.last = None  # (time, step) of the previous log
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.last = (time.time(), state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        now = time.time()
+        samples = (state.global_step - self.last[1]) * args.per_device_train_batch_size * args.world_size \
+            * args.gradient_accumulation_steps // self.sequence_parallel
+        record = {"step": state.global_step, "time": round(now, 3), **logs,
+                  "samples_per_second": round(samples / max(now - self.last[0], 1e-9), 3)}
+        self.last = (now, state.global_step)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def summarize(run_dir: str, trainer, metrics: dict, wall: float, state) -> dict:
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    return {
+        "status": "completed",
+        "final_loss": losses[-1] if losses else None,
+        "mean_loss": metrics.get("train_loss"),
+        "steps": trainer.state.global_step,
+        "samples_per_second": metrics.get("train_samples_per_second"),
+        "train_seconds": round(wall, 3),
+        "world_size": state.num_processes,
+        "global_batch": trainer.args.per_device_train_batch_size * state.num_processes
+        * trainer.args.gradient_accumulation_steps // _sequence_parallel(trainer),
+        **count_parameters(trainer.model),
+        "sequence_parallel_size": _sequence_parallel(trainer),
+        "gradient_checkpointing": bool(getattr(trainer.model, "is_activation_checkpointing", False)),
+        "distributed_type": str(state.distributed_type.value if hasattr(state.distributed_type, "value")
+                                else state.distributed_type),
+        "device": str(state.device),
+        "run_dir": run_dir,
+    }
+
+
+
+def _sequence_parallel(trainer) -> int:
+    """Ranks that share each sample (Ulysses): they do not multiply the batch."""
+    pc = trainer.accelerator.parallelism_config
+    return pc.sp_size if pc is not None else 1
+
+
+if __name__ == "__main__":
+    skip_final_collection()
+    sys.exit(main(sys.argv[1:]))

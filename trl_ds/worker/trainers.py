@@ -1,0 +1,82 @@
+"""Per-trainer construction on each rank: TRL's own parser reads trainer.yaml, then the model, data and trainer.
+
+The parser is the one behind `trl <cmd>` (trl.scripts.<cmd>.make_parser), so the run dir's trainer.yaml means the
+same thing to TRL's CLI and to this worker. The trainer arguments, holding the DeepSpeed config, exist before any
+model is loaded, so under ZeRO-3 transformers loads it partitioned.
+"""
+import importlib
+import os
+from typing import List
+
+import yaml
+
+from trl_ds.build.layout import read_json
+from trl_ds.build.trainer_config import TRAINER_YAML
+from trl_ds.config.values import sp_size, value
+
+TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTrainer", "reward": "RewardTrainer"}
+
+
+def build_trainer(cfg, run_dir: str, callbacks: List):
+    from transformers import AutoTokenizer, set_seed
+    import trl
+
+    from trl_ds.worker.data import load_train_dataset
+
+    name = value(cfg.trainer.name)
+    script_args, training_args, model_args = parse_trainer_yaml(cfg, run_dir)
+    set_seed(cfg.seed)  # before the model, so new heads (reward's score) start the same on every run
+    model = load_model(name, model_args, training_args)
+    kwargs = dict(model=model, args=training_args, processing_class=AutoTokenizer.from_pretrained(
+        model_args.model_name_or_path), callbacks=callbacks, peft_config=trl.get_peft_config(model_args),
+                  train_dataset=load_train_dataset(script_args.dataset_name, script_args.dataset_train_split))
+    if name == "grpo":
+        kwargs["reward_funcs"] = [import_function(path) for path in script_args.reward_funcs]
+    return getattr(trl, TRAINER_CLASSES[name])(**kwargs)
+
+
+def parse_trainer_yaml(cfg, run_dir: str):
+    """(script args, trainer config, model config) as `trl <cmd> --config trainer.yaml` builds them, plus what only a
+    rank of this run knows: the DeepSpeed dict, the configured accelerate state and, with Ulysses, its groups."""
+    with open(os.path.join(run_dir, TRAINER_YAML)) as f:
+        args = yaml.safe_load(f)
+    args.pop("accelerate_config")  # read by `trl <cmd>` to launch; this rank is already launched
+    args["deepspeed"] = read_json(os.path.join(run_dir, "ds_config.json"))
+    args["accelerator_config"] = {"use_configured_state": True}  # see train.init_distributed
+    if sp_size(cfg) > 1:
+        from trl_ds.build.interop import parallelism_config
+
+        args["parallelism_config"] = parallelism_config(cfg)
+    parser = importlib.import_module(f"trl.scripts.{value(cfg.trainer.name)}").make_parser()
+    script_args, training_args, model_args, _datasets = parser.parse_dict(args)
+    return script_args, training_args, model_args
+
+
+def load_model(name: str, model_args, training_args):
+    """A causal LM, or for the reward trainer the same weights under a one-score classification head."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    dtype = torch.bfloat16 if training_args.bf16 else torch.float16 if training_args.fp16 else torch.float32
+    kwargs = {"dtype": dtype}
+    if model_args.attn_implementation:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    if name == "reward":
+        return AutoModelForSequenceClassification.from_pretrained(model_args.model_name_or_path, num_labels=1, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+
+
+def import_function(path: str):
+    """pkg.module.fn, as `trl grpo` imports reward functions (validated before launch)."""
+    module_name, _, attr = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def count_parameters(model) -> dict:
+    """Trainable and total parameters, counted whole under ZeRO-3 (each rank holds a partition)."""
+    trainable = total = 0
+    for p in model.parameters():
+        n = p.ds_numel if hasattr(p, "ds_numel") else p.numel()
+        total += n
+        trainable += n if p.requires_grad else 0
+    return {"trainable_parameters": trainable, "total_parameters": total}
