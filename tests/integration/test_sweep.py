@@ -34,6 +34,7 @@ def run_sweep(folder, args, env=None):
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S,
                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (folder / "sweep.stderr").write_text(out.stderr)  # what the terminal showed: one line per point
     return folder
 
 
@@ -90,6 +91,15 @@ def test_model_states_per_rank_fall_from_stage_0_to_3_as_estimated(stage_sweep):
 def test_a_failing_point_is_reported_failed_and_another_axis_sweeps(stage_sweep, tmp_path):
     folder = run_sweep(tmp_path / "multirun", ["trainer.per_device_train_batch_size=1,2",
                                                f"trainer.dataset_name=tiny,{BAD_DATASET}"])
+    lines = [line for line in (folder / "sweep.stderr").read_text().splitlines() if line.startswith("trl_ds sweep")]
+    started = [line for line in lines if line.endswith(": started")]
+    ended = [line for line in lines if line not in started][:-1]
+    assert [line.split("]")[0] for line in started] == [f"trl_ds sweep [{i}/4" for i in range(1, 5)]
+    assert [line.split("]")[0] for line in ended] == [f"trl_ds sweep [{i}/4" for i in range(1, 5)]
+    assert [(" completed, final loss " in line, " failed, ConnectionError" in line) for line in ended] == [
+        (True, False), (False, True), (True, False), (False, True)]  # job order: micro 1 tiny, 1 bad, 2 tiny, 2 bad
+    assert all(" MiB/rank, " in line for line in ended[0::2])
+    assert lines[-1].endswith(f"report: python -m trl_ds.study.report {folder} (writes {folder / 'sweep.md'})")
     run_report(folder)
     rows = read_csv(folder / "sweep.csv")
     by_point = {(r["trainer.per_device_train_batch_size"], r["trainer.dataset_name"]): r for r in rows}

@@ -265,6 +265,8 @@ class LauncherConfig:
     # Seconds for every node to reach the rendezvous; past it the launch ends naming the node that is missing.
     rdzv_timeout: int = 900
     max_restarts: int = 0  # torchrun restarts of a failed node's ranks before the launch fails
+    # Live progress on the launching terminal: a bar on a TTY, else one line every this many seconds; 0 turns it off.
+    progress_every_s: float = 30.0
     # launcher=deepspeed: start each node yourself (bash launch.sh NODE_RANK) instead of over ssh/pdsh.
     no_ssh: bool = False
     include: str = ""  # launcher=deepspeed --include, e.g. "node-0@node-1:0,1" (hosts, optionally their slots)

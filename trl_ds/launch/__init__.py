@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from trl_ds.build.layout import write_text
 from trl_ds.config.values import value
 from .deepspeed import HOSTFILE, build_deepspeed_commands, load_hosts
-from .failure import NodeView
+from .failure import JOINED_FILE, NodeView
 from .hostfile import render_hostfile
 from .script import render_launch_script
 from .slurm import SBATCH_SCRIPT, main_addr_from_slurm, render_sbatch, submit_job, under_slurm_job
@@ -33,7 +33,8 @@ def build_commands(cfg, run_dir: str) -> List[List[str]]:
 
 def render_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> Dict[str, str]:
     """File name in the run dir -> text: launch.sh always, the hostfile or sbatch.sh for their launchers. Pure."""
-    files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes)}
+    files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes,
+                                                 cfg.cluster.gpus_per_node)}
     name = value(cfg.launcher.name)
     if name == "deepspeed":
         hosts, origin, _ = load_hosts(cfg)
@@ -87,10 +88,23 @@ def start(cfg, node_commands: List[List[str]]) -> int:
     node = NodeView(rank=rank, nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node,
                     log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr}:{cfg.cluster.master_port}",
                     rdzv_timeout=cfg.launcher.rdzv_timeout)
-    rc = run_node(script, env, node, tell_peers=value(cfg.launcher.name) == "torchrun")
+    rc = run_node(script, env, node, tell_peers=value(cfg.launcher.name) == "torchrun",
+                  progress=node_progress(cfg, run_dir, node))
     if rc == 0 and rank != 0:
         print(f"trl_ds: node {rank} done; rank 0 on node 0 writes summary.json and metrics.jsonl in its run dir")
     return rc
+
+
+def node_progress(cfg, run_dir: str, node: NodeView):
+    """Node 0 shows the run's progress; another node its own ranks' state. None with launcher.progress_every_s=0."""
+    from .progress import NodeProgress, RunProgress
+
+    every_s = cfg.launcher.progress_every_s
+    if every_s <= 0:
+        return None
+    if node.rank == 0:
+        return RunProgress(run_dir, every_s)
+    return NodeProgress(node.rank, os.path.join(node.log_dir, JOINED_FILE), every_s)
 
 
 def spawn_env() -> Dict[str, str]:

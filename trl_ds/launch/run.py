@@ -31,8 +31,9 @@ class Stopped(Exception):
         self.signum = signum
 
 
-def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool) -> int:
-    """Run cmd (launch.sh for this node); its output goes to the terminal and logs/node_K/launcher.log.
+def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progress=None) -> int:
+    """Run cmd (launch.sh for this node). Its output (the launcher's own messages and warnings) goes to
+    logs/node_K/launcher.log only; the terminal shows `progress` (trl_ds/launch/progress.py) and, at the end, the outcome.
 
     tell_peers: announce this node's failure in the main node's rendezvous store, and stop on another's (torchrun).
     """
@@ -48,7 +49,7 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool) -> int
     peers = Peers(node.endpoint) if node.nodes > 1 and tell_peers else None
     previous = signal.signal(signal.SIGTERM, _raise_stopped)
     try:
-        stopped = _watch(proc, node, attempts_before, peers)
+        stopped = _watch(proc, node, attempts_before, peers, progress)
     except KeyboardInterrupt:
         _stop(proc)
         raise Stopped(signal.SIGINT)
@@ -57,6 +58,8 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool) -> int
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if progress:
+            _show(progress, "close")
     pump.join(timeout=STOP_WAIT_S)
     if proc.returncode == 0 and not stopped:
         return 0
@@ -67,12 +70,15 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool) -> int
     return proc.returncode or 1
 
 
-def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: Optional[Peers]
+def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: Optional[Peers], progress=None
            ) -> Optional[Failure]:
-    """Wait for the node's launcher; stop it early, with the reason, on a missed rendezvous or a peer's failure."""
+    """Wait for the node's launcher, showing progress; stop it early, with the reason, on a missed rendezvous or a
+    peer's failure."""
     deadline = time.monotonic() + node.rdzv_timeout + GRACE_S
     joined = False
     while not _exited(proc):
+        if progress:
+            _show(progress, "poll")
         joined = joined or _joined(node.log_dir, attempts_before)
         if not joined and time.monotonic() > deadline:
             _stop(proc)
@@ -103,6 +109,17 @@ def _attempts(log_dir: str) -> set:
     return set(glob.glob(os.path.join(log_dir, "*", "attempt_*")))
 
 
+def _show(progress, method: str) -> None:
+    """A progress display problem is reported once, turns the display off, and never ends the launch."""
+    if getattr(progress, "broken", False):
+        return
+    try:
+        getattr(progress, method)()
+    except Exception as err:  # noqa: BLE001 (any display error: the training goes on)
+        progress.broken = True
+        print(f"trl_ds: progress display stopped ({err!r}); the run goes on", file=sys.stderr)
+
+
 def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
     with open(path, "a") as log:
         for raw in iter(stream.readline, b""):
@@ -110,7 +127,6 @@ def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
             captured.append(line)
             log.write(line)
             log.flush()
-            sys.stderr.write(line)
 
 
 def _raise_stopped(signum, frame):
@@ -152,6 +168,7 @@ def _signal(process, signum: int) -> None:
 def _report(node: NodeView, failure: Failure) -> None:
     write_failure(node, failure)
     print(f"trl_ds: launch failed: {failure.message}", file=sys.stderr)
+    print(f"  launcher output: {os.path.join(node.log_dir, 'launcher.log')}", file=sys.stderr)
 
 
 def _remove(path: str) -> None:

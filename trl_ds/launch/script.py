@@ -30,7 +30,8 @@ def main_addr_word(master_addr: str) -> Shell:
     return Shell(MAIN_ADDR_VAR, shown=master_addr)
 
 
-def render_launch_script(node_commands: List[List[str]], run_dir: str, env: Dict[str, str], nodes: int) -> str:
+def render_launch_script(node_commands: List[List[str]], run_dir: str, env: Dict[str, str], nodes: int,
+                         ranks_per_node: int = 1) -> str:
     """One `case` branch per node rank; the rank is $1, or $SLURM_NODEID when srun starts the script."""
     last = len(node_commands) - 1
     lines = ["#!/usr/bin/env bash",
@@ -43,6 +44,7 @@ def render_launch_script(node_commands: List[List[str]], run_dir: str, env: Dict
     if main_addr is not None:
         lines += _main_addr_lines(main_addr, nodes)
     lines += render_exports(env)
+    lines += omp_threads(ranks_per_node)
     lines.append('case "$NODE_RANK" in')
     # exec: the launcher replaces bash, so signals from srun, scancel or trl_ds reach it directly.
     lines += [f"  {rank}) exec {script_command(cmd, run_dir)} ;;" for rank, cmd in enumerate(node_commands)]
@@ -81,6 +83,13 @@ def _script_word(arg: str, run_dir: str) -> str:
 def format_command(cmd: List[str]) -> str:
     """For printing: every argument quoted, shell variables shown with their values outside SLURM."""
     return " ".join(shlex.quote(arg.shown if isinstance(arg, Shell) else arg) for arg in cmd)
+
+
+def omp_threads(ranks_per_node: int) -> List[str]:
+    """Each rank's OpenMP threads: its share of this node's cores, unless set already (launcher.env, the shell).
+    torchrun would otherwise set 1 and print a warning on every launch."""
+    share = f"$(nproc) / {ranks_per_node}"
+    return [f'export OMP_NUM_THREADS="${{OMP_NUM_THREADS:-$(( {share} > 0 ? {share} : 1 ))}}"']
 
 
 def render_exports(env: Dict[str, str]) -> List[str]:

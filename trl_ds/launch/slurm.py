@@ -11,6 +11,7 @@ from typing import Dict, List
 from trl_ds.config.values import value
 
 SBATCH_SCRIPT = "sbatch.sh"
+JOB_ID_FILE = "slurm_job_id"  # the submitted job, for `python -m trl_ds.cli.watch RUN_DIR`
 # Shell lines (launch.sh, and this module under an allocation): rank 0's node is the job's first node, at the
 # address SLURM itself reaches it by (NodeAddr), which may differ from its name.
 MAIN_ADDR_FROM_SLURM = [
@@ -51,6 +52,10 @@ def render_sbatch(cfg, run_dir: str) -> str:
     lines += ["set -euo pipefail",
               "# sbatch runs a copy of this script, so the run dir is spelled out.",
               f"RUN_DIR={shlex.quote(run_dir)}",
+              "# Progress lines in this job's .out file while it trains; the watch ends with the job.",
+              'python -m trl_ds.cli.watch "$RUN_DIR" --every 60 --job "${SLURM_JOB_ID:-}" 2>&1 &',
+              "WATCH_PID=$!",
+              "trap 'kill \"$WATCH_PID\" 2>/dev/null || true' EXIT",
               "# One task per node; launch.sh finds its node rank and the main node in SLURM's environment.",
               "# --kill-on-bad-exit: a node whose ranks fail ends the whole job instead of leaving the others waiting.",
               f'srun --nodes={cfg.cluster.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$RUN_DIR/launch.sh"']
@@ -101,7 +106,10 @@ def submit_job(run_dir: str, env: Dict[str, str]) -> int:
     if out.returncode != 0:
         print(f"trl_ds: sbatch refused {script}:\n  {out.stderr.strip()}", file=sys.stderr)
         return 1
-    print_submitted(out.stdout.strip().split(";")[0], run_dir)
+    job_id = out.stdout.strip().split(";")[0]
+    with open(os.path.join(run_dir, JOB_ID_FILE), "w") as f:
+        f.write(job_id + "\n")
+    print_submitted(job_id, run_dir)
     return 0
 
 
@@ -110,4 +118,4 @@ def print_submitted(job_id: str, run_dir: str) -> None:
     print(f"  job logs     {run_dir}/slurm-{job_id}.out, {run_dir}/slurm-{job_id}.err")
     print(f"  rank logs    {run_dir}/logs/node_*/")
     print(f"  result       {run_dir}/summary.json, written when training ends")
-    print(f"  follow it    squeue -j {job_id}; tail -f {shlex.quote(run_dir + '/slurm-' + job_id + '.err')}")
+    print(f"  follow it    python -m trl_ds.cli.watch {shlex.quote(run_dir)}   (or squeue -j {job_id})")

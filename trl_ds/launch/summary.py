@@ -61,16 +61,22 @@ def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
     path = os.path.join(run_dir, "summary.json")
     if returncode != 0 or not os.path.exists(path):
         log = failed_rank_log(run_dir)
-        reason = failure_reason(log, returncode)
-        write_json(path, {"status": "failed", "reason": reason, "log": log, "run_dir": run_dir,
-                          "wall_seconds": round(wall_seconds, 3)})
-        print(f"trl_ds: run FAILED ({reason}); {describe(cfg)}")
-        if log:
-            print(f"  first failing rank's log: {log}\n{tail(log)}")
+        write_json(path, {"status": "failed", "reason": failure_reason(log, returncode), "log": log,
+                          "run_dir": run_dir, "wall_seconds": round(wall_seconds, 3), "exit_code": returncode or 1})
+    else:
+        write_json(path, {**read_json(path), "wall_seconds": round(wall_seconds, 3)})
+    print_outcome(cfg, run_dir)
+
+
+def print_outcome(cfg, run_dir: str) -> None:
+    """The run's outcome from its summary.json: what `python -m trl_ds` prints at the end, and `watch` too."""
+    s = read_json(os.path.join(run_dir, "summary.json"))
+    if s["status"] != "completed":
+        print(f"trl_ds: run {s['status'].upper()} ({s.get('reason', '')}); {describe(cfg)}")
+        if s.get("log"):
+            print(f"  first failing rank's log: {s['log']}\n{tail(s['log'])}")
         print(f"  run dir: {run_dir}")
         return
-    s = {**read_json(path), "wall_seconds": round(wall_seconds, 3)}
-    write_json(path, s)
     print(f"trl_ds: run {s['status']}: {describe(cfg)}")
     print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
     print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")

@@ -4,6 +4,7 @@
     python -m trl_ds.study.report multirun/2026-12-02/10-00-00                    # its report, written into that folder
     python -m trl_ds.study.report multirun/A multirun/B --out study/              # several sweeps in one table
     python -m trl_ds.study.report outputs/2026-12-02/10-00-00 outputs/...         # plain run dirs
+    python -m trl_ds.study.report outputs/2026-12-02/10-00-00                     # one run: also its loss.png
 
 Writes sweep.csv (one row per point, every figure in bytes), sweep.md (the readable table, sorted by measured peak)
 and memory.png (needs matplotlib: pip install 'trl_ds[report]') into the first sweep folder, or --out DIR, or, for
@@ -92,6 +93,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USER_ERROR
     out_dir = args.out or (sweeps[0] if sweeps else os.path.commonpath([os.path.dirname(r) for r in runs]))
     write_report(runs, args.paths, out_dir)
+    if len(runs) == 1 and not sweeps:  # one run: its loss curve too, beside its metrics.jsonl
+        if importlib.util.find_spec("matplotlib") is None:
+            print("trl_ds.study.report: matplotlib is not installed, so loss.png is not written "
+                  "(pip install 'trl_ds[report]')")
+        else:
+            from trl_ds.study.loss_plot import write_loss_plot
+
+            print(f"trl_ds.study.report: {write_loss_plot(runs[0])}")
     return 0
 
 

@@ -11,13 +11,17 @@ GiB = 2 ** 30
 
 
 def measure_rank(trainer, rank: int) -> Dict:
-    import torch
-
     engine = getattr(trainer, "deepspeed", None) or trainer.model_wrapped
     states = model_state_bytes(engine)
-    report = {"rank": rank, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-              "model_states": states, "parameters": sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel()
-                                                        for p in engine.module.parameters())}
+    return {**peak_memory(rank), "model_states": states,
+            "parameters": sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in engine.module.parameters())}
+
+
+def peak_memory(rank: int) -> Dict:
+    """This process's peak RSS, and on a GPU the allocator's peak allocated and reserved bytes."""
+    import torch
+
+    report = {"rank": rank, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     if torch.cuda.is_available():
         report["gpu_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
         report["gpu_peak_reserved_bytes"] = torch.cuda.max_memory_reserved()

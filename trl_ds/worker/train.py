@@ -14,7 +14,7 @@ from transformers import TrainerCallback
 from trl_ds.build.checkpoint import latest_complete, mark_complete, rotate
 from trl_ds.launch.failure import JOINED_FILE
 from trl_ds.launch.torchrun import node_log_dir
-from trl_ds.worker.measure import measure_rank
+from trl_ds.worker.measure import measure_rank, peak_memory
 from trl_ds.build.layout import load_run_config, write_json, write_text
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.build.trainer_config import FINAL_MODEL_DIR, TINY_MODEL_DIR
@@ -33,6 +33,7 @@ def main(argv) -> int:
         prepare_tiny_model(cfg, run_dir, state)
     trainer = build_trainer(cfg, run_dir)
     trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes))
+    trainer.add_callback(LiveMemory(run_dir, state.process_index))
     resume_from = latest_complete(trainer.args.output_dir) if cfg.resume == "auto" else None
     started = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
@@ -84,6 +85,25 @@ class MarkComplete(TrainerCallback):
             mark_complete(checkpoint, state.global_step, self.world_size)
             rotate(args.output_dir, self.keep_last)
         dist.barrier()
+
+
+class LiveMemory(TrainerCallback):
+    """Each rank's peak memory so far, in progress/rank_K.json, for the live progress display (trl_ds/launch/progress.py).
+    At most every EVERY_S seconds: one small file write per rank."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, run_dir: str, rank: int):
+        self.path = os.path.join(run_dir, "progress", f"rank_{rank}.json")
+        self.rank = rank
+        self.written = 0.0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.time()
+        if now - self.written < self.EVERY_S and state.global_step > 1:
+            return
+        self.written = now
+        write_json(self.path, peak_memory(self.rank))
 
 
 def save_probe_logits(trainer, path: str, state) -> None:

@@ -1,0 +1,155 @@
+"""`python -m trl_ds.cli.watch RUN_DIR [--every S]`: attach to a run dir, running or finished, here or on a shared
+filesystem; show its state and progress until it ends; exit with the run's own status.
+
+    python -m trl_ds.cli.watch outputs/2026-12-04/10-00-00-ab12      # from another terminal, or after a SLURM submit
+
+A finished run prints its summary and exits at once: 0 completed, 1 failed, 128+signal stopped, 2 skipped.
+A launch is running while its launcher holds the run dir's lock (launch.lock: pid and host), or, for launcher=slurm,
+while its job is in SLURM's queue.
+"""
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Optional
+
+from trl_ds.errors import EXIT_USER_ERROR
+from trl_ds.launch.slurm import JOB_ID_FILE
+from trl_ds.launch.progress import Display, MetricsTail, Progress, read_peaks, total_steps
+from trl_ds.build.layout import read_json
+
+START_GRACE_S = 30  # a run dir with neither a running launch nor a summary: wait this long for a launch to start
+SUMMARY = "summary.json"
+LOCK = "launch.lock"
+
+
+def exit_status(summary: dict) -> int:
+    status = summary.get("status")
+    if status == "completed":
+        return 0
+    if status == "stopped":
+        name = summary.get("reason", "").rsplit(" ", 1)[-1]
+        return 128 + (signal.Signals[name].value if name in signal.Signals.__members__ else signal.SIGTERM.value)
+    if status == "skipped":
+        return EXIT_USER_ERROR
+    return summary.get("exit_code") or 1
+
+
+def slurm_job_running(job_id: str) -> bool:
+    """The job is pending or running in SLURM's queue (squeue lists a job for a while after it ends, as COMPLETED
+    or FAILED)."""
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
+    return out.returncode == 0 and out.stdout.strip() in ("PENDING", "CONFIGURING", "RUNNING", "REQUEUED",
+                                                          "COMPLETING", "SUSPENDED", "RESIZING")
+
+
+def job_id(run_dir: str) -> Optional[str]:
+    try:
+        with open(os.path.join(run_dir, JOB_ID_FILE)) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def running_since(run_dir: str, job: Optional[str]) -> Optional[float]:
+    """When the run's launch started, while it runs: a launcher's lock here, or a SLURM job in the queue."""
+    since = lock_since(run_dir)
+    if since is None and job and shutil.which("squeue") and slurm_job_running(job):
+        return os.path.getmtime(os.path.join(run_dir, "config.yaml"))
+    return since
+
+
+def lock_since(run_dir: str) -> Optional[float]:
+    """When the running launch took the run dir's lock; None when no launch is running.
+
+    A lock held on another host cannot be checked from here: it counts as running until a summary newer than the
+    lock appears (a shared filesystem)."""
+    from trl_ds.launch.run_dir_lock import _read, lock_path, stale_reason
+
+    path = lock_path(run_dir, 0)
+    try:
+        since = os.path.getmtime(path)
+    except OSError:
+        return None
+    holder = _read(path)
+    if holder and holder.get("host") != socket.gethostname():
+        summary = os.path.join(run_dir, SUMMARY)
+        return None if os.path.exists(summary) and os.path.getmtime(summary) > since else since
+    return since if stale_reason(holder, run_dir, path) is None else None
+
+
+def state(run_dir: str, progress: Progress) -> str:
+    """starting, training or checkpointing, from the run dir's files."""
+    trainer_dir = os.path.join(run_dir, "trainer")
+    if os.path.isdir(trainer_dir):
+        unmarked = [n for n in os.listdir(trainer_dir) if n.startswith("checkpoint-")
+                    and not os.path.exists(os.path.join(trainer_dir, n, "trl_ds_complete.json"))]
+        if unmarked:
+            return "checkpointing"
+    return "training" if progress.step else "starting"
+
+
+def watch(run_dir: str, every_s: float, stream=sys.stderr, job: Optional[str] = None) -> int:
+    job = job or job_id(run_dir)
+    waited = time.time()
+    while (since := running_since(run_dir, job)) is None:
+        if os.path.exists(os.path.join(run_dir, SUMMARY)):
+            return finished(run_dir)
+        if time.time() - waited > START_GRACE_S:
+            print(f"trl_ds watch: no launch is running in {run_dir} and it holds no {SUMMARY}: its launcher ended "
+                  f"without one (killed?). Logs: {os.path.join(run_dir, 'logs')}", file=sys.stderr)
+            return 1
+        time.sleep(0.5 if job is None else 2.0)
+    print(f"trl_ds watch: {run_dir} is running; logs in {os.path.join(run_dir, 'logs')}", file=stream)
+    tail = MetricsTail(os.path.join(run_dir, "metrics.jsonl"))
+    progress = Progress(total_steps(run_dir), started=since)
+    display = Display(progress, stream, every_s, prefix="trl_ds watch: ")
+    shown = None
+    while running_since(run_dir, job) is not None:
+        progress.add(tail.read())
+        progress.peaks = read_peaks(run_dir) or progress.peaks
+        if display.bar is None and state(run_dir, progress) != shown:
+            shown = state(run_dir, progress)
+            print(f"trl_ds watch: {shown}", file=stream)
+        display.update()
+        time.sleep(0.5 if job is None else 2.0)  # squeue is a call to the controller
+    display.close()
+    if not os.path.exists(os.path.join(run_dir, SUMMARY)):
+        print(f"trl_ds watch: the launch in {run_dir} ended without a {SUMMARY} (its launcher was killed?). "
+              f"Logs: {os.path.join(run_dir, 'logs')}", file=sys.stderr)
+        return 1
+    return finished(run_dir)
+
+
+def finished(run_dir: str) -> int:
+    from trl_ds.build.layout import load_run_config
+    from trl_ds.launch.summary import print_outcome
+
+    print_outcome(load_run_config(run_dir), run_dir)
+    return exit_status(read_json(os.path.join(run_dir, SUMMARY)))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trl_ds.cli.watch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--every", type=float, default=30.0, metavar="S",
+                        help="seconds between progress lines when the output is not a terminal (default 30)")
+    parser.add_argument("--job", help="the SLURM job running it (default: the one trl_ds submitted, if any)")
+    args = parser.parse_args(argv)
+    run_dir = os.path.abspath(args.run_dir)
+    if not os.path.exists(os.path.join(run_dir, "config.yaml")):
+        print(f"trl_ds watch: {run_dir} is not a run dir (no config.yaml). Give the folder python -m trl_ds printed "
+              f"as its run dir.", file=sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        return watch(run_dir, args.every, job=args.job or None)
+    except KeyboardInterrupt:
+        return 130  # the watch ends; the run goes on
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Live progress of a run, read from its own files: the launching terminal, `python -m trl_ds.cli.watch` and a SLURM job's .out
+file all show the same thing.
+
+Sources: metrics.jsonl (rank 0 appends one row per logged step) and progress/rank_K.json (each rank's peak memory so
+far, rewritten every few seconds). Nothing here talks to the ranks, so it works on any host that sees the run dir.
+"""
+import glob
+import json
+import os
+import re
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, TextIO
+
+METRICS_FILE = "metrics.jsonl"
+LIVE_MEMORY_GLOB = os.path.join("progress", "rank_*.json")
+MiB = 2 ** 20
+
+
+class MetricsTail:
+    """Reads the rows appended to metrics.jsonl since the last call; a half-written last line waits for its end."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.offset = 0
+
+    def skip_existing(self) -> None:
+        """Start after the rows already there (a resumed run's earlier launches)."""
+        self.offset = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+
+    def read(self) -> List[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+
+@dataclass
+class Progress:
+    """What is known of a run so far. `add` takes new metrics rows; the properties derive the rest."""
+    total_steps: Optional[int]
+    started: float = field(default_factory=time.time)
+    step: int = 0
+    loss: Optional[float] = None
+    eval_loss: Optional[float] = None
+    learning_rate: Optional[float] = None
+    samples_per_second: Optional[float] = None
+    epoch: Optional[float] = None
+    peaks: Dict[int, int] = field(default_factory=dict)  # rank -> peak bytes (GPU allocated, else RSS)
+    # (time, step, tokens) of the latest training rows: rates and time left follow the recent pace
+    _window: deque = field(default_factory=lambda: deque(maxlen=50))
+
+    def add(self, rows: List[dict]) -> None:
+        for row in rows:
+            if "eval_loss" in row:
+                self.eval_loss = row["eval_loss"]
+            if "loss" not in row:  # eval rows and the end-of-training summary row
+                continue
+            self.step = row["step"]
+            self.loss, self.learning_rate = row["loss"], row.get("learning_rate")
+            self.samples_per_second, self.epoch = row.get("samples_per_second"), row.get("epoch")
+            self._window.append((row["time"], row["step"], row.get("num_tokens")))
+
+    @property
+    def tokens_per_second(self) -> Optional[float]:
+        if len(self._window) < 2:
+            return None
+        (t0, _, n0), (t1, _, n1) = self._window[0], self._window[-1]
+        return (n1 - n0) / (t1 - t0) if None not in (n0, n1) and t1 > t0 else None
+
+    @property
+    def seconds_left(self) -> Optional[float]:
+        if not self.total_steps or len(self._window) < 2:
+            return None
+        (t0, s0, _), (t1, s1, _) = self._window[0], self._window[-1]
+        return max(self.total_steps - self.step, 0) * (t1 - t0) / (s1 - s0) if s1 > s0 else None
+
+    def line(self, now: Optional[float] = None) -> str:
+        """One line: step, loss, lr, throughput, time, peak memory per rank."""
+        now = time.time() if now is None else now
+        parts = [f"step {self.step}/{self.total_steps}" if self.total_steps else f"step {self.step}"]
+        if self.epoch is not None:
+            parts.append(f"epoch {self.epoch:.2f}")
+        if self.loss is not None:
+            parts.append(f"loss {self.loss:.4f}")
+        if self.eval_loss is not None:
+            parts.append(f"eval loss {self.eval_loss:.4f}")
+        if self.learning_rate is not None:
+            parts.append(f"lr {self.learning_rate:.2e}")
+        if self.samples_per_second:
+            parts.append(f"{self.samples_per_second:.1f} samples/s")
+        if self.tokens_per_second:
+            parts.append(f"{self.tokens_per_second:.0f} tokens/s")
+        left = self.seconds_left
+        parts.append(f"{clock(now - self.started)} elapsed" + (f", {clock(left)} left" if left is not None else ""))
+        if self.peaks:
+            parts.append("peak " + " ".join(f"r{r} {b / MiB:.0f} MiB" for r, b in sorted(self.peaks.items())))
+        return " | ".join(parts)
+
+
+def clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def read_peaks(run_dir: str) -> Dict[int, int]:
+    peaks = {}
+    for path in glob.glob(os.path.join(run_dir, LIVE_MEMORY_GLOB)):
+        try:
+            with open(path) as f:
+                m = json.load(f)
+        except (OSError, ValueError):  # being replaced right now: the next poll reads it
+            continue
+        peaks[m["rank"]] = m.get("gpu_peak_allocated_bytes", m["peak_rss_bytes"])
+    return peaks
+
+
+def total_steps(run_dir: str) -> Optional[int]:
+    """trainer.max_steps from the run's resolved config (None when the run is bounded by epochs)."""
+    try:
+        with open(os.path.join(run_dir, "config.yaml")) as f:
+            match = re.search(r"^  max_steps: (-?\d+)$", f.read(), re.MULTILINE)
+    except OSError:
+        return None
+    steps = int(match.group(1)) if match else -1
+    return steps if steps > 0 else None
+
+
+class Display:
+    """A tqdm bar on a terminal; elsewhere (a SLURM .out file, a CI log) one plain line every `every_s` seconds
+    and one at the first step, so a short run still shows that it trained."""
+
+    def __init__(self, progress: Progress, stream: TextIO, every_s: float, prefix: str = "trl_ds: "):
+        self.progress, self.stream, self.every_s, self.prefix = progress, stream, every_s, prefix
+        self.bar = None
+        self.last_line = None  # (time, step) of the last plain line
+        if stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=progress.total_steps, file=stream, unit="step", dynamic_ncols=True,
+                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} {postfix}", desc="trl_ds")
+
+    def update(self, now: Optional[float] = None) -> None:
+        now = time.time() if now is None else now
+        p = self.progress
+        if self.bar is not None:
+            self.bar.n = p.step
+            self.bar.set_postfix_str(p.line(now).split(" | ", 1)[-1], refresh=False)
+            self.bar.refresh()
+            return
+        if p.step == 0:
+            return
+        if self.last_line is None or (now - self.last_line[0] >= self.every_s and p.step != self.last_line[1]):
+            self.stream.write(self.prefix + p.line(now) + "\n")
+            self.stream.flush()
+            self.last_line = (now, p.step)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class RunProgress:
+    """Node 0's view: the run's progress from its files, polled by the launcher's watch loop."""
+
+    def __init__(self, run_dir: str, every_s: float, stream: TextIO = sys.stderr, started: Optional[float] = None,
+                 from_start: bool = False):
+        self.run_dir = run_dir
+        self.tail = MetricsTail(os.path.join(run_dir, METRICS_FILE))
+        if not from_start:
+            self.tail.skip_existing()
+        self.progress = Progress(total_steps(run_dir), started=started or time.time())
+        self.display = Display(self.progress, stream, every_s)
+
+    def poll(self) -> None:
+        self.progress.add(self.tail.read())
+        self.progress.peaks = read_peaks(self.run_dir) or self.progress.peaks
+        self.display.update()
+
+    def close(self) -> None:
+        self.poll()
+        self.display.close()
+
+
+class NodeProgress:
+    """Another node's view (its run dir may not be shared): its own ranks' state, one line every `every_s`."""
+
+    def __init__(self, node_rank: int, joined_file: str, every_s: float, stream: TextIO = sys.stderr):
+        self.node_rank, self.joined_file, self.every_s, self.stream = node_rank, joined_file, every_s, stream
+        self.started = time.time()
+        self.last = self.started
+
+    def poll(self) -> None:
+        now = time.time()
+        if now - self.last < self.every_s:
+            return
+        self.last = now
+        state = "ranks training" if os.path.exists(self.joined_file) else "waiting for every rank to join"
+        self.stream.write(f"trl_ds: node {self.node_rank}: {state}, {clock(now - self.started)} elapsed\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        pass
