@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_ds.__main__ import CONFIG_DIR
+from trl_ds.config.compose import CONFIG_DIR
 from trl_ds.cli.app import build
 from trl_ds.errors import ConfigError
 from trl_ds.config.values import world_size

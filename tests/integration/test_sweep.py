@@ -1,5 +1,5 @@
 """Memory studies for real: Hydra sweeps of the tiny model on 2 CPU ranks (one torchrun launch per point), and
-`python -m trl_ds.study.report` over them.
+`trl-ds report` over them.
 
 The tiny model is fp32 on CPU, so after an optimizer step each rank holds, per parameter (world 2):
   stage 0: 4 B params + 8 B Adam moments (no fp32 master: the params are fp32)          = 12 B

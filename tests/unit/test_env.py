@@ -1,4 +1,4 @@
-"""`python -m trl_ds.launch.env`: this machine as trl_ds sees it; the fast part (env.json) never imports torch."""
+"""`trl-ds env`: this machine as trl_ds sees it; the fast part (env.json) never imports torch."""
 import json
 import os
 import shutil

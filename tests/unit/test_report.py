@@ -176,7 +176,7 @@ def test_without_matplotlib_the_report_says_so_in_one_line_and_writes_csv_and_md
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     assert report.main([str(folder)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "not installed" in line]
-    assert lines == ["trl_ds.study.report: matplotlib is not installed, so memory.png is not written "
+    assert lines == ["trl-ds report: matplotlib is not installed, so memory.png is not written "
                      "(pip install 'trl_ds[report]')"]
     assert (folder / "sweep.csv").exists() and (folder / "sweep.md").exists()
     assert not (folder / "memory.png").exists()

@@ -13,7 +13,7 @@ from typing import Callable, List
 
 from trl_ds.config.batch import Batch, resolve_batch
 from trl_ds.launch.build_ops import stale_locks
-from trl_ds.build.checkpoint import CHECKPOINT_DIR, latest_complete, read_marker
+from trl_ds.build.checkpoint import latest_complete, read_marker
 from trl_ds.errors import ConfigError
 from trl_ds.check.reuse import check_run_dir
 from trl_ds.launch.deepspeed import check_deepspeed_launcher
@@ -22,8 +22,8 @@ from trl_ds.launch.script import ENV_NAME
 from trl_ds.launch.slurm import check_slurm
 from trl_ds.check.trainer_rules import (check_generation_batch, check_peft, check_sequence_parallel, check_trainer_here,
                             check_trainer_options)
-from trl_ds.config.values import (data_parallel_world, dtype, is_local_path, micro_batch, nvme_path, offloads, value,
-                     world_size)
+from trl_ds.build.layout import CHECKPOINT_DIR, nvme_path
+from trl_ds.config.values import data_parallel_world, dtype, is_local_path, micro_batch, offloads, value, world_size
 
 LIBAIO_HEADER = "/usr/include/libaio.h"
 IPV6 = re.compile(r"^[0-9A-Fa-f:]+$")
@@ -232,7 +232,7 @@ def check_build_locks(cfg) -> List[str]:
     ops = (["cpu_adam"] if set(where.values()) != {"none"} else []) + (["async_io"] if "nvme" in where.values() else [])
     run = ", ".join(f"offload.{kind}={place}" for kind, place in where.items())
     return [f"{lock} is left by a killed build of a DeepSpeed op (no build is running); this run ({run}) would wait "
-            f"on it forever. Run `python -m trl_ds.launch.build_ops` (it clears the lock and builds the op)."
+            f"on it forever. Run `trl-ds build-ops` (it clears the lock and builds the op)."
             for lock in stale_locks(ops)]
 
 

@@ -165,8 +165,8 @@ class ClusterConfig:
     # Network environment for every rank, exported by launch.sh on each node, e.g. NCCL_SOCKET_IFNAME=ib0,
     # GLOO_SOCKET_IFNAME=eth0, NCCL_IB_HCA=mlx5, NCCL_DEBUG=WARN.
     env: Dict[str, str] = field(default_factory=dict)
-    # Step-time hardware: a preset of conf/gpu/ (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l4-24gb, rtx4090-24gb,
-    # cpu) or a hardware YAML file (python -m trl_ds.study.calibrate writes one); cluster.hardware.* overrides its numbers.
+    # Step-time hardware: a preset of trl_ds/plan/hardware/ (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l4-24gb, rtx4090-24gb,
+    # cpu) or a hardware YAML file (trl-ds calibrate writes one); cluster.hardware.* overrides its numbers.
     gpu: str = "cpu"
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
 

@@ -43,10 +43,6 @@ def uses_nvme(cfg) -> bool:
     return "nvme" in offloads(cfg).values()
 
 
-def nvme_path(cfg, run_dir: str) -> str:
-    return cfg.offload.nvme_path or os.path.join(run_dir, "nvme")
-
-
 def is_local_path(name: str) -> bool:
     """A model or dataset name that must exist here rather than on the hub."""
     return name.startswith(("/", "./", "../", "~")) or name.endswith(LOCAL_DATA_SUFFIXES) or os.path.exists(name)

@@ -14,7 +14,9 @@ import threading
 import time
 from typing import IO, List, Optional
 
-from .failure import FAILURE_FILE, JOINED_FILE, Failure, NodeView, describe, never_reached, write_failure
+from trl_ds.build.layout import FAILURE_FILE, JOINED_FILE
+
+from .failure import Failure, NodeView, describe, never_reached, write_failure
 from .failure import failed_rank_log, tail  # noqa: F401  (summary.py imports them from here)
 from .peers import Peers
 

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from typing import Dict, List
 
+from trl_ds.build.layout import SBATCH_SCRIPT
 from trl_ds.config.values import value
 
-SBATCH_SCRIPT = "sbatch.sh"
 # Shell lines (launch.sh, and this module under an allocation): rank 0's node is the job's first node, at the
 # address SLURM itself reaches it by (NodeAddr), which may differ from its name.
 MAIN_ADDR_FROM_SLURM = [

@@ -15,7 +15,7 @@ from typing import List, Optional
 
 from trl_ds.errors import ConfigError
 from trl_ds.plan.memory import Estimate, estimate, setup_from_config
-from trl_ds.plan.planner import OFFLOADS, config_dir, micro_batches, offload_name, size, speed_key, valid
+from trl_ds.plan.planner import OFFLOADS, micro_batches, offload_name, size, speed_key, valid
 from trl_ds.plan.steptime import StepTime, accumulation_for, hardware_from_config, step_time
 from trl_ds.config.values import checkpointing, micro_batch
 
@@ -68,7 +68,7 @@ def candidates(cfg, auto: Optional[List[str]] = None) -> List[Candidate]:
     names = list(OFFLOADS) if "offload" in auto else [offload_name(base)]
     micros = micro_batches(base, cfg.batch.global_size) if MICRO in auto else [base.micro_batch]
     ckpts = (False, True) if CHECKPOINTING in auto else (base.gradient_checkpointing,)
-    hw = hardware_from_config(cfg, config_dir())
+    hw = hardware_from_config(cfg)
     out = []
     for stage in stages:
         for name in (n for n in names if n in OFFLOADS and valid(stage, n)):

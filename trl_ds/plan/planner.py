@@ -1,21 +1,21 @@
-"""`python -m trl_ds.plan [--json] [--fits] [overrides]`: which ZeRO/offload/checkpointing/micro-batch configs fit.
+"""`trl-ds plan [--json] [--fits] [overrides]`: which ZeRO/offload/checkpointing/micro-batch configs fit.
 
-    python -m trl_ds.plan model=llama3-70b cluster=1x8 trainer.max_length=2048
-    python -m trl_ds.plan model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24 --fits   # only the rows that fit
-    python -m trl_ds.plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
-    python -m trl_ds.plan model.config_path=/models/my-llama/config.json cluster=2x8
+    trl-ds plan model=llama3-70b cluster=1x8 trainer.max_length=2048
+    trl-ds plan model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24 --fits   # only the rows that fit
+    trl-ds plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
+    trl-ds plan model.config_path=/models/my-llama/config.json cluster=2x8
 
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
 micro-batch around it. No torch, no DeepSpeed, no download: the numbers come from trl_ds/plan/memory.py, and
 the estimated seconds per optimizer step (the rows' order, fitting rows first) from trl_ds/plan/steptime.py with the
-cluster.gpu hardware preset (or a `python -m trl_ds.study.calibrate` file).
+cluster.gpu hardware preset (or a `trl-ds calibrate` file).
 """
 import os
 import sys
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from trl_ds.config.compose import CONFIG_DIR
+from trl_ds.config.compose import compose
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan.memory import GiB, MiB, Estimate, Setup, estimate, setup_from_config
 from trl_ds.plan.params import describe_count
@@ -90,7 +90,7 @@ def by_time(rows: Sequence[Estimate], times: Times) -> List[Estimate]:
 
 
 def times_for(cfg, rows: Sequence[Estimate]) -> Times:
-    hw = hardware_from_config(cfg, config_dir())
+    hw = hardware_from_config(cfg)
     return time_rows(rows, hw, cfg.batch.global_size, cfg.trainer.gradient_accumulation_steps)
 
 
@@ -298,29 +298,9 @@ def row_json(e: Estimate, times: Times) -> dict:
             "overrides": grid_overrides(s)}
 
 
-def config_dir() -> str:
-    return CONFIG_DIR
-
-
-def compose_config(overrides: Sequence[str]):
-    from hydra import compose, initialize_config_dir
-
-    from trl_ds.config.schema import register
-
-    register()
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3", job_name="trl_ds_plan"):
-        return compose(config_name="config", overrides=list(overrides))
-
-
 def load(overrides: Sequence[str]):
     """(config, base setup), or ConfigError for a composition mistake or impossible model dimensions."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        cfg = compose_config(overrides)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError([str(err).strip()])
+    cfg = compose(overrides)
     return cfg, setup_from_config(cfg)
 
 
@@ -337,7 +317,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows, current = grid(base, cfg.batch.global_size), estimate(base)
         times = times_for(cfg, rows + [current])
     except ConfigError as err:
-        print(f"trl_ds.plan: {err.render()}", file=sys.stderr)
+        print(f"trl-ds plan: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
     rows = by_time(rows, times)
     names = (cfg.cluster.name, cfg.model.name if not cfg.model.config_path else cfg.model.config_path)
