@@ -2,9 +2,9 @@
 
 --measure runs every point of the grid for real (2 CPU ranks, gloo, real DeepSpeed; ~1 min each on a loaded
 2-core box) and stores the steady-state seconds per optimizer step in docs/steptime_study.json; without it the
-stored measurements are reused. Then the calibrated model (--hardware, default trl_ds/plan/hardware/calibrated-cpu.yaml, written
-by `trl-ds calibrate`) predicts each point; the table, Spearman's rank correlation and the predicted
-winner's gap to the measured fastest go to docs/steptime_study.md.
+stored measurements are reused. Then the calibrated model (--hardware, default
+trl_ds/plan/hardware/calibrated-cpu.yaml, written by `trl-ds calibrate`) predicts each point; the table, Spearman's
+rank correlation and the predicted winner's gap to the measured fastest go to docs/steptime_study.md.
 """
 import argparse
 import json
@@ -16,9 +16,9 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap  # noqa: E402
 from trl_ds.plan.planner import load  # noqa: E402
 from trl_ds.plan.steptime import accumulation_for, hardware_from_config, step_time  # noqa: E402
+from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap  # noqa: E402
 
 # A CPU-sized Llama (6.7M parameters) whose communication, optimizer and compute terms are all visible.
 MODEL = ["model.hidden_size=384", "model.intermediate_size=1024", "model.num_attention_heads=6",

@@ -1,18 +1,18 @@
-"""trl_ds.study.report on synthetic run dirs: rows, estimated vs measured columns, incomplete runs, csv/md/png, the CLI."""
+"""trl-ds report on synthetic run dirs: rows, estimated vs measured columns, incomplete runs, csv/md/png, the CLI."""
 import csv
 import importlib.util
 import json
 
 import pytest
 import yaml
-
 from conftest import require
-from trl_ds.study import report
+
 from trl_ds.errors import ConfigError
+from trl_ds.launch.summary import failure_reason, record_skipped
 from trl_ds.plan.memory import CUDA_CONTEXT_BYTES
+from trl_ds.study import report
 from trl_ds.study.points import read_point
 from trl_ds.study.table import varying_keys
-from trl_ds.launch.summary import failure_reason, record_skipped
 
 DEVICE = {"params": 400, "gradients": 600, "optimizer": 600, "activations": 50, "logits": 70, "buffers": 80,
           "overhead": 1000}

@@ -6,8 +6,17 @@ import pytest
 
 from trl_ds.errors import ConfigError
 from trl_ds.plan.memory import setup_from_config
-from trl_ds.plan.steptime import (HARDWARE_DIR, Hardware, collectives, compute_seconds, hardware_from_config, offload_seconds,
-                             optimizer_seconds, step_time, zero_seconds)
+from trl_ds.plan.steptime import (
+    HARDWARE_DIR,
+    Hardware,
+    collectives,
+    compute_seconds,
+    hardware_from_config,
+    offload_seconds,
+    optimizer_seconds,
+    step_time,
+    zero_seconds,
+)
 
 HW = Hardware(peak_tflops=100, efficiency=0.5, hbm_gbps=1000, pcie_gbps=20, intra_node_gbps=200, inter_node_gbps=20,
               collective_latency_us=0, comm_overlap=0, nvme_read_gbps=5, nvme_write_gbps=2,

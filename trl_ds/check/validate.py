@@ -11,19 +11,24 @@ import subprocess
 import tempfile
 from typing import Callable, List
 
-from trl_ds.config.batch import Batch, resolve_batch
-from trl_ds.launch.build_ops import stale_locks
 from trl_ds.build.checkpoint import latest_complete, read_marker
-from trl_ds.errors import ConfigError
+from trl_ds.build.layout import CHECKPOINT_DIR, nvme_path
 from trl_ds.check.reuse import check_run_dir
+from trl_ds.check.trainer_rules import (
+    check_generation_batch,
+    check_peft,
+    check_sequence_parallel,
+    check_trainer_here,
+    check_trainer_options,
+)
+from trl_ds.config.batch import Batch, resolve_batch
+from trl_ds.config.values import data_parallel_world, dtype, is_local_path, micro_batch, offloads, value, world_size
+from trl_ds.errors import ConfigError
+from trl_ds.launch.build_ops import stale_locks
 from trl_ds.launch.deepspeed import check_deepspeed_launcher
 from trl_ds.launch.hostfile import HOST_NAME
 from trl_ds.launch.script import ENV_NAME
 from trl_ds.launch.slurm import check_slurm
-from trl_ds.check.trainer_rules import (check_generation_batch, check_peft, check_sequence_parallel, check_trainer_here,
-                            check_trainer_options)
-from trl_ds.build.layout import CHECKPOINT_DIR, nvme_path
-from trl_ds.config.values import data_parallel_world, dtype, is_local_path, micro_batch, offloads, value, world_size
 
 LIBAIO_HEADER = "/usr/include/libaio.h"
 IPV6 = re.compile(r"^[0-9A-Fa-f:]+$")
@@ -208,7 +213,8 @@ def check_resume(cfg, run_dir: str) -> List[str]:
     return [f"resume=auto found {latest} written by world size {saved}, but this launch has world size {now}. "
             f"Relaunch with the same cluster (world size {saved}), or convert it to a universal checkpoint with "
             f"`python -m deepspeed.checkpoint.ds_to_universal --input_folder {latest}/global_step"
-            f"{read_marker(latest)['step']} --output_folder <folder>` and load that, or set resume=never to start over."]
+            f"{read_marker(latest)['step']} --output_folder <folder>` and load that, "
+            f"or set resume=never to start over."]
 
 
 def check_machine(cfg, run_dir: str) -> List[str]:

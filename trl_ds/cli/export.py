@@ -31,8 +31,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 def export(folder: str, overrides: List[str], auto: bool):
     """Validate as for a dry run, then write the files; returns their paths and the config."""
-    from trl_ds.cli.app import build
     from trl_ds.build.interop import auto_ds_config, write_interop_files
+    from trl_ds.cli.app import build
 
     folder = os.path.abspath(folder)
     cfg = compose(overrides)

@@ -1,4 +1,4 @@
-"""`trl-ds run [overrides]` (also `python -m trl_ds`): compose → check → build → write the run dir → launch this node's share.
+"""`trl-ds run [overrides]` (= `python -m trl_ds`): compose → check → build → write the run dir → launch this node.
 
 Hydra runs here only, once; ranks read the run dir. A user mistake prints one message and exits with code 2
 before anything spawns.
@@ -12,11 +12,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.config.compose import CONFIG_DIR, CONFIG_NAME, HYDRA_VERSION_BASE
 from trl_ds.config.schema import register
-from trl_ds.short_lived import pause_collection, resume_collection
+from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.launch.summary import print_dry_run, print_summary, record_skipped, record_stopped
+from trl_ds.short_lived import pause_collection, resume_collection
 
 _task_started = False
 

@@ -4,6 +4,7 @@ from typing import List, Tuple
 
 from trl_ds.build.layout import HOSTFILE, node_log_dir
 from trl_ds.config.values import value
+
 from .hostfile import Host, check_against_cluster, default_hosts, read_hostfile, select_slots
 from .script import main_addr_word
 from .torchrun import WORKER_MODULE

@@ -11,10 +11,10 @@ import ctypes.util
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
-import re
 import sys
 from typing import Dict, List, Optional
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from trl_ds.build.layout import FAILURE_FILE, LOGS_DIR
+
 # torchrun's "Root Cause (first observed failure)" block.
 TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
 # deepspeed.launcher.launch: "[... '--local_rank=1', ...] exits with return code = 7"

@@ -16,8 +16,7 @@ from typing import IO, List, Optional
 
 from trl_ds.build.layout import FAILURE_FILE, JOINED_FILE
 
-from .failure import Failure, NodeView, describe, never_reached, write_failure
-from .failure import failed_rank_log, tail  # noqa: F401  (summary.py imports them from here)
+from .failure import Failure, NodeView, describe, failed_rank_log, never_reached, tail, write_failure  # noqa: F401  (summary.py imports them from here)
 from .peers import Peers
 
 POLL_S = 0.5
@@ -53,7 +52,7 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool) -> int
         stopped = _watch(proc, node, attempts_before, peers)
     except KeyboardInterrupt:
         _stop(proc)
-        raise Stopped(signal.SIGINT)
+        raise Stopped(signal.SIGINT) from None
     except Stopped:
         _stop(proc)
         raise

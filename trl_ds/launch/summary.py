@@ -6,10 +6,10 @@ import sys
 
 import yaml
 
-from trl_ds.launch.run import failed_rank_log, tail
-from trl_ds.launch.script import format_command
 from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SUMMARY, read_json, write_json, write_text
 from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
+from trl_ds.launch.run import failed_rank_log, tail
+from trl_ds.launch.script import format_command
 
 MiB = 2 ** 20
 # The exception a rank died of, as Python prints it last ("[rank0]: ConnectionError: Couldn't reach ...").

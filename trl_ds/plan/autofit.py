@@ -13,11 +13,11 @@ is deterministic.
 from dataclasses import dataclass, replace
 from typing import List, Optional
 
+from trl_ds.config.values import checkpointing, micro_batch
 from trl_ds.errors import ConfigError
 from trl_ds.plan.memory import Estimate, estimate, setup_from_config
 from trl_ds.plan.planner import OFFLOADS, micro_batches, offload_name, size, speed_key, valid
 from trl_ds.plan.steptime import StepTime, accumulation_for, hardware_from_config, step_time
-from trl_ds.config.values import checkpointing, micro_batch
 
 SHOWN = 5  # candidates printed
 

@@ -1,6 +1,6 @@
 """Memory of one training configuration, before launch: bytes per rank on the device, per node on the host and NVMe.
 
-Moments and places (see ../shared/MEMORY_MODEL.md for the sources of every term):
+Moments and places (each term's source is cited where it is computed below):
 - `device`: the PEAK per rank during a training step, as the sum of its terms (the activation peak at the start of
   backward and the optimizer-step transients are added, a bound rather than a coincidence). On a GPU cluster this is
   GPU memory; on a CPU cluster (cluster.device=cpu) it is the rank process's share of host RAM.
@@ -22,8 +22,16 @@ tokens, which divides every sequence-dependent term; ZeRO still partitions over 
 from dataclasses import dataclass, field
 from typing import Dict
 
-from trl_ds.plan.params import AdapterCounts, Architecture, ParamCounts, architecture, count_lora, count_params, linear_shapes
 from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, sp_size, value
+from trl_ds.plan.params import (
+    AdapterCounts,
+    Architecture,
+    ParamCounts,
+    architecture,
+    count_lora,
+    count_params,
+    linear_shapes,
+)
 
 GiB, MiB = 2 ** 30, 2 ** 20
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only

@@ -10,18 +10,17 @@ micro-batch around it. No torch, no DeepSpeed, no download: the numbers come fro
 the estimated seconds per optimizer step (the rows' order, fitting rows first) from trl_ds/plan/steptime.py with the
 cluster.gpu hardware preset (or a `trl-ds calibrate` file).
 """
-import os
 import sys
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
-from trl_ds.errors import EXIT_USER_ERROR, ConfigError
-from trl_ds.plan.memory import GiB, MiB, Estimate, Setup, estimate, setup_from_config
-from trl_ds.plan.params import describe_count
-from trl_ds.short_lived import pause_collection
-from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
 from trl_ds.config.values import value
+from trl_ds.errors import EXIT_USER_ERROR, ConfigError
+from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
+from trl_ds.plan.params import describe_count
+from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
+from trl_ds.short_lived import pause_collection
 
 # name -> (offload.optimizer, offload.param), slowest last; the override that selects each
 OFFLOADS = {"none": ("none", "none"), "opt-cpu": ("cpu", "none"), "opt+param-cpu": ("cpu", "cpu"),

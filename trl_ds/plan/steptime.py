@@ -1,10 +1,11 @@
 """Seconds per optimizer step of one training configuration, before launch: the planner's speed axis.
 
-Notation as in shared/MEMORY_MODEL.md: Ψ parameters (Ψ_t trainable: LoRA's adapters under peft=lora, else Ψ), N
-ranks, w bytes per 16-bit (or fp32) parameter, A accumulation steps (micro-steps per optimizer step), T tokens per
-micro-step per rank (micro-batch × max_length / sp.size: Ulysses splits each sequence over sp.size ranks, which
-then read one sample together).
-Every rate comes from `Hardware` (presets in trl_ds/plan/hardware/, cluster.hardware.* overrides, or `trl-ds calibrate`).
+Notation as in the memory estimate (trl_ds/plan/memory.py): Ψ parameters (Ψ_t trainable: LoRA's adapters under
+peft=lora, else Ψ), N ranks, w bytes per 16-bit (or fp32) parameter, A accumulation steps (micro-steps per
+optimizer step), T tokens per micro-step per rank (micro-batch × max_length / sp.size: Ulysses splits each sequence
+over sp.size ranks, which then read one sample together).
+Every rate comes from `Hardware` (presets in trl_ds/plan/hardware/, cluster.hardware.* overrides, or
+`trl-ds calibrate`).
 
 Terms per optimizer step, each in `StepTime.terms`:
 - compute: A × T × F / (peak × efficiency). F, FLOPs per token: 6 × matmul params (forward 2, backward 4; Kaplan et
@@ -17,8 +18,9 @@ Terms per optimizer step, each in `StepTime.terms`:
   micro-step (3Ψ each). Stages 1-2 as DeepSpeed implements them, not the paper's Ψ reduce-scatter: the gradient
   buckets are all-reduced (2Ψ; zero/stage_1_and_2.py average_tensor -> allreduce_and_scatter with
   use_multi_rank_bucket_allreduce) before each rank keeps its partition, once per step in stage 1 and every
-  micro-step in stage 2, and the updated parameters are all-gathered once per step (Ψ). A ring moves (N-1)/N of those bytes per rank (Patarasuk & Yuan 2009) over the per-device bandwidth,
-  intra-node when the world fits one node, else inter-node; each collective call costs a fixed latency (Hockney's
+  micro-step in stage 2, and the updated parameters are all-gathered once per step (Ψ). A ring moves (N-1)/N of
+  those bytes per rank (Patarasuk & Yuan 2009) over the per-device bandwidth, intra-node when the world fits one
+  node, else inter-node; each collective call costs a fixed latency (Hockney's
   α-β model); ZeRO-3 issues three per gathered module per micro-step. Overlap: with overlap_comm DeepSpeed hides
   stage 2's reductions behind backward and stage 3's prefetched gathers behind the whole micro-step, up to
   comm_overlap of them (zero/stage_1_and_2.py IPG buckets, zero/partitioned_param_coordinator.py prefetch).
@@ -38,10 +40,8 @@ Terms per optimizer step, each in `StepTime.terms`:
   and copy_grads_in_partition copies the rank's partition out: several passes over Ψ_t × w bytes, on CPU mostly
   into pages touched for the first time. Stage 3 (zero/stage3.py, partitioned_param_coordinator.py): per-module
   fetch/release bookkeeping, and gloo's reduce_scatter_tensor, which costs about an all-reduce (2Ψ, not the
-  ring's Ψ). Profiled on CPU (6.7M-parameter Llama, 2 gloo ranks, py-spy): 55 ms of stage 2's micro-step beyond
-  its all-reduce, 38 ms of it in the gradient hooks (mostly the bucket copy). A measured rate (python -m
-  trl_ds.study.calibrate); the GPU presets' is 12 B per parameter (three read+write passes over 16-bit gradients) at HBM
-  speed.
+  ring's Ψ). On CPU most of it is the gradient hooks' bucket copy. The rate is measured (trl-ds calibrate); the GPU
+  presets' is 12 B per parameter (three read+write passes over 16-bit gradients) at HBM speed.
 - overhead: micro_step_overhead_ms per micro-step (Python, hooks, data loading; measured, not derived).
 """
 import os

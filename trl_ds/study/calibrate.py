@@ -23,8 +23,8 @@ from typing import Callable, Dict, List
 import yaml
 
 from trl_ds.build.deepspeed_config import ZERO_1_2, ZERO_3, ZERO_COMMON
-from trl_ds.launch import spawn_env
 from trl_ds.config.schema import ZeroConfig
+from trl_ds.launch import spawn_env
 
 GB = 1e9
 MATMUL_N = {"cpu": 768, "cuda": 8192}
@@ -82,7 +82,7 @@ def training_shape(torch, device: str, sync, peak_tflops: float) -> Dict[str, fl
     seconds = {}
     for micro in (1, 4):
         ids = torch.randint(0, TINY["vocab_size"], (micro, SEQ), device=device)
-        seconds[micro] = timed(lambda: model(input_ids=ids, labels=ids).loss.backward(), 5, sync)
+        seconds[micro] = timed(lambda ids=ids: model(input_ids=ids, labels=ids).loss.backward(), 5, sync)
     per_sample = max((seconds[4] - seconds[1]) / 3, 1e-9)
     flops = SEQ * (6 * matmul_params + 12 * TINY["num_hidden_layers"] * SEQ * TINY["hidden_size"])
     return {"efficiency": min(flops / per_sample / (peak_tflops * 1e12), 1.0),

@@ -12,12 +12,22 @@ import time
 from transformers import TrainerCallback
 
 from trl_ds.build.checkpoint import latest_complete, mark_complete, rotate
-from trl_ds.build.layout import (FINAL_MODEL_DIR, JOINED_FILE, METRICS, SUMMARY, TINY_MODEL_DIR, load_run_config,
-                                 memory_file, node_log_dir, write_json, write_text)
-from trl_ds.worker.measure import measure_rank
-from trl_ds.short_lived import skip_final_collection
-from trl_ds.worker.trainers import count_parameters
+from trl_ds.build.layout import (
+    FINAL_MODEL_DIR,
+    JOINED_FILE,
+    METRICS,
+    SUMMARY,
+    TINY_MODEL_DIR,
+    load_run_config,
+    memory_file,
+    node_log_dir,
+    write_json,
+    write_text,
+)
 from trl_ds.config.values import sp_size
+from trl_ds.short_lived import skip_final_collection
+from trl_ds.worker.measure import measure_rank
+from trl_ds.worker.trainers import count_parameters
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
 

@@ -17,8 +17,8 @@ TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTraine
 
 
 def build_trainer(cfg, run_dir: str, callbacks: List):
-    from transformers import AutoTokenizer, set_seed
     import trl
+    from transformers import AutoTokenizer, set_seed
 
     from trl_ds.worker.data import load_train_dataset
 
