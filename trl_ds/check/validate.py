@@ -23,6 +23,7 @@ from trl_ds.check.trainer_rules import (
 )
 from trl_ds.config.batch import Batch, resolve_batch
 from trl_ds.config.values import data_parallel_world, dtype, is_local_path, micro_batch, offloads, value, world_size
+from trl_ds.config.zero_offload import zero_offload_problems
 from trl_ds.errors import ConfigError
 from trl_ds.launch.build_ops import stale_locks
 from trl_ds.launch.deepspeed import check_deepspeed_launcher
@@ -68,17 +69,8 @@ def check_zero(cfg) -> List[str]:
     stage = cfg.zero.stage
     if stage not in (0, 1, 2, 3):
         return [f"zero.stage={stage} is not a ZeRO stage. Use zero=stage0, stage1, stage2 or stage3."]
-    problems = []
     where = offloads(cfg)
-    if where["param"] != "none" and stage != 3:
-        problems.append(f"offload.param={where['param']} needs zero=stage3 (got zero.stage={stage}); DeepSpeed would "
-                        f"silently ignore it. Use zero=stage3 or offload.param=none.")
-    if where["optimizer"] == "nvme" and stage != 3:
-        problems.append(f"offload.optimizer=nvme needs zero=stage3 (got zero.stage={stage}). "
-                        f"Use zero=stage3 or offload.optimizer=cpu.")
-    elif where["optimizer"] != "none" and stage == 0:
-        problems.append(f"offload.optimizer={where['optimizer']} needs a ZeRO stage of 1 or more (got zero.stage=0). "
-                        f"Use zero=stage2 or offload=none.")
+    problems = zero_offload_problems(stage, where["optimizer"], where["param"])
     if stage == 3 and cfg.save_final_model and not cfg.zero.stage3_gather_16bit_weights_on_model_save:
         problems.append("save_final_model=true with zero=stage3 needs zero.stage3_gather_16bit_weights_on_model_save="
                         "true, or each rank saves only its partition. Set it to true, or save_final_model=false.")

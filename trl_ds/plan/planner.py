@@ -11,23 +11,18 @@ the estimated seconds per optimizer step (the rows' order, fitting rows first) f
 cluster.gpu hardware preset (or a `trl-ds calibrate` file).
 """
 import sys
-from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
 from trl_ds.config.values import value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
+from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
 from trl_ds.plan.params import describe_count
 from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
 from trl_ds.short_lived import pause_collection
 
 # name -> (offload.optimizer, offload.param), slowest last; the override that selects each
-OFFLOADS = {"none": ("none", "none"), "opt-cpu": ("cpu", "none"), "opt+param-cpu": ("cpu", "cpu"),
-            "nvme": ("nvme", "nvme")}
-OFFLOAD_OVERRIDES = {"none": ["offload=none"], "opt-cpu": ["offload=cpu"],
-                     "opt+param-cpu": ["offload=cpu", "offload.param=cpu"], "nvme": ["offload=nvme"]}
-MICRO_BATCHES = (1, 2, 4, 8, 16)
 GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.param=",
              "trainer.gradient_checkpointing=", "trainer.per_device_train_batch_size=")
 NOT_FOR_RUNNING = ("dry_run=", "preflight.")  # dropped from the recommended run command
@@ -35,34 +30,9 @@ FLAGS = ("--json", "--fits")  # JSON instead of the table; only the rows that fi
 COLUMNS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
 
 
-def offload_name(s: Setup) -> str:
-    pair = (s.optimizer_offload, s.param_offload)
-    return next((name for name, devices in OFFLOADS.items() if devices == pair), f"{pair[0]}/{pair[1]}")
-
-
-def valid(stage: int, offload: str) -> bool:
-    """The combinations trl_ds.check.validate accepts: offload needs ZeRO >= 1; parameters and NVMe need ZeRO-3."""
-    return offload == "none" or (stage >= 1 and offload == "opt-cpu") or stage == 3
-
-
-def micro_batches(base: Setup, global_size: Optional[int]) -> List[int]:
-    choices = sorted(set(MICRO_BATCHES) | {base.micro_batch})
-    if global_size:  # only micro-batches that divide the fixed global batch over the data-parallel ranks
-        choices = [m for m in choices if global_size % (m * base.data_parallel) == 0] or [base.micro_batch]
-    return choices
-
-
 def grid(base: Setup, global_size: Optional[int] = None) -> List[Estimate]:
-    rows = []
-    for stage in range(4):
-        for name, (optimizer, param) in OFFLOADS.items():
-            if not valid(stage, name):
-                continue
-            for checkpointing in (False, True):
-                for micro in micro_batches(base, global_size):
-                    rows.append(estimate(replace(base, stage=stage, optimizer_offload=optimizer, param_offload=param,
-                                                 gradient_checkpointing=checkpointing, micro_batch=micro)))
-    return rows
+    """Every valid stage × offload × checkpointing × micro-batch around `base`, estimated."""
+    return [estimate(s) for s in setups(base, micro_batches(base, global_size))]
 
 
 def speed_key(e: Estimate) -> Tuple:
