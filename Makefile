@@ -1,17 +1,25 @@
 # make run   — set up .venv if needed, then train the tiny model on 2 CPU ranks with real DeepSpeed ZeRO-2
-# make test  — set up .venv if needed, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI)
+# make test  — set up .venv if needed, lint, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI)
+# make test-fast — lint, then tests/unit and tests/configs only (not tests/integration)
+# make lint  — ruff (rules and line length in pyproject.toml)
 PY := .venv/bin/python
 
-.PHONY: setup run test dry-run clean
+.PHONY: setup run test test-fast lint dry-run clean
 setup:
 	@bash scripts/setup_env.sh
 
 run: setup
 	$(PY) -m trl_ds
 
-test: setup
-	$(PY) -m trl_ds.launch.build_ops
+lint: setup
+	$(PY) -m ruff check .
+
+test: lint
+	$(PY) -m trl_ds.cli build-ops
 	$(PY) -m pytest -q -ra tests
+
+test-fast: lint
+	$(PY) -m pytest -q -ra tests/unit tests/configs
 
 dry-run: setup
 	$(PY) -m trl_ds cluster=2x8 zero=stage3 model=llama3-8b dry_run=true

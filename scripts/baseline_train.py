@@ -4,7 +4,8 @@
         --model RUN_DIR/model --dataset RUN_DIR/data --micro 2 --accumulation 1 --steps 10
 
 It is the benchmark's baseline (scripts/bench.py): the same training as trl_ds's default run, with no trl_ds code,
-ending with the model saved as trl_ds's run does (and TRL's scripts/sft.py), including the CPU workaround a user must find (Accelerate otherwise gives each CPU rank world size 1).
+ending with the model saved as trl_ds's run does (and TRL's scripts/sft.py), including the CPU workaround a user
+must find (Accelerate otherwise gives each CPU rank world size 1).
 """
 import argparse
 import json

@@ -151,7 +151,8 @@ def bench_overhead(ref_dir, work, reps):
         theirs.append((wall, result["samples_per_second"], result["final_loss"]))
     return {"trl_ds_wall": stats([o[0] for o in ours]), "baseline_wall": stats([t[0] for t in theirs]),
             "trl_ds_sps": stats([o[1] for o in ours]), "baseline_sps": stats([t[1] for t in theirs]),
-            "trl_ds_loss": sorted({round(o[2], 6) for o in ours}), "baseline_loss": sorted({round(t[2], 6) for t in theirs})}
+            "trl_ds_loss": sorted({round(o[2], 6) for o in ours}),
+            "baseline_loss": sorted({round(t[2], 6) for t in theirs})}
 
 
 def bench_sweep(work, single_wall):
@@ -199,7 +200,8 @@ def render(result):
                   f"{o['trl_ds_loss'] == o['baseline_loss']} |"]
     if "sweep" in result:
         s = result["sweep"]
-        lines += ["", "## 5. Sweep", "", f"`python -m trl_ds -m zero=stage0,stage1,stage2,stage3`: {s['wall']:.1f} s for "
+        lines += ["", "## 5. Sweep", "",
+                  f"`python -m trl_ds -m zero=stage0,stage1,stage2,stage3`: {s['wall']:.1f} s for "
                   f"{s['points']} points, {s['per_point']:.1f} s per point against {s['single_run']:.1f} s for a "
                   f"single run ({s['per_point'] / s['single_run']:.2f}×)."]
     return "\n".join(lines) + "\n"
@@ -215,7 +217,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as work:
         ref_dir, single_wall = reference_run(work)
         result = {"machine": machine(), "quick": args.quick, "date": time.strftime("%Y-%m-%d"),
-                  "errors": bench_errors(ref_dir, work, args.quick, max(reps, 3)), "latency": bench_latency(work, max(reps, 3))}
+                  "errors": bench_errors(ref_dir, work, args.quick, max(reps, 3)),
+                  "latency": bench_latency(work, max(reps, 3))}
         if not args.quick:
             result["overhead"] = bench_overhead(ref_dir, work, reps)
             result["sweep"] = bench_sweep(work, single_wall)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real 2-node SLURM cluster on this machine, everything inside one folder (see ../shared ENVIRONMENT.md):
+# A real 2-node SLURM cluster on this machine, everything inside one folder:
 # one munged, one slurmctld and two slurmd ("node1", "node2", both on 127.0.0.1). Needs root, slurm-wlm and munge.
 #
 #   bash scripts/slurm_cluster.sh start DIR   # writes DIR/slurm.conf, starts the daemons, waits until both nodes idle

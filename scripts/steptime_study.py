@@ -2,9 +2,9 @@
 
 --measure runs every point of the grid for real (2 CPU ranks, gloo, real DeepSpeed; ~1 min each on a loaded
 2-core box) and stores the steady-state seconds per optimizer step in docs/steptime_study.json; without it the
-stored measurements are reused. Then the calibrated model (--hardware, default conf/gpu/calibrated-cpu.yaml, written
-by `python -m trl_ds.study.calibrate`) predicts each point; the table, Spearman's rank correlation and the predicted
-winner's gap to the measured fastest go to docs/steptime_study.md.
+stored measurements are reused. Then the calibrated model (--hardware, default
+trl_ds/plan/hardware/calibrated-cpu.yaml, written by `trl-ds calibrate`) predicts each point; the table, Spearman's
+rank correlation and the predicted winner's gap to the measured fastest go to docs/steptime_study.md.
 """
 import argparse
 import json
@@ -16,9 +16,9 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap  # noqa: E402
 from trl_ds.plan.planner import load  # noqa: E402
 from trl_ds.plan.steptime import accumulation_for, hardware_from_config, step_time  # noqa: E402
+from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap  # noqa: E402
 
 # A CPU-sized Llama (6.7M parameters) whose communication, optimizer and compute terms are all visible.
 MODEL = ["model.hidden_size=384", "model.intermediate_size=1024", "model.num_attention_heads=6",
@@ -27,7 +27,7 @@ FIXED = ["batch.global_size=8", "trainer.max_steps=20", "save_final_model=false"
 GRID = [(stage, offload, micro) for stage in range(4) for offload in ("none", "cpu", "nvme") for micro in (1, 4)
         if (stage, offload) != (0, "cpu") and (offload != "nvme" or stage == 3)]  # offloads DeepSpeed accepts
 MEASURED = os.path.join(REPO, "docs", "steptime_study.json")
-HARDWARE = os.path.join(REPO, "conf", "gpu", "calibrated-cpu.yaml")
+HARDWARE = os.path.join(REPO, "trl_ds", "plan", "hardware", "calibrated-cpu.yaml")
 
 
 def point_overrides(stage: int, offload: str, micro: int) -> list:
@@ -48,7 +48,7 @@ def measure(stage: int, offload: str, micro: int) -> float:
 def predict(point, hardware: str):
     """The step-time model's terms for one point, with the calibrated hardware file."""
     cfg, setup = load([*FIXED, *point_overrides(*point), f"cluster.gpu={hardware}"])
-    hw = hardware_from_config(cfg, os.path.join(REPO, "conf"))
+    hw = hardware_from_config(cfg)
     return step_time(setup, hw, accumulation_for(setup, cfg.batch.global_size, None))
 
 

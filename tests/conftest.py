@@ -11,11 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from trl_ds.__main__ import CONFIG_DIR
-from trl_ds.config.schema import register
+from trl_ds.config.compose import compose
 
 REPO = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -33,14 +31,7 @@ def require(condition: bool, reason: str) -> None:
 @pytest.fixture
 def compose_cfg():
     """compose_cfg(["zero=stage3", ...]) -> the typed config the app would see."""
-    register()
-
-    def _compose(overrides=()):
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides))
-
-    yield _compose
+    yield compose
     GlobalHydra.instance().clear()
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from trl_ds.__main__ import CONFIG_DIR
 from trl_ds.cli.app import build
-from trl_ds.errors import ConfigError
+from trl_ds.config.compose import CONFIG_DIR
 from trl_ds.config.values import world_size
+from trl_ds.errors import ConfigError
 
 GROUPS = ["model", "zero", "offload", "cluster", "trainer", "precision", "launcher", "peft", "sp"]
 OPTIONS = {g: sorted(p.stem for p in (Path(CONFIG_DIR) / g).glob("*.yaml")) for g in GROUPS}
@@ -85,7 +85,8 @@ def test_zero_offload_cluster_product(zero, offload, cluster, compose_cfg, monke
     prepared = build(cfg, "/tmp/run", launching=False)
     parsed = deepspeed_accepts(prepared.ds_config, prepared.batch.world, monkeypatch)
     offloaded = parsed.zero_config.offload_optimizer
-    assert offloaded is None if offload == "none" else str(offloaded.device) in (offload, f"OffloadDeviceEnum.{offload}")
+    expected_devices = (offload, f"OffloadDeviceEnum.{offload}")
+    assert offloaded is None if offload == "none" else str(offloaded.device) in expected_devices
     assert "auto" not in str(prepared.ds_config)
 
 

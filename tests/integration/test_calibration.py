@@ -1,10 +1,10 @@
-"""`python -m trl_ds.study.calibrate` on this machine, and the calibrated step-time model against real 2-rank CPU runs.
+"""`trl-ds calibrate` on this machine, and the calibrated step-time model against real 2-rank CPU runs.
 
 The bar (issue 10): on a small grid of ZeRO stage × offload × micro-batch at a fixed global batch, the model's
 ranking agrees with the measured steady-state step times (Spearman >= 0.8) and its predicted winner is within 10 %
 of the measured fastest. Predictions use the committed calibration of this machine kind
-(conf/gpu/calibrated-cpu.yaml): a calibration taken while the suite loads both cores moves by 2-5× between runs
-(docs/steptime_study.md), which would test the load, not the model. The grid's points lie 1.3-1.8× apart on a quiet
+(trl_ds/plan/hardware/calibrated-cpu.yaml): a calibration taken while the suite loads both cores moves by 2-5× between
+runs (docs/steptime_study.md), which would test the load, not the model. The grid's points lie 1.3-1.8× apart on a quiet
 machine, so one or two neighbours swapped by load still pass (Spearman 0.9 / 0.8 over 5 points). The full 16-point
 study is scripts/steptime_study.py.
 """
@@ -14,10 +14,10 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import REPO, require, run_app
-from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap
+
 from trl_ds.plan.steptime import Hardware
+from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap
 
 sys.path.insert(0, str(REPO / "scripts"))
 import steptime_study  # noqa: E402

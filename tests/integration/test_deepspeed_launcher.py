@@ -8,8 +8,16 @@ no rank behind.
 import pytest
 
 from tests.conftest import read_json, run_app
-from tests.integration.test_multinode import (RDZV_TIMEOUT, SLACK_S, finish, free_port, losses, reference_run,
-                                              start_node, tiny_model_dir)
+from tests.integration.test_multinode import (
+    RDZV_TIMEOUT,
+    SLACK_S,
+    finish,
+    free_port,
+    losses,
+    reference_run,
+    start_node,
+    tiny_model_dir,
+)
 from tests.integration.test_stop import processes_of
 
 pytestmark = pytest.mark.integration

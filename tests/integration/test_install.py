@@ -18,7 +18,7 @@ def test_wheel_install_finds_its_config_tree(tmp_path):
                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
-    assert f"trl_ds dry run: 1 node(s) × 2 cpu rank(s)" in out.stdout
+    assert "trl_ds dry run: 1 node(s) × 2 cpu rank(s)" in out.stdout
     assert str(target / "trl_ds" / "__main__.py") in subprocess.run(
         [sys.executable, "-c", "import trl_ds.__main__ as m; print(m.__file__)"], cwd=tmp_path,
         capture_output=True, text=True, env={"PYTHONPATH": str(target)}).stdout

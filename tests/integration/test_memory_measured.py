@@ -5,7 +5,6 @@ trl_ds/worker/measure.py); plan.json in the same run dir holds the estimate the 
 must agree within 1% per kind (parameters, gradients, optimizer state) on every rank.
 """
 import pytest
-
 from conftest import read_json, run_app
 
 COMBOS = [(0, "none"), (1, "none"), (2, "none"), (3, "none"), (1, "cpu"), (2, "cpu"), (3, "cpu")]

@@ -10,8 +10,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO, read_json
+
 from tests.integration.test_resume import SLOW, rank_pid
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO, read_json, run_app
 
 pytestmark = pytest.mark.integration
@@ -30,15 +29,18 @@ def rank_pid(run_dir, rank):
             environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        if b"trl_ds.worker.train" in cmdline and str(run_dir).encode() in cmdline and f"RANK={rank}".encode() in environ:
+        worker = b"trl_ds.worker.train" in cmdline
+        if worker and str(run_dir).encode() in cmdline and f"RANK={rank}".encode() in environ:
             return int(pid)
     return None
 
 
 def complete_steps(run_dir):
     folder = run_dir / "trainer"
-    return sorted(int(p.name.split("-")[1]) for p in folder.glob("checkpoint-*") if (p / "trl_ds_complete.json").exists()) \
-        if folder.exists() else []
+    if not folder.exists():
+        return []
+    marked = [p for p in folder.glob("checkpoint-*") if (p / "trl_ds_complete.json").exists()]
+    return sorted(int(p.name.split("-")[1]) for p in marked)
 
 
 def kill_rank_after_checkpoint(run_dir, stage, rank=1, after_step=20):

@@ -4,7 +4,6 @@ import stat
 import subprocess
 
 import pytest
-
 from conftest import read_json, run_app
 
 pytestmark = pytest.mark.integration

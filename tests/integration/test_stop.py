@@ -9,8 +9,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import REPO, read_json
+
 from tests.integration.test_multinode import free_port
 from tests.integration.test_resume import complete_steps
 

@@ -1,5 +1,5 @@
 """Memory studies for real: Hydra sweeps of the tiny model on 2 CPU ranks (one torchrun launch per point), and
-`python -m trl_ds.study.report` over them.
+`trl-ds report` over them.
 
 The tiny model is fp32 on CPU, so after an optimizer step each rank holds, per parameter (world 2):
   stage 0: 4 B params + 8 B Adam moments (no fp32 master: the params are fp32)          = 12 B
@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, require
+
 from tests.integration.test_multinode import free_port, tiny_model_dir
 from tests.integration.test_slurm import slurm_env  # noqa: F401  (the real 2-node SLURM cluster, a fixture)
 
@@ -136,7 +136,8 @@ def test_report_names_runs_with_a_missing_or_half_written_summary_and_reports_th
            "summary.json missing" in printed
 
 
-def test_a_submitit_slurm_sweep_runs_every_point_as_a_two_node_slurm_job(slurm_env, tmp_path_factory, tmp_path):
+def test_a_submitit_slurm_sweep_runs_every_point_as_a_two_node_slurm_job(slurm_env, tmp_path_factory,  # noqa: F811
+                                                                         tmp_path):
     """hydra/launcher=submitit_slurm: each point is one SLURM job over both nodes; submitit runs the app on each
     node, which takes its node rank from SLURM. One job at a time (array_parallelism=1): the points share
     cluster.master_port, and both SLURM nodes are this machine."""

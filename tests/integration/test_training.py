@@ -3,7 +3,6 @@ import math
 import os
 
 import pytest
-
 from conftest import read_json, require, run_app
 
 pytestmark = pytest.mark.integration

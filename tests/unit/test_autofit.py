@@ -1,12 +1,12 @@
 """trl_ds/plan/autofit.py: `zero=auto offload=auto` resolves to the fastest configuration that fits, deterministically,
 and the run it writes is the one the typed winner writes."""
 import pytest
-
 from conftest import read_json, run_app
+
 from trl_ds.cli.app import build
-from trl_ds.plan.autofit import candidates, resolve
 from trl_ds.errors import ConfigError
-from trl_ds.plan.planner import OFFLOADS
+from trl_ds.plan.autofit import candidates, resolve
+from trl_ds.plan.grid import OFFLOADS
 
 ARGS_70B = ["model=llama3-70b", "cluster=1x8", "trainer.max_length=2048", "trainer.gradient_checkpointing=true",
             "trainer.per_device_train_batch_size=1"]

@@ -1,9 +1,10 @@
-"""Stale JIT build locks: refused before launch with the fix, cleared by `python -m trl_ds.launch.build_ops`, and a lock a
+"""Stale JIT build locks: refused before launch with the fix, cleared by `trl-ds build-ops`, and a lock a
 build still holds is left alone."""
 import subprocess
 import sys
 
 from conftest import REPO, run_app
+
 from trl_ds.launch.build_ops import clear_stale_lock, stale_locks
 
 
@@ -19,7 +20,8 @@ def test_launch_with_a_stale_lock_is_refused_with_the_fix(tmp_path):
     out = run_app(["zero=stage2", "offload=cpu"], tmp_path / "run", env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")})
     assert out.returncode == 2, out.stderr
     assert (f"{folder / 'lock'} is left by a killed build of a DeepSpeed op (no build is running); this run "
-            f"(offload.optimizer=cpu, offload.param=none) would wait on it forever. Run `python -m trl_ds.launch.build_ops` (it clears the lock and builds the op).") in out.stderr
+            f"(offload.optimizer=cpu, offload.param=none) would wait on it forever. Run `trl-ds build-ops` "
+            f"(it clears the lock and builds the op).") in out.stderr
     assert not (tmp_path / "run" / "logs").exists()  # nothing spawned
 
 

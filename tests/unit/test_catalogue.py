@@ -1,7 +1,6 @@
 """The mistakes users make, each answered by one clear message naming the override and the fix: exit code 2, no
 traceback, no rank spawned, no run dir written (and an existing run dir left untouched)."""
 import pytest
-
 from conftest import run_app
 
 # (id, overrides, what the message must say)
@@ -24,7 +23,8 @@ CATALOGUE = [
     ("max-steps-zero", ["trainer.max_steps=0"], "trainer.max_steps=0 must be at least 1."),
     ("max-length-zero", ["trainer.max_length=0"], "trainer.max_length=0 must be at least 1."),
     ("learning-rate-negative", ["trainer.learning_rate=-1"], "trainer.learning_rate=-1.0 must be positive."),
-    ("stage-too-high", ["zero.stage=7"], "zero.stage=7 is not a ZeRO stage. Use zero=stage0, stage1, stage2 or stage3."),
+    ("stage-too-high", ["zero.stage=7"],
+     "zero.stage=7 is not a ZeRO stage. Use zero=stage0, stage1, stage2 or stage3."),
     ("stage-negative", ["zero.stage=-1"], "zero.stage=-1 is not a ZeRO stage."),
     ("bucket-zero", ["zero.reduce_bucket_size=0"], "zero.reduce_bucket_size=0 must be positive."),
     ("buffer-count-zero", ["offload.buffer_count=0"], "offload.buffer_count=0 must be positive."),

@@ -1,4 +1,4 @@
-"""`python -m trl_ds.launch.env`: this machine as trl_ds sees it; the fast part (env.json) never imports torch."""
+"""`trl-ds env`: this machine as trl_ds sees it; the fast part (env.json) never imports torch."""
 import json
 import os
 import shutil
@@ -39,7 +39,8 @@ def test_cli_reports_ops_backends_and_devices(tmp_path):
 
 
 def test_cli_text_names_every_topic():
-    out = subprocess.run([sys.executable, "-m", "trl_ds.launch.env"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "trl_ds.launch.env"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr
     for topic in ("packages:", "GPUs (nvidia-smi):", "libaio (NVMe offload):", "SLURM:", "NVMe path",
                   "distributed backends: gloo yes", "cpu_adam   installed"):

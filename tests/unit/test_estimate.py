@@ -12,7 +12,7 @@ from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem
 from trl_ds.errors import ConfigError
 from trl_ds.memory import estimate as est
 from trl_ds.plan.memory import GiB, estimate, setup_from_config
-from trl_ds.plan.params import architecture, count_params
+from trl_ds.plan.params import count_params
 from trl_ds.plan.planner import check_fit
 
 sys.path.insert(0, "scripts")

@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from trl_ds.plan import planner as plan
 from trl_ds.memory import estimate as est
+from trl_ds.plan import planner as plan
 from trl_ds.plan.memory import estimate, setup_from_config
 from trl_ds.plan.params import count_lora
 from trl_ds.plan.steptime import Hardware, collectives, compute_seconds, optimizer_seconds, step_time
@@ -13,7 +13,8 @@ from trl_ds.plan.steptime import Hardware, collectives, compute_seconds, optimiz
 LORA_8B = ["model=llama3-8b", "zero=stage3", "cluster=1x8", "peft=lora"]
 HW = Hardware(peak_tflops=100, efficiency=0.5, hbm_gbps=1000, pcie_gbps=20, intra_node_gbps=200, inter_node_gbps=20,
               collective_latency_us=0, comm_overlap=0, nvme_read_gbps=5, nvme_write_gbps=2,
-              cpu_adam_mparams_per_s=1000, micro_step_overhead_ms=0)
+              cpu_adam_mparams_per_s=1000, micro_step_overhead_ms=0, zero2_ns_per_param=0,
+              zero3_ns_per_param=0)
 
 
 @pytest.fixture

@@ -1,10 +1,9 @@
-"""`python -m trl_ds.cli.export`: the three config files of a run, for people who keep their own scripts."""
+"""`trl-ds export`: the three config files of a run, for people who keep their own scripts."""
 import json
 import subprocess
 import sys
 
 import yaml
-
 from conftest import REPO
 
 

@@ -2,10 +2,16 @@
 import pytest
 
 from tests.conftest import REPO, run_app
-from trl_ds.errors import ConfigError
-from trl_ds.launch.hostfile import (Host, check_against_cluster, default_hosts, parse_hostfile, render_hostfile,
-                                    select_slots)
 from trl_ds.check.validate import validate
+from trl_ds.errors import ConfigError
+from trl_ds.launch.hostfile import (
+    Host,
+    check_against_cluster,
+    default_hosts,
+    parse_hostfile,
+    render_hostfile,
+    select_slots,
+)
 
 SRC = "hosts.txt"
 

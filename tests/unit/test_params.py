@@ -9,8 +9,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from trl_ds.errors import ConfigError
-from trl_ds.worker.models import hf_config
 from trl_ds.plan.params import Architecture, architecture, count_lora, count_params, read_hf_config
+from trl_ds.worker.models import hf_config
 
 MODELS = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob("conf/model/*.yaml"))
 

@@ -4,10 +4,11 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, read_json, run_app
-from trl_ds.plan.planner import OFFLOADS, grid, recommend, valid
+
+from trl_ds.plan.grid import OFFLOADS, valid
 from trl_ds.plan.memory import GiB, setup_from_config
+from trl_ds.plan.planner import grid, recommend
 
 PSI_70B, L_MAX_70B = 70_553_706_496, 128_256 * 8192
 ARGS_70B = ["model=llama3-70b", "cluster=1x8", "trainer.max_length=2048"]

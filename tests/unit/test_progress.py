@@ -5,10 +5,10 @@ import json
 import os
 import subprocess
 
-from trl_ds.launch.script import omp_threads
-from trl_ds.launch.progress import Display, MetricsTail, Progress, clock, read_peaks, total_steps
 from trl_ds.cli.sweep_lines import sweep_size
 from trl_ds.cli.watch import exit_status
+from trl_ds.launch.progress import Display, MetricsTail, Progress, clock, read_peaks, total_steps
+from trl_ds.launch.script import omp_threads
 
 ROWS = [  # as rank 0's MetricsLogger writes them: cumulative num_tokens, wall-clock time
     {"step": 1, "time": 100.0, "loss": 6.0, "learning_rate": 1e-3, "num_tokens": 60.0, "samples_per_second": 8.0,

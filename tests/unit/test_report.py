@@ -1,18 +1,18 @@
-"""trl_ds.study.report on synthetic run dirs: rows, estimated vs measured columns, incomplete runs, csv/md/png, the CLI."""
+"""trl-ds report on synthetic run dirs: rows, estimated vs measured columns, incomplete runs, csv/md/png, the CLI."""
 import csv
 import importlib.util
 import json
 
 import pytest
 import yaml
-
 from conftest import require
-from trl_ds.study import report
+
 from trl_ds.errors import ConfigError
+from trl_ds.launch.summary import failure_reason, record_skipped
 from trl_ds.plan.memory import CUDA_CONTEXT_BYTES
+from trl_ds.study import report
 from trl_ds.study.points import read_point
 from trl_ds.study.table import varying_keys
-from trl_ds.launch.summary import failure_reason, record_skipped
 
 DEVICE = {"params": 400, "gradients": 600, "optimizer": 600, "activations": 50, "logits": 70, "buffers": 80,
           "overhead": 1000}
@@ -176,7 +176,7 @@ def test_without_matplotlib_the_report_says_so_in_one_line_and_writes_csv_and_md
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     assert report.main([str(folder)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "not installed" in line]
-    assert lines == ["trl_ds.study.report: matplotlib is not installed, so memory.png is not written "
+    assert lines == ["trl-ds report: matplotlib is not installed, so memory.png is not written "
                      "(pip install 'trl_ds[report]')"]
     assert (folder / "sweep.csv").exists() and (folder / "sweep.md").exists()
     assert not (folder / "memory.png").exists()

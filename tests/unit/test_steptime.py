@@ -4,15 +4,24 @@ from dataclasses import replace
 
 import pytest
 
-from trl_ds.__main__ import CONFIG_DIR
 from trl_ds.errors import ConfigError
 from trl_ds.plan.memory import setup_from_config
-from trl_ds.plan.steptime import (Hardware, collectives, compute_seconds, hardware_from_config, offload_seconds,
-                             optimizer_seconds, step_time, zero_seconds)
+from trl_ds.plan.steptime import (
+    HARDWARE_DIR,
+    Hardware,
+    collectives,
+    compute_seconds,
+    hardware_from_config,
+    offload_seconds,
+    optimizer_seconds,
+    step_time,
+    zero_seconds,
+)
 
 HW = Hardware(peak_tflops=100, efficiency=0.5, hbm_gbps=1000, pcie_gbps=20, intra_node_gbps=200, inter_node_gbps=20,
               collective_latency_us=0, comm_overlap=0, nvme_read_gbps=5, nvme_write_gbps=2,
-              cpu_adam_mparams_per_s=1000, micro_step_overhead_ms=0)
+              cpu_adam_mparams_per_s=1000, micro_step_overhead_ms=0, zero2_ns_per_param=0,
+              zero3_ns_per_param=0)
 GPUS = ("a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "l4-24gb", "rtx4090-24gb", "cpu")
 
 
@@ -96,26 +105,26 @@ def test_zero_gradient_path_per_parameter_and_micro_step(setup_8b):
 @pytest.mark.parametrize("gpu", GPUS)
 def test_every_preset_is_complete(gpu, compose_cfg):
     cfg = compose_cfg(["cluster=1x8", f"cluster.gpu={gpu}", "cluster.gpu_memory_gb=24"])
-    hw = hardware_from_config(cfg, CONFIG_DIR)
+    hw = hardware_from_config(cfg)
     assert hw.peak_tflops > 0 and hw.pcie_gbps > 0 and hw.nvme_write_gbps > 0
     assert hw.zero2_ns_per_param > 0 and hw.zero3_ns_per_param > 0
 
 
 def test_cluster_and_user_overrides_win_over_the_preset(compose_cfg):
     cfg = compose_cfg(["cluster=2x8", "cluster.gpu=h100-80gb", "cluster.hardware.efficiency=0.3"])
-    hw = hardware_from_config(cfg, CONFIG_DIR)
+    hw = hardware_from_config(cfg)
     assert (hw.peak_tflops, hw.efficiency, hw.inter_node_gbps) == (989, 0.3, 25)  # 2x8's network, not the GPU's
 
 
 def test_a_hardware_file_loads(compose_cfg, tmp_path):
     path = tmp_path / "hw.yaml"
-    path.write_text(open(os.path.join(CONFIG_DIR, "gpu", "cpu.yaml")).read().replace("peak_tflops: 0.03",
+    path.write_text(open(os.path.join(HARDWARE_DIR, "cpu.yaml")).read().replace("peak_tflops: 0.03",
                                                                                      "peak_tflops: 0.5"))
-    assert hardware_from_config(compose_cfg([f"cluster.gpu={path}"]), CONFIG_DIR).peak_tflops == 0.5
+    assert hardware_from_config(compose_cfg([f"cluster.gpu={path}"])).peak_tflops == 0.5
 
 
 def test_hardware_mistakes_name_the_fix(compose_cfg):
     with pytest.raises(ConfigError, match=r"cluster.gpu=b200: no such preset or file. Use one of a100-40gb"):
-        hardware_from_config(compose_cfg(["cluster.gpu=b200"]), CONFIG_DIR)
+        hardware_from_config(compose_cfg(["cluster.gpu=b200"]))
     with pytest.raises(ConfigError, match=r"gives no pcie_gbps. Set cluster.hardware.pcie_gbps="):
-        hardware_from_config(compose_cfg(["cluster.hardware.pcie_gbps=0"]), CONFIG_DIR)
+        hardware_from_config(compose_cfg(["cluster.hardware.pcie_gbps=0"]))

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
+from trl_ds.check.trainer_rules import NEEDED_COLUMNS
 from trl_ds.worker.data import NUMBERS, write_tiny_dataset
 from trl_ds.worker.rewards import arithmetic_reward
-from trl_ds.check.trainer_rules import NEEDED_COLUMNS
 
 
 @pytest.mark.parametrize("trainer", list(NEEDED_COLUMNS))

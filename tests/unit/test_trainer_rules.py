@@ -3,11 +3,11 @@ import json
 import os
 
 import pytest
-
 from conftest import run_app
+
 from trl_ds.check.dataset_columns import first_record_columns
-from trl_ds.errors import ConfigError
 from trl_ds.check.validate import validate
+from trl_ds.errors import ConfigError
 
 
 def problems(compose_cfg, overrides, launching=False, tmp_path="/tmp/run"):

@@ -7,7 +7,6 @@ import importlib
 
 import pytest
 import yaml
-
 from conftest import run_app
 
 CONFIG_CLASSES = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig", "reward": "RewardConfig"}

@@ -2,8 +2,8 @@
 import pytest
 
 from trl_ds.check import validate as validate_mod
-from trl_ds.errors import ConfigError
 from trl_ds.check.validate import validate
+from trl_ds.errors import ConfigError
 
 
 def problems_of(cfg, launching=False, run_dir="/tmp/run"):

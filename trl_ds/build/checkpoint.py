@@ -10,8 +10,8 @@ import re
 import shutil
 from typing import List, Optional
 
-MARKER = "trl_ds_complete.json"
-CHECKPOINT_DIR = "trainer"  # under the run dir: transformers' output_dir
+from trl_ds.build.layout import CHECKPOINT_MARKER as MARKER
+
 _STEP = re.compile(r"^checkpoint-(\d+)$")
 
 

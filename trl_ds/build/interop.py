@@ -9,8 +9,8 @@ from typing import Any, Dict
 
 import yaml
 
-from trl_ds.build.layout import write_json, write_text
-from trl_ds.build.trainer_config import ACCELERATE_YAML, TRAINER_YAML
+from trl_ds.build.layout import ACCELERATE_YAML, DS_CONFIG, TRAINER_YAML, write_json, write_text
+from trl_ds.config.topology import topology
 from trl_ds.config.values import sp_size, value, world_size
 
 # Keys Hugging Face's Trainer fills from its TrainingArguments when they hold "auto" (HfTrainerDeepSpeedConfig).
@@ -30,7 +30,7 @@ def build_accelerate_config(cfg, run_dir: str) -> Dict[str, Any]:
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "DEEPSPEED",
         "deepspeed_config": {
-            "deepspeed_config_file": os.path.join(run_dir, "ds_config.json"),
+            "deepspeed_config_file": os.path.join(run_dir, DS_CONFIG),
             "deepspeed_multinode_launcher": "standard",  # torchrun on each node, as trl_ds launches
             "zero3_init_flag": cfg.zero.stage == 3,
         },
@@ -54,11 +54,11 @@ def build_accelerate_config(cfg, run_dir: str) -> Dict[str, Any]:
 
 def _parallelism_block(cfg) -> Dict[str, Any]:
     """Ulysses as accelerate's parallelism_config: sp ranks share a sequence, ZeRO shards over the rest."""
-    size = sp_size(cfg)
+    topo = topology(cfg)
     return {
         "parallelism_config_dp_replicate_size": 1,
-        "parallelism_config_dp_shard_size": world_size(cfg) // size,
-        "parallelism_config_sp_size": size,
+        "parallelism_config_dp_shard_size": topo.data_parallel,
+        "parallelism_config_sp_size": topo.sp_size,
         "parallelism_config_sp_backend": "deepspeed",
         "parallelism_config_sp_seq_length_is_variable": True,
         "parallelism_config_sp_attn_implementation": cfg.sp.attn_implementation,
@@ -72,8 +72,9 @@ def parallelism_config(cfg):
 
     handler = DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=True,
                                               sp_attn_implementation=cfg.sp.attn_implementation)
-    return ParallelismConfig(dp_replicate_size=1, dp_shard_size=world_size(cfg) // sp_size(cfg),
-                             sp_size=sp_size(cfg), sp_backend="deepspeed", sp_handler=handler)
+    topo = topology(cfg)
+    return ParallelismConfig(dp_replicate_size=1, dp_shard_size=topo.data_parallel, sp_size=topo.sp_size,
+                             sp_backend="deepspeed", sp_handler=handler)
 
 
 def auto_ds_config(ds_config: Dict[str, Any]) -> Dict[str, Any]:
@@ -93,7 +94,7 @@ def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_arg
     """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read."""
     command = value(cfg.trainer.name)
     machine_rank = " --machine_rank NODE_RANK" if cfg.cluster.nodes > 1 else ""
-    write_json(os.path.join(folder, "ds_config.json"), ds_config)
+    write_json(os.path.join(folder, DS_CONFIG), ds_config)
     write_text(os.path.join(folder, TRAINER_YAML),
                f"# trl {command} --config trainer.yaml   (TRL's own argument names; it launches with accelerate.yaml)\n"
                + yaml.safe_dump(trainer_args, sort_keys=False))

@@ -1,12 +1,56 @@
-"""Reading and writing the run dir: the only thing ranks read."""
+"""The run dir, the only thing ranks read: every file and folder name in it, and the helpers that read and write it.
+
+Paths are relative to the run dir unless a function takes `run_dir`.
+"""
 import json
 import os
 from typing import Any
 
 from omegaconf import OmegaConf
 
-RESOLVED_CONFIG = "config.yaml"
+# Written before launch by the launching process
+RESOLVED_CONFIG = "config.yaml"  # the composed config; ranks re-type it with the schema
 OVERRIDES = "overrides.yaml"  # the command-line overrides of this run (a sweep point's coordinates)
+DS_CONFIG = "ds_config.json"
+TRAINER_YAML = "trainer.yaml"  # TRL's own argument names: `trl <trainer> --config trainer.yaml` reads it
+ACCELERATE_YAML = "accelerate.yaml"
+PLAN = "plan.json"  # the memory and step-time estimate made before launch
+ENV = "env.json"  # what the launching machine has
+LAUNCH_SCRIPT = "launch.sh"
+SBATCH_SCRIPT = "sbatch.sh"
+HOSTFILE = "hostfile"
+TINY_DATA_DIR = "data"  # the built-in dataset, written at build time
+NVME_DIR = "nvme"  # NVMe swap files, unless offload.nvme_path names another place
+
+# Written by the ranks
+TINY_MODEL_DIR = "model"  # the tiny model, built and saved here by the first rank
+METRICS = "metrics.jsonl"  # rank 0: one line per logging step
+MEMORY_DIR = "memory"  # every rank: memory/rank_K.json
+SUMMARY = "summary.json"  # rank 0 at the end; the launching process when a run fails, stops or is skipped
+FINAL_MODEL_DIR = "final_model"  # the trained weights, loadable with from_pretrained
+CHECKPOINT_DIR = "trainer"  # transformers' output_dir: checkpoint-N folders
+CHECKPOINT_MARKER = "trl_ds_complete.json"  # in a checkpoint-N folder once every rank has saved it
+
+# Written per node under logs/node_N by the launcher and the ranks
+LOGS_DIR = "logs"
+PROGRESS_DIR = "progress"  # every rank: progress/rank_K.json, its peak memory so far, for the live display
+SLURM_JOB_ID = "slurm_job_id"  # launcher=slurm: the submitted job, so `trl-ds watch` can follow it
+FAILURE_FILE = "failure.json"  # why this node's launch failed
+JOINED_FILE = "joined"  # written by a node's first rank once the process group formed (every rank joined)
+
+
+def node_log_dir(run_dir: str, node_rank: int) -> str:
+    """Each node's rank logs apart: torchrun names them by local rank, which repeats on every node."""
+    return f"{run_dir}/{LOGS_DIR}/node_{node_rank}"
+
+
+def memory_file(rank: int) -> str:
+    return f"{MEMORY_DIR}/rank_{rank}.json"
+
+
+def nvme_path(cfg, run_dir: str) -> str:
+    """Where NVMe offload swaps: offload.nvme_path, else the run dir's own nvme/ folder."""
+    return cfg.offload.nvme_path or os.path.join(run_dir, NVME_DIR)
 
 
 def write_json(path: str, data: Any) -> None:

@@ -8,7 +8,7 @@ import os
 from typing import Any, Dict, Tuple
 
 from trl_ds.config.batch import Batch
-from trl_ds.build.checkpoint import CHECKPOINT_DIR
+from trl_ds.build.layout import ACCELERATE_YAML, CHECKPOINT_DIR, DS_CONFIG, TINY_DATA_DIR, TINY_MODEL_DIR
 from trl_ds.config.values import dtype, sp_size, value
 
 # Fields of the trainer group that every TRL trainer takes, passed through unchanged.
@@ -25,11 +25,6 @@ TRAINER_ONLY: Dict[str, Tuple[str, ...]] = {
     "reward_funcs": ("grpo",),
 }
 
-TINY_MODEL_DIR = "model"  # the tiny model is built and saved here by the first rank
-TINY_DATA_DIR = "data"  # the built-in dataset is written here at build time
-TRAINER_YAML = "trainer.yaml"
-ACCELERATE_YAML = "accelerate.yaml"
-FINAL_MODEL_DIR = "final_model"  # the trained weights, loadable with from_pretrained
 
 
 def model_path(cfg, run_dir: str) -> str:
@@ -60,7 +55,7 @@ def build_trainer_args(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
         "bf16": precision == "bf16",
         "fp16": precision == "fp16",
         **checkpoint_args(cfg),
-        "deepspeed": os.path.join(run_dir, "ds_config.json"),
+        "deepspeed": os.path.join(run_dir, DS_CONFIG),
     }
     name = value(t.name)
     args.update({k: _plain(t[k]) for k in trainer_keys(name)})

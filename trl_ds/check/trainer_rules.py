@@ -11,12 +11,12 @@ from typing import List, Optional
 
 from omegaconf import ListConfig
 
-from trl_ds.config.batch import Batch
-from trl_ds.check.dataset_columns import first_record_columns
-from trl_ds.plan.params import architecture, layer_modules
-from trl_ds.config.schema import TrainerConfig
 from trl_ds.build.trainer_config import TRAINER_ONLY
+from trl_ds.check.dataset_columns import first_record_columns
+from trl_ds.config.batch import Batch
+from trl_ds.config.schema import TrainerConfig
 from trl_ds.config.values import is_local_path, value, world_size
+from trl_ds.plan.params import architecture, layer_modules
 
 # Any one of these column sets will do (TRL's dataset formats for each trainer).
 NEEDED_COLUMNS = {

@@ -11,19 +11,25 @@ import subprocess
 import tempfile
 from typing import Callable, List
 
-from trl_ds.config.batch import Batch, resolve_batch
-from trl_ds.launch.build_ops import stale_locks
-from trl_ds.build.checkpoint import CHECKPOINT_DIR, latest_complete, read_marker
-from trl_ds.errors import ConfigError
+from trl_ds.build.checkpoint import latest_complete, read_marker
+from trl_ds.build.layout import CHECKPOINT_DIR, nvme_path
 from trl_ds.check.reuse import check_run_dir
+from trl_ds.check.trainer_rules import (
+    check_generation_batch,
+    check_peft,
+    check_sequence_parallel,
+    check_trainer_here,
+    check_trainer_options,
+)
+from trl_ds.config.batch import Batch, resolve_batch
+from trl_ds.config.values import data_parallel_world, dtype, is_local_path, micro_batch, offloads, value, world_size
+from trl_ds.config.zero_offload import zero_offload_problems
+from trl_ds.errors import ConfigError
+from trl_ds.launch.build_ops import stale_locks
 from trl_ds.launch.deepspeed import check_deepspeed_launcher
 from trl_ds.launch.hostfile import HOST_NAME
 from trl_ds.launch.script import ENV_NAME
 from trl_ds.launch.slurm import check_slurm
-from trl_ds.check.trainer_rules import (check_generation_batch, check_peft, check_sequence_parallel, check_trainer_here,
-                            check_trainer_options)
-from trl_ds.config.values import (data_parallel_world, dtype, is_local_path, micro_batch, nvme_path, offloads, value,
-                     world_size)
 
 LIBAIO_HEADER = "/usr/include/libaio.h"
 IPV6 = re.compile(r"^[0-9A-Fa-f:]+$")
@@ -63,17 +69,8 @@ def check_zero(cfg) -> List[str]:
     stage = cfg.zero.stage
     if stage not in (0, 1, 2, 3):
         return [f"zero.stage={stage} is not a ZeRO stage. Use zero=stage0, stage1, stage2 or stage3."]
-    problems = []
     where = offloads(cfg)
-    if where["param"] != "none" and stage != 3:
-        problems.append(f"offload.param={where['param']} needs zero=stage3 (got zero.stage={stage}); DeepSpeed would "
-                        f"silently ignore it. Use zero=stage3 or offload.param=none.")
-    if where["optimizer"] == "nvme" and stage != 3:
-        problems.append(f"offload.optimizer=nvme needs zero=stage3 (got zero.stage={stage}). "
-                        f"Use zero=stage3 or offload.optimizer=cpu.")
-    elif where["optimizer"] != "none" and stage == 0:
-        problems.append(f"offload.optimizer={where['optimizer']} needs a ZeRO stage of 1 or more (got zero.stage=0). "
-                        f"Use zero=stage2 or offload=none.")
+    problems = zero_offload_problems(stage, where["optimizer"], where["param"])
     if stage == 3 and cfg.save_final_model and not cfg.zero.stage3_gather_16bit_weights_on_model_save:
         problems.append("save_final_model=true with zero=stage3 needs zero.stage3_gather_16bit_weights_on_model_save="
                         "true, or each rank saves only its partition. Set it to true, or save_final_model=false.")
@@ -208,7 +205,8 @@ def check_resume(cfg, run_dir: str) -> List[str]:
     return [f"resume=auto found {latest} written by world size {saved}, but this launch has world size {now}. "
             f"Relaunch with the same cluster (world size {saved}), or convert it to a universal checkpoint with "
             f"`python -m deepspeed.checkpoint.ds_to_universal --input_folder {latest}/global_step"
-            f"{read_marker(latest)['step']} --output_folder <folder>` and load that, or set resume=never to start over."]
+            f"{read_marker(latest)['step']} --output_folder <folder>` and load that, "
+            f"or set resume=never to start over."]
 
 
 def check_machine(cfg, run_dir: str) -> List[str]:
@@ -232,7 +230,7 @@ def check_build_locks(cfg) -> List[str]:
     ops = (["cpu_adam"] if set(where.values()) != {"none"} else []) + (["async_io"] if "nvme" in where.values() else [])
     run = ", ".join(f"offload.{kind}={place}" for kind, place in where.items())
     return [f"{lock} is left by a killed build of a DeepSpeed op (no build is running); this run ({run}) would wait "
-            f"on it forever. Run `python -m trl_ds.launch.build_ops` (it clears the lock and builds the op)."
+            f"on it forever. Run `trl-ds build-ops` (it clears the lock and builds the op)."
             for lock in stale_locks(ops)]
 
 

@@ -7,19 +7,19 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
-from trl_ds.plan.autofit import resolve as resolve_auto
-from trl_ds.config.batch import Batch
-from trl_ds.worker.data import write_tiny_dataset
 from trl_ds.build.deepspeed_config import build_ds_config
-from trl_ds.launch.env import collect_env
+from trl_ds.build.interop import write_interop_files
+from trl_ds.build.layout import ENV, OVERRIDES, PLAN, RESOLVED_CONFIG, TINY_DATA_DIR, nvme_path, write_json, write_text
+from trl_ds.build.trainer_config import build_trainer_args
+from trl_ds.check.validate import validate
+from trl_ds.config.batch import Batch
+from trl_ds.config.values import value
 from trl_ds.launch import build_commands, write_launch_files
+from trl_ds.launch.env import collect_env
+from trl_ds.plan.autofit import resolve as resolve_auto
 from trl_ds.plan.memory import estimate, setup_from_config
 from trl_ds.plan.planner import check_fit, plan_for_run_dir
-from trl_ds.build.interop import write_interop_files
-from trl_ds.build.layout import OVERRIDES, RESOLVED_CONFIG, write_json, write_text
-from trl_ds.build.trainer_config import TINY_DATA_DIR, build_trainer_args
-from trl_ds.check.validate import validate
-from trl_ds.config.values import nvme_path, value
+from trl_ds.worker.data import write_tiny_dataset
 
 
 @dataclass
@@ -64,8 +64,8 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))
     write_interop_files(cfg, run_dir, prepared.ds_config, prepared.trainer_args)
     write_launch_files(cfg, run_dir, prepared.node_commands)
-    write_json(os.path.join(run_dir, "env.json"), collect_env(nvme_path(cfg, run_dir)))
-    write_json(os.path.join(run_dir, "plan.json"), prepared.plan)
+    write_json(os.path.join(run_dir, ENV), collect_env(nvme_path(cfg, run_dir)))
+    write_json(os.path.join(run_dir, PLAN), prepared.plan)
     if prepared.autofit_text:
         print(prepared.autofit_text)
     if prepared.memory_warning:

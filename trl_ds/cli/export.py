@@ -1,8 +1,8 @@
-"""`python -m trl_ds.cli.export --dir DIR [--auto] [overrides ...]`: the config files of a run, without the run.
+"""`trl-ds export --dir DIR [--auto] [overrides ...]`: the config files of a run, without the run.
 
 Writes ds_config.json, trainer.yaml and accelerate.yaml into DIR for people who keep their own scripts:
 
-    python -m trl_ds.cli.export --dir my_setup zero=stage3 cluster=1x8 model.name_or_path=Qwen/Qwen2.5-0.5B
+    trl-ds export --dir my_setup zero=stage3 cluster=1x8 model.name_or_path=Qwen/Qwen2.5-0.5B
     trl sft --config my_setup/trainer.yaml              # TRL's CLI, launched with my_setup/accelerate.yaml
     accelerate launch --config_file my_setup/accelerate.yaml my_train.py
 
@@ -12,45 +12,30 @@ Writes ds_config.json, trainer.yaml and accelerate.yaml into DIR for people who 
 import argparse
 import os
 import sys
-from typing import List
+from typing import List, Optional
 
+from trl_ds.build.layout import ACCELERATE_YAML, DS_CONFIG, TRAINER_YAML
+from trl_ds.config.compose import compose
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 
-FILES = ("ds_config.json", "trainer.yaml", "accelerate.yaml")
+FILES = (DS_CONFIG, TRAINER_YAML, ACCELERATE_YAML)
 
 
-def parse_args(argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m trl_ds.cli.export", description=__doc__.split("\n\n")[0])
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="trl-ds export", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", required=True, help="folder to write the three files into (created if missing)")
     parser.add_argument("--auto", action="store_true", help='write "auto" where Hugging Face scripts fill values')
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m trl_ds")
     return parser.parse_args(argv)
 
 
-def compose_config(overrides: List[str]):
-    """The same composition as `python -m trl_ds`, through Hydra's compose API (no run dir, no job)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from trl_ds.__main__ import CONFIG_DIR
-    from trl_ds.config.schema import register
-
-    register()
-    try:
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return compose(config_name="config", overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError([str(err)]) from None
-
-
 def export(folder: str, overrides: List[str], auto: bool):
     """Validate as for a dry run, then write the files; returns their paths and the config."""
-    from trl_ds.cli.app import build
     from trl_ds.build.interop import auto_ds_config, write_interop_files
+    from trl_ds.cli.app import build
 
     folder = os.path.abspath(folder)
-    cfg = compose_config(overrides)
+    cfg = compose(overrides)
     prepared = build(cfg, folder, launching=False)
     ds_config = auto_ds_config(prepared.ds_config) if auto else prepared.ds_config
     os.makedirs(folder, exist_ok=True)
@@ -68,14 +53,14 @@ def built_in_notes(cfg) -> List[str]:
     return notes
 
 
-def main(argv: List[str]) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     try:
         paths, cfg = export(args.dir, args.overrides, args.auto)
     except ConfigError as err:
-        print(f"trl_ds.cli.export: {err.render()}", file=sys.stderr)
+        print(f"trl-ds export: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
-    print("trl_ds.cli.export wrote:\n" + "\n".join(f"  {p}" for p in paths))
+    print("trl-ds export wrote:\n" + "\n".join(f"  {p}" for p in paths))
     notes = built_in_notes(cfg)
     if notes:
         print("for your own scripts, also set: " + "; ".join(notes))

@@ -26,10 +26,10 @@ def sweep_size(sweep_overrides) -> int:
 
 def point_line(run_dir: str) -> str:
     """status, final loss, peak memory and time of a finished point, from its summary.json and memory files."""
-    from trl_ds.build.layout import read_json
+    from trl_ds.build.layout import MEMORY_DIR, SUMMARY, read_json
 
     try:
-        s = read_json(os.path.join(run_dir, "summary.json"))
+        s = read_json(os.path.join(run_dir, SUMMARY))
     except (OSError, ValueError):
         return "ended without a summary.json"
     parts = [s.get("status", "?")]
@@ -38,7 +38,7 @@ def point_line(run_dir: str) -> str:
     if s.get("final_loss") is not None:
         parts.append(f"final loss {s['final_loss']:.4f}")
     peaks = []
-    for path in glob.glob(os.path.join(run_dir, "memory", "rank_*.json")):
+    for path in glob.glob(os.path.join(run_dir, MEMORY_DIR, "rank_*.json")):
         m = read_json(path)
         peaks.append(m.get("gpu_peak_allocated_bytes", m["peak_rss_bytes"]))
     if peaks:

@@ -1,7 +1,7 @@
-"""`python -m trl_ds.cli.watch RUN_DIR [--every S]`: attach to a run dir, running or finished, here or on a shared
-filesystem; show its state and progress until it ends; exit with the run's own status.
+"""`trl-ds watch RUN_DIR [--every S]`: attach to a run dir, running or finished, here or on a shared filesystem;
+show its state and progress until it ends; exit with the run's own status.
 
-    python -m trl_ds.cli.watch outputs/2026-12-04/10-00-00-ab12      # from another terminal, or after a SLURM submit
+    trl-ds watch outputs/2026-12-04/10-00-00-ab12      # from another terminal, or after a SLURM submit
 
 A finished run prints its summary and exits at once: 0 completed, 1 failed, 128+signal stopped, 2 skipped.
 A launch is running while its launcher holds the run dir's lock (launch.lock: pid and host), or, for launcher=slurm,
@@ -17,14 +17,20 @@ import sys
 import time
 from typing import Optional
 
+from trl_ds.build.layout import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_MARKER,
+    LOGS_DIR,
+    METRICS,
+    RESOLVED_CONFIG,
+    SLURM_JOB_ID,
+    SUMMARY,
+    read_json,
+)
 from trl_ds.errors import EXIT_USER_ERROR
-from trl_ds.launch.slurm import JOB_ID_FILE
 from trl_ds.launch.progress import Display, MetricsTail, Progress, read_peaks, total_steps
-from trl_ds.build.layout import read_json
 
 START_GRACE_S = 30  # a run dir with neither a running launch nor a summary: wait this long for a launch to start
-SUMMARY = "summary.json"
-LOCK = "launch.lock"
 
 
 def exit_status(summary: dict) -> int:
@@ -49,7 +55,7 @@ def slurm_job_running(job_id: str) -> bool:
 
 def job_id(run_dir: str) -> Optional[str]:
     try:
-        with open(os.path.join(run_dir, JOB_ID_FILE)) as f:
+        with open(os.path.join(run_dir, SLURM_JOB_ID)) as f:
             return f.read().strip() or None
     except OSError:
         return None
@@ -59,7 +65,7 @@ def running_since(run_dir: str, job: Optional[str]) -> Optional[float]:
     """When the run's launch started, while it runs: a launcher's lock here, or a SLURM job in the queue."""
     since = lock_since(run_dir)
     if since is None and job and shutil.which("squeue") and slurm_job_running(job):
-        return os.path.getmtime(os.path.join(run_dir, "config.yaml"))
+        return os.path.getmtime(os.path.join(run_dir, RESOLVED_CONFIG))
     return since
 
 
@@ -84,10 +90,10 @@ def lock_since(run_dir: str) -> Optional[float]:
 
 def state(run_dir: str, progress: Progress) -> str:
     """starting, training or checkpointing, from the run dir's files."""
-    trainer_dir = os.path.join(run_dir, "trainer")
+    trainer_dir = os.path.join(run_dir, CHECKPOINT_DIR)
     if os.path.isdir(trainer_dir):
         unmarked = [n for n in os.listdir(trainer_dir) if n.startswith("checkpoint-")
-                    and not os.path.exists(os.path.join(trainer_dir, n, "trl_ds_complete.json"))]
+                    and not os.path.exists(os.path.join(trainer_dir, n, CHECKPOINT_MARKER))]
         if unmarked:
             return "checkpointing"
     return "training" if progress.step else "starting"
@@ -101,11 +107,11 @@ def watch(run_dir: str, every_s: float, stream=sys.stderr, job: Optional[str] = 
             return finished(run_dir)
         if time.time() - waited > START_GRACE_S:
             print(f"trl_ds watch: no launch is running in {run_dir} and it holds no {SUMMARY}: its launcher ended "
-                  f"without one (killed?). Logs: {os.path.join(run_dir, 'logs')}", file=sys.stderr)
+                  f"without one (killed?). Logs: {os.path.join(run_dir, LOGS_DIR)}", file=sys.stderr)
             return 1
         time.sleep(0.5 if job is None else 2.0)
-    print(f"trl_ds watch: {run_dir} is running; logs in {os.path.join(run_dir, 'logs')}", file=stream)
-    tail = MetricsTail(os.path.join(run_dir, "metrics.jsonl"))
+    print(f"trl_ds watch: {run_dir} is running; logs in {os.path.join(run_dir, LOGS_DIR)}", file=stream)
+    tail = MetricsTail(os.path.join(run_dir, METRICS))
     progress = Progress(total_steps(run_dir), started=since)
     display = Display(progress, stream, every_s, prefix="trl_ds watch: ")
     shown = None
@@ -120,7 +126,7 @@ def watch(run_dir: str, every_s: float, stream=sys.stderr, job: Optional[str] = 
     display.close()
     if not os.path.exists(os.path.join(run_dir, SUMMARY)):
         print(f"trl_ds watch: the launch in {run_dir} ended without a {SUMMARY} (its launcher was killed?). "
-              f"Logs: {os.path.join(run_dir, 'logs')}", file=sys.stderr)
+              f"Logs: {os.path.join(run_dir, LOGS_DIR)}", file=sys.stderr)
         return 1
     return finished(run_dir)
 
@@ -134,14 +140,14 @@ def finished(run_dir: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trl_ds.cli.watch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="trl-ds watch", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir")
     parser.add_argument("--every", type=float, default=30.0, metavar="S",
                         help="seconds between progress lines when the output is not a terminal (default 30)")
     parser.add_argument("--job", help="the SLURM job running it (default: the one trl_ds submitted, if any)")
     args = parser.parse_args(argv)
     run_dir = os.path.abspath(args.run_dir)
-    if not os.path.exists(os.path.join(run_dir, "config.yaml")):
+    if not os.path.exists(os.path.join(run_dir, RESOLVED_CONFIG)):
         print(f"trl_ds watch: {run_dir} is not a run dir (no config.yaml). Give the folder python -m trl_ds printed "
               f"as its run dir.", file=sys.stderr)
         return EXIT_USER_ERROR

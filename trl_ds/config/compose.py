@@ -1,6 +1,37 @@
-"""Where the Hydra config tree is: inside the package when installed (trl_ds/conf), else the repo's conf/."""
-import os
+"""The one composition of a run's config: conf/ (YAML presets) merged into the typed schema, with overrides.
 
+`trl-ds run` (and `python -m trl_ds`) composes through `@hydra.main` on CONFIG_DIR, because Hydra's main also makes
+the run dir and runs sweeps (-m); every other entry point (plan, export, check-equivalence, the tests) calls
+`compose`, which reads the same CONFIG_DIR with the same schema and makes nothing on disk.
+"""
+import os
+from typing import Sequence
+
+from trl_ds.errors import ConfigError
+
+# Inside the package when installed (setuptools ships conf/ as trl_ds/conf), else the repo's conf/ beside trl_ds/.
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = next(p for p in (os.path.join(_PACKAGE, "conf"), os.path.join(os.path.dirname(_PACKAGE), "conf"))
                   if os.path.isdir(p))
+CONFIG_NAME = "config"
+HYDRA_VERSION_BASE = "1.3"
+
+
+def compose(overrides: Sequence[str] = ()):
+    """The typed config `trl-ds run OVERRIDES` would see. A composition mistake (an unknown option, a misspelled key,
+    a wrong type) raises ConfigError with Hydra's own message, "Did you mean" included."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from trl_ds.config.schema import register
+
+    register()
+    GlobalHydra.instance().clear()  # a composition left open by a caller would make initialize_config_dir refuse
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base=HYDRA_VERSION_BASE):
+            return hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError([str(err).strip()]) from None

@@ -165,8 +165,9 @@ class ClusterConfig:
     # Network environment for every rank, exported by launch.sh on each node, e.g. NCCL_SOCKET_IFNAME=ib0,
     # GLOO_SOCKET_IFNAME=eth0, NCCL_IB_HCA=mlx5, NCCL_DEBUG=WARN.
     env: Dict[str, str] = field(default_factory=dict)
-    # Step-time hardware: a preset of conf/gpu/ (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l4-24gb, rtx4090-24gb,
-    # cpu) or a hardware YAML file (python -m trl_ds.study.calibrate writes one); cluster.hardware.* overrides its numbers.
+    # Step-time hardware: a preset of trl_ds/plan/hardware/ (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l4-24gb,
+    # rtx4090-24gb, cpu, calibrated-cpu) or a hardware YAML file (trl-ds calibrate writes one); cluster.hardware.*
+    # overrides its numbers.
     gpu: str = "cpu"
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
 
@@ -179,7 +180,7 @@ class TrainerConfig:
     dataset_name: str = "tiny"
     dataset_train_split: str = "train"
     max_steps: int = 10
-    per_device_train_batch_size: Any = 2  # a positive integer, or auto (trl_ds.plan.autofit picks it at batch.global_size)
+    per_device_train_batch_size: Any = 2  # a positive integer, or auto (trl_ds.plan.autofit picks it for the batch)
     gradient_accumulation_steps: Optional[int] = None  # null: derived from batch.global_size (or 1)
     learning_rate: float = 1e-3
     weight_decay: float = 0.0

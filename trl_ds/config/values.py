@@ -3,6 +3,7 @@ import os
 from enum import Enum
 from typing import Any, Optional
 
+from trl_ds.config.topology import topology
 from trl_ds.errors import ConfigError
 
 LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -14,17 +15,17 @@ def value(x: Any) -> Any:
 
 
 def world_size(cfg) -> int:
-    return cfg.cluster.nodes * cfg.cluster.gpus_per_node
+    return topology(cfg).world
 
 
 def sp_size(cfg) -> int:
     """Ranks that share one sequence (1 without sequence parallelism)."""
-    return cfg.sp.size if value(cfg.sp.name) != "none" else 1
+    return topology(cfg).sp_size
 
 
 def data_parallel_world(cfg) -> int:
     """Ranks that read different samples: sequence-parallel ranks share a batch."""
-    return max(world_size(cfg) // sp_size(cfg), 1)
+    return topology(cfg).data_parallel
 
 
 def dtype(cfg) -> str:
@@ -41,10 +42,6 @@ def offloads(cfg) -> dict:
 
 def uses_nvme(cfg) -> bool:
     return "nvme" in offloads(cfg).values()
-
-
-def nvme_path(cfg, run_dir: str) -> str:
-    return cfg.offload.nvme_path or os.path.join(run_dir, "nvme")
 
 
 def is_local_path(name: str) -> bool:

@@ -9,17 +9,16 @@ import os
 import sys
 from typing import Dict, List
 
-from ..errors import ConfigError
-from trl_ds.build.layout import write_text
+from trl_ds.build.layout import HOSTFILE, JOINED_FILE, LAUNCH_SCRIPT, SBATCH_SCRIPT, node_log_dir, write_text
 from trl_ds.config.values import value
-from .deepspeed import HOSTFILE, build_deepspeed_commands, load_hosts
-from .failure import JOINED_FILE, NodeView
+
+from ..errors import ConfigError
+from .deepspeed import build_deepspeed_commands, load_hosts
+from .failure import NodeView
 from .hostfile import render_hostfile
 from .script import render_launch_script
-from .slurm import SBATCH_SCRIPT, main_addr_from_slurm, render_sbatch, submit_job, under_slurm_job
-from .torchrun import build_node_commands, node_log_dir
-
-LAUNCH_SCRIPT = "launch.sh"
+from .slurm import main_addr_from_slurm, render_sbatch, submit_job, under_slurm_job
+from .torchrun import build_node_commands
 
 
 def build_commands(cfg, run_dir: str) -> List[List[str]]:

@@ -1,4 +1,4 @@
-"""`python -m trl_ds.launch.build_ops`: JIT-build, once and one at a time, the DeepSpeed ops that offloaded runs need.
+"""`trl-ds build-ops`: JIT-build, once and one at a time, the DeepSpeed ops that offloaded runs need.
 
 A run that needs an op which is not yet built compiles it inside its ranks, after they spawned: cpu_adam and
 async_io take minutes on 2 cores (8.5 min for a cold ZeRO-3 + NVMe run here), and a build that is killed leaves
@@ -63,11 +63,11 @@ def build(name: str) -> Optional[str]:
     return note + ("cached" if before == os.path.getmtime(library) else "built")
 
 
-def main(argv: List[str]) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     # Build with the ninja the ranks use (the venv's, first on their PATH): ninja versions do not share a build
     # log, and a build made by another ninja is rebuilt from scratch by the next run.
     os.environ["PATH"] = spawn_env()["PATH"]
-    parser = argparse.ArgumentParser(prog="python -m trl_ds.launch.build_ops", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="trl-ds build-ops", description=__doc__.split("\n")[0])
     parser.add_argument("ops", nargs="*", metavar="OP", help=f"ops to build (default: all of {', '.join(BUILDERS)})")
     names = parser.parse_args(argv).ops or list(BUILDERS)
     unknown = [name for name in names if name not in BUILDERS]

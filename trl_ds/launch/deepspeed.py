@@ -2,12 +2,12 @@
 launcher.no_ssh, one command per node (each started by hand or by srun) that joins at cluster.master_addr."""
 from typing import List, Tuple
 
+from trl_ds.build.layout import HOSTFILE, node_log_dir
 from trl_ds.config.values import value
+
 from .hostfile import Host, check_against_cluster, default_hosts, read_hostfile, select_slots
 from .script import main_addr_word
-from .torchrun import WORKER_MODULE, node_log_dir
-
-HOSTFILE = "hostfile"
+from .torchrun import WORKER_MODULE
 
 
 def load_hosts(cfg) -> Tuple[List[Host], str, List[str]]:

@@ -1,4 +1,4 @@
-"""What this machine has, for trl_ds: `python -m trl_ds.launch.env [--json] [--nvme-path PATH]`.
+"""What this machine has, for trl_ds: `trl-ds env [--json] [--nvme-path PATH]`.
 
 `collect_env` is the fast part, without torch: versions, GPUs and memory, host memory, libaio, SLURM commands and
 free space where NVMe offload would write. It is written into every run dir as env.json. The CLI adds the slow
@@ -11,10 +11,10 @@ import ctypes.util
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
-import re
 import sys
 from typing import Dict, List, Optional
 
@@ -116,8 +116,8 @@ def format_env(env: Dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trl_ds.launch.env", description="What this machine offers to trl_ds.")
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="trl-ds env", description="What this machine offers to trl_ds.")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--nvme-path", default=DEFAULT_NVME_PATH, help="where offload.nvme_path would point")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""The slow part of `python -m trl_ds.launch.env`: it imports torch and DeepSpeed (seconds), so run dirs never pay for it.
+"""The slow part of `trl-ds env`: it imports torch and DeepSpeed (seconds), so run dirs never pay for it.
 
 DeepSpeed ops are reported as ds_report does (installed in the wheel; compatible, i.e. buildable here) plus whether
 a just-in-time build is already cached in the torch extensions folder, so the first run will not compile it.

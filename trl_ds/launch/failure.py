@@ -7,8 +7,8 @@ import signal
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-FAILURE_FILE = "failure.json"
-JOINED_FILE = "joined"  # written by a node's first rank once the process group formed (every rank joined)
+from trl_ds.build.layout import FAILURE_FILE, LOGS_DIR
+
 # torchrun's "Root Cause (first observed failure)" block.
 TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
 # deepspeed.launcher.launch: "[... '--local_rank=1', ...] exits with return code = 7"
@@ -124,13 +124,13 @@ def write_failure(node: NodeView, failure: Failure) -> None:
 
 def failed_rank_log(run_dir: str) -> Optional[str]:
     """The log named by a node's failure.json, else the first rank log holding a traceback."""
-    for path in sorted(glob.glob(os.path.join(run_dir, "logs", "node_*", FAILURE_FILE))):
+    for path in sorted(glob.glob(os.path.join(run_dir, LOGS_DIR, "node_*", FAILURE_FILE))):
         with open(path) as f:
             log = json.load(f).get("log")
         if log:
             return log
-    rank_logs = glob.glob(os.path.join(run_dir, "logs", "**", "stderr.log"), recursive=True)
-    rank_logs += glob.glob(os.path.join(run_dir, "logs", "**", "*_rank*.log"), recursive=True)
+    rank_logs = glob.glob(os.path.join(run_dir, LOGS_DIR, "**", "stderr.log"), recursive=True)
+    rank_logs += glob.glob(os.path.join(run_dir, LOGS_DIR, "**", "*_rank*.log"), recursive=True)
     for path in sorted(rank_logs):
         with open(path, errors="replace") as f:
             if "Traceback" in f.read():

@@ -1,4 +1,4 @@
-"""Live progress of a run, read from its own files: the launching terminal, `python -m trl_ds.cli.watch` and a SLURM job's .out
+"""Live progress of a run, read from its own files: the launching terminal, `trl-ds watch` and a SLURM job's .out
 file all show the same thing.
 
 Sources: metrics.jsonl (rank 0 appends one row per logged step) and progress/rank_K.json (each rank's peak memory so
@@ -14,8 +14,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, TextIO
 
-METRICS_FILE = "metrics.jsonl"
-LIVE_MEMORY_GLOB = os.path.join("progress", "rank_*.json")
+from trl_ds.build.layout import METRICS, PROGRESS_DIR, RESOLVED_CONFIG
+
+LIVE_MEMORY_GLOB = os.path.join(PROGRESS_DIR, "rank_*.json")
 MiB = 2 ** 20
 
 
@@ -125,7 +126,7 @@ def read_peaks(run_dir: str) -> Dict[int, int]:
 def total_steps(run_dir: str) -> Optional[int]:
     """trainer.max_steps from the run's resolved config (None when the run is bounded by epochs)."""
     try:
-        with open(os.path.join(run_dir, "config.yaml")) as f:
+        with open(os.path.join(run_dir, RESOLVED_CONFIG)) as f:
             match = re.search(r"^  max_steps: (-?\d+)$", f.read(), re.MULTILINE)
     except OSError:
         return None
@@ -173,7 +174,7 @@ class RunProgress:
     def __init__(self, run_dir: str, every_s: float, stream: TextIO = sys.stderr, started: Optional[float] = None,
                  from_start: bool = False):
         self.run_dir = run_dir
-        self.tail = MetricsTail(os.path.join(run_dir, METRICS_FILE))
+        self.tail = MetricsTail(os.path.join(run_dir, METRICS))
         if not from_start:
             self.tail.skip_existing()
         self.progress = Progress(total_steps(run_dir), started=started or time.time())

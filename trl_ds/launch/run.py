@@ -14,8 +14,9 @@ import threading
 import time
 from typing import IO, List, Optional
 
-from .failure import FAILURE_FILE, JOINED_FILE, Failure, NodeView, describe, never_reached, write_failure
-from .failure import failed_rank_log, tail  # noqa: F401  (summary.py imports them from here)
+from trl_ds.build.layout import FAILURE_FILE, JOINED_FILE
+
+from .failure import Failure, NodeView, describe, failed_rank_log, never_reached, tail, write_failure  # noqa: F401  (summary.py imports them from here)
 from .peers import Peers
 
 POLL_S = 0.5
@@ -33,7 +34,7 @@ class Stopped(Exception):
 
 def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progress=None) -> int:
     """Run cmd (launch.sh for this node). Its output (the launcher's own messages and warnings) goes to
-    logs/node_K/launcher.log only; the terminal shows `progress` (trl_ds/launch/progress.py) and, at the end, the outcome.
+    logs/node_K/launcher.log only; the terminal shows `progress` (launch/progress.py) and, at the end, the outcome.
 
     tell_peers: announce this node's failure in the main node's rendezvous store, and stop on another's (torchrun).
     """
@@ -52,7 +53,7 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
         stopped = _watch(proc, node, attempts_before, peers, progress)
     except KeyboardInterrupt:
         _stop(proc)
-        raise Stopped(signal.SIGINT)
+        raise Stopped(signal.SIGINT) from None
     except Stopped:
         _stop(proc)
         raise

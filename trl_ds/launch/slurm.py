@@ -8,10 +8,9 @@ import subprocess
 import sys
 from typing import Dict, List
 
+from trl_ds.build.layout import SBATCH_SCRIPT, SLURM_JOB_ID
 from trl_ds.config.values import value
 
-SBATCH_SCRIPT = "sbatch.sh"
-JOB_ID_FILE = "slurm_job_id"  # the submitted job, for `python -m trl_ds.cli.watch RUN_DIR`
 # Shell lines (launch.sh, and this module under an allocation): rank 0's node is the job's first node, at the
 # address SLURM itself reaches it by (NodeAddr), which may differ from its name.
 MAIN_ADDR_FROM_SLURM = [
@@ -107,7 +106,7 @@ def submit_job(run_dir: str, env: Dict[str, str]) -> int:
         print(f"trl_ds: sbatch refused {script}:\n  {out.stderr.strip()}", file=sys.stderr)
         return 1
     job_id = out.stdout.strip().split(";")[0]
-    with open(os.path.join(run_dir, JOB_ID_FILE), "w") as f:
+    with open(os.path.join(run_dir, SLURM_JOB_ID), "w") as f:
         f.write(job_id + "\n")
     print_submitted(job_id, run_dir)
     return 0

@@ -6,10 +6,10 @@ import sys
 
 import yaml
 
+from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SUMMARY, read_json, write_json, write_text
+from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
-from trl_ds.build.layout import OVERRIDES, read_json, write_json, write_text
-from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 
 MiB = 2 ** 20
 # The exception a rank died of, as Python prints it last ("[rank0]: ConnectionError: Couldn't reach ...").
@@ -42,7 +42,7 @@ def record_skipped(run_dir: str, overrides, err) -> None:
     """A sweep point whose config is invalid: one line on stderr, the reason in its summary.json."""
     print(f"trl_ds: skipping point {' '.join(overrides)}: {' / '.join(err.problems)}", file=sys.stderr)
     write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))  # the point's coordinates
-    write_json(os.path.join(run_dir, "summary.json"),
+    write_json(os.path.join(run_dir, SUMMARY),
                {"status": "skipped", "reason": " / ".join(err.problems), "run_dir": run_dir})
 
 
@@ -50,7 +50,7 @@ def record_stopped(run_dir: str, stop, wall_seconds: float, writes_summary: bool
     """The launch was stopped by a signal (this node's launcher and ranks are gone): one line, no traceback."""
     reason = f"stopped by {stop}"
     if writes_summary:
-        write_json(os.path.join(run_dir, "summary.json"), {"status": "stopped", "reason": reason, "run_dir": run_dir,
+        write_json(os.path.join(run_dir, SUMMARY), {"status": "stopped", "reason": reason, "run_dir": run_dir,
                                                            "wall_seconds": round(wall_seconds, 3)})
     print(f"trl_ds: launch {reason}: this node's launcher and ranks were ended. To resume from the newest complete "
           f"checkpoint, rerun the command with hydra.run.dir={run_dir}", file=sys.stderr)
@@ -58,7 +58,7 @@ def record_stopped(run_dir: str, stop, wall_seconds: float, writes_summary: bool
 
 def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
     run_dir = prepared.run_dir
-    path = os.path.join(run_dir, "summary.json")
+    path = os.path.join(run_dir, SUMMARY)
     if returncode != 0 or not os.path.exists(path):
         log = failed_rank_log(run_dir)
         write_json(path, {"status": "failed", "reason": failure_reason(log, returncode), "log": log,
@@ -81,7 +81,7 @@ def print_outcome(cfg, run_dir: str) -> None:
     print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
     print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")
     print(f"  world size     {s['world_size']} ({s['distributed_type']}, {s['device']})")
-    for mem_path in sorted(glob.glob(os.path.join(run_dir, "memory", "rank_*.json"))):
+    for mem_path in sorted(glob.glob(os.path.join(run_dir, MEMORY_DIR, "rank_*.json"))):
         print(f"  memory         {format_memory(read_json(mem_path))}")
     print(f"  run dir        {run_dir}")
 

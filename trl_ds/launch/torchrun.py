@@ -6,14 +6,11 @@ agent serves.
 """
 from typing import List
 
+from trl_ds.build.layout import node_log_dir
+
 from .script import main_addr_word
 
 WORKER_MODULE = "trl_ds.worker.train"
-
-
-def node_log_dir(run_dir: str, node_rank: int) -> str:
-    """Each node's rank logs apart: torchrun names them by local rank, which repeats on every node."""
-    return f"{run_dir}/logs/node_{node_rank}"
 
 
 def build_torchrun_command(cfg, run_dir: str, node_rank: int) -> List[str]:

@@ -10,14 +10,15 @@ holds the global batch fixed, so it needs batch.global_size. Memory: trl_ds/plan
 trl_ds/plan/steptime.py. Ties are broken by the planner's speed heuristic, then by the candidate's order, so the choice
 is deterministic.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import List, Optional
 
-from trl_ds.errors import ConfigError
-from trl_ds.plan.memory import Estimate, estimate, setup_from_config
-from trl_ds.plan.planner import OFFLOADS, config_dir, micro_batches, offload_name, size, speed_key, valid
-from trl_ds.plan.steptime import StepTime, accumulation_for, hardware_from_config, step_time
 from trl_ds.config.values import checkpointing, micro_batch
+from trl_ds.errors import ConfigError
+from trl_ds.plan.grid import OFFLOADS, micro_batches, offload_name, setups
+from trl_ds.plan.memory import Estimate, estimate, setup_from_config
+from trl_ds.plan.planner import size, speed_key
+from trl_ds.plan.steptime import StepTime, accumulation_for, hardware_from_config, step_time
 
 SHOWN = 5  # candidates printed
 
@@ -68,18 +69,12 @@ def candidates(cfg, auto: Optional[List[str]] = None) -> List[Candidate]:
     names = list(OFFLOADS) if "offload" in auto else [offload_name(base)]
     micros = micro_batches(base, cfg.batch.global_size) if MICRO in auto else [base.micro_batch]
     ckpts = (False, True) if CHECKPOINTING in auto else (base.gradient_checkpointing,)
-    hw = hardware_from_config(cfg, config_dir())
+    hw = hardware_from_config(cfg)
     out = []
-    for stage in stages:
-        for name in (n for n in names if n in OFFLOADS and valid(stage, n)):
-            optimizer, param = OFFLOADS[name]
-            for micro in micros:
-                for ckpt in ckpts:
-                    e = estimate(replace(base, stage=stage, optimizer_offload=optimizer, param_offload=param,
-                                         micro_batch=micro, gradient_checkpointing=ckpt))
-                    accumulation = accumulation_for(e.setup, cfg.batch.global_size,
-                                                    cfg.trainer.gradient_accumulation_steps)
-                    out.append(Candidate(e, step_time(e.setup, hw, accumulation), tuple(auto)))
+    for setup in setups(base, micros, stages=stages, offloads=names, checkpointing=ckpts):
+        e = estimate(setup)
+        accumulation = accumulation_for(setup, cfg.batch.global_size, cfg.trainer.gradient_accumulation_steps)
+        out.append(Candidate(e, step_time(setup, hw, accumulation), tuple(auto)))
     return sorted(out, key=lambda c: (not c.fits, c.time.per_sample, speed_key(c.estimate)))
 
 

@@ -1,6 +1,6 @@
 """Memory of one training configuration, before launch: bytes per rank on the device, per node on the host and NVMe.
 
-Moments and places (see ../shared/MEMORY_MODEL.md for the sources of every term):
+Moments and places (each term's source is cited where it is computed below):
 - `device`: the PEAK per rank during a training step, as the sum of its terms (the activation peak at the start of
   backward and the optimizer-step transients are added, a bound rather than a coincidence). On a GPU cluster this is
   GPU memory; on a CPU cluster (cluster.device=cpu) it is the rank process's share of host RAM.
@@ -22,8 +22,17 @@ tokens, which divides every sequence-dependent term; ZeRO still partitions over 
 from dataclasses import dataclass, field
 from typing import Dict
 
-from trl_ds.plan.params import AdapterCounts, Architecture, ParamCounts, architecture, count_lora, count_params, linear_shapes
-from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, sp_size, value
+from trl_ds.config.topology import Topology, topology
+from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, value
+from trl_ds.plan.params import (
+    AdapterCounts,
+    Architecture,
+    ParamCounts,
+    architecture,
+    count_lora,
+    count_params,
+    linear_shapes,
+)
 
 GiB, MiB = 2 ** 30, 2 ** 20
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only
@@ -90,13 +99,17 @@ class Setup:
     sp_size: int = 1  # ranks sharing one sequence (Ulysses)
 
     @property
+    def topology(self) -> Topology:
+        return Topology(nodes=self.nodes, gpus_per_node=self.gpus_per_node, sp_size=self.sp_size)
+
+    @property
     def world(self) -> int:
-        return self.nodes * self.gpus_per_node
+        return self.topology.world
 
     @property
     def data_parallel(self) -> int:
         """Ranks reading different samples: sequence-parallel ranks share one."""
-        return max(self.world // self.sp_size, 1)
+        return self.topology.data_parallel
 
     @property
     def width(self) -> int:
@@ -170,10 +183,10 @@ class Estimate:
 def setup_from_config(cfg) -> Setup:
     """The composed RunConfig's memory-relevant values (reads model.config_path when it is set). A micro-batch or
     checkpointing left `auto` reads as 1 and off: the planner and trl_ds.plan.autofit vary them from there."""
-    arch = architecture(cfg.model)
+    arch, topo = architecture(cfg.model), topology(cfg)
     z, o, c, where, lora = cfg.zero, cfg.offload, cfg.cluster, offloads(cfg), value(cfg.peft.name) == "lora"
     return Setup(arch=arch, counts=count_params(arch), stage=z.stage, optimizer_offload=where["optimizer"],
-                 param_offload=where["param"], nodes=c.nodes, gpus_per_node=c.gpus_per_node,
+                 param_offload=where["param"], nodes=topo.nodes, gpus_per_node=topo.gpus_per_node,
                  device=value(c.device), dtype=dtype(cfg), micro_batch=micro_batch(cfg) or 1,
                  seq_len=cfg.trainer.max_length, gradient_checkpointing=bool(checkpointing(cfg)),
                  gpu_memory_gb=c.gpu_memory_gb, cpu_memory_gb=c.cpu_memory_gb,
@@ -182,7 +195,7 @@ def setup_from_config(cfg) -> Setup:
                  persistence_threshold=z.stage3_param_persistence_threshold, sub_group_size=z.sub_group_size,
                  buffer_count=o.buffer_count, buffer_size=o.buffer_size, zeropp=bool(z.get("zeropp", False)),
                  lora_r=cfg.peft.r if lora else 0, lora_targets=tuple(cfg.peft.target_modules) if lora else (),
-                 lora_dropout=cfg.peft.lora_dropout if lora else 0.0, sp_size=sp_size(cfg))
+                 lora_dropout=cfg.peft.lora_dropout if lora else 0.0, sp_size=topo.sp_size)
 
 
 def estimate(s: Setup) -> Estimate:

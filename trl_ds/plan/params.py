@@ -75,7 +75,8 @@ def preset_architecture(model_cfg) -> Architecture:
                         hidden_size=model_cfg.hidden_size, intermediate_size=model_cfg.intermediate_size,
                         num_hidden_layers=model_cfg.num_hidden_layers, num_attention_heads=heads,
                         num_key_value_heads=model_cfg.num_key_value_heads,
-                        head_dim=model_cfg.hidden_size // max(heads, 1), tie_word_embeddings=model_cfg.tie_word_embeddings,
+                        head_dim=model_cfg.hidden_size // max(heads, 1),
+                        tie_word_embeddings=model_cfg.tie_word_embeddings,
                         attention_bias=model_cfg.attention_bias)
 
 
@@ -87,7 +88,8 @@ def read_hf_config(path: str) -> Architecture:
             raw = json.load(f)
     except (OSError, ValueError) as err:
         raise ConfigError([f"model.config_path={path} cannot be read as a config.json ({err}). Give the path of a "
-                           f"Hugging Face model's config.json, e.g. model.config_path=/models/my-llama/config.json."])
+                           f"Hugging Face model's config.json, e.g. model.config_path=/models/my-llama/config.json."]
+                          ) from None
     missing = [k for k in DIM_KEYS if k not in raw]
     kind = raw.get("model_type")
     if kind not in SUPPORTED_TYPES or missing:

@@ -1,34 +1,28 @@
-"""`python -m trl_ds.plan [--json] [--fits] [overrides]`: which ZeRO/offload/checkpointing/micro-batch configs fit.
+"""`trl-ds plan [--json] [--fits] [overrides]`: which ZeRO/offload/checkpointing/micro-batch configs fit.
 
-    python -m trl_ds.plan model=llama3-70b cluster=1x8 trainer.max_length=2048
-    python -m trl_ds.plan model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24 --fits   # only the rows that fit
-    python -m trl_ds.plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
-    python -m trl_ds.plan model.config_path=/models/my-llama/config.json cluster=2x8
+    trl-ds plan model=llama3-70b cluster=1x8 trainer.max_length=2048
+    trl-ds plan model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24 --fits   # only the rows that fit
+    trl-ds plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
+    trl-ds plan model.config_path=/models/my-llama/config.json cluster=2x8
 
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
 micro-batch around it. No torch, no DeepSpeed, no download: the numbers come from trl_ds/plan/memory.py, and
 the estimated seconds per optimizer step (the rows' order, fitting rows first) from trl_ds/plan/steptime.py with the
-cluster.gpu hardware preset (or a `python -m trl_ds.study.calibrate` file).
+cluster.gpu hardware preset (or a `trl-ds calibrate` file).
 """
-import os
 import sys
-from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from trl_ds.config.compose import CONFIG_DIR
-from trl_ds.errors import EXIT_USER_ERROR, ConfigError
-from trl_ds.plan.memory import GiB, MiB, Estimate, Setup, estimate, setup_from_config
-from trl_ds.plan.params import describe_count
-from trl_ds.short_lived import pause_collection
-from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
+from trl_ds.config.compose import compose
 from trl_ds.config.values import value
+from trl_ds.errors import EXIT_USER_ERROR, ConfigError
+from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
+from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
+from trl_ds.plan.params import describe_count
+from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
+from trl_ds.short_lived import pause_collection
 
 # name -> (offload.optimizer, offload.param), slowest last; the override that selects each
-OFFLOADS = {"none": ("none", "none"), "opt-cpu": ("cpu", "none"), "opt+param-cpu": ("cpu", "cpu"),
-            "nvme": ("nvme", "nvme")}
-OFFLOAD_OVERRIDES = {"none": ["offload=none"], "opt-cpu": ["offload=cpu"],
-                     "opt+param-cpu": ["offload=cpu", "offload.param=cpu"], "nvme": ["offload=nvme"]}
-MICRO_BATCHES = (1, 2, 4, 8, 16)
 GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.param=",
              "trainer.gradient_checkpointing=", "trainer.per_device_train_batch_size=")
 NOT_FOR_RUNNING = ("dry_run=", "preflight.")  # dropped from the recommended run command
@@ -36,34 +30,9 @@ FLAGS = ("--json", "--fits")  # JSON instead of the table; only the rows that fi
 COLUMNS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
 
 
-def offload_name(s: Setup) -> str:
-    pair = (s.optimizer_offload, s.param_offload)
-    return next((name for name, devices in OFFLOADS.items() if devices == pair), f"{pair[0]}/{pair[1]}")
-
-
-def valid(stage: int, offload: str) -> bool:
-    """The combinations trl_ds.check.validate accepts: offload needs ZeRO >= 1; parameters and NVMe need ZeRO-3."""
-    return offload == "none" or (stage >= 1 and offload == "opt-cpu") or stage == 3
-
-
-def micro_batches(base: Setup, global_size: Optional[int]) -> List[int]:
-    choices = sorted(set(MICRO_BATCHES) | {base.micro_batch})
-    if global_size:  # only micro-batches that divide the fixed global batch over the data-parallel ranks
-        choices = [m for m in choices if global_size % (m * base.data_parallel) == 0] or [base.micro_batch]
-    return choices
-
-
 def grid(base: Setup, global_size: Optional[int] = None) -> List[Estimate]:
-    rows = []
-    for stage in range(4):
-        for name, (optimizer, param) in OFFLOADS.items():
-            if not valid(stage, name):
-                continue
-            for checkpointing in (False, True):
-                for micro in micro_batches(base, global_size):
-                    rows.append(estimate(replace(base, stage=stage, optimizer_offload=optimizer, param_offload=param,
-                                                 gradient_checkpointing=checkpointing, micro_batch=micro)))
-    return rows
+    """Every valid stage × offload × checkpointing × micro-batch around `base`, estimated."""
+    return [estimate(s) for s in setups(base, micro_batches(base, global_size))]
 
 
 def speed_key(e: Estimate) -> Tuple:
@@ -90,7 +59,7 @@ def by_time(rows: Sequence[Estimate], times: Times) -> List[Estimate]:
 
 
 def times_for(cfg, rows: Sequence[Estimate]) -> Times:
-    hw = hardware_from_config(cfg, config_dir())
+    hw = hardware_from_config(cfg)
     return time_rows(rows, hw, cfg.batch.global_size, cfg.trainer.gradient_accumulation_steps)
 
 
@@ -298,29 +267,9 @@ def row_json(e: Estimate, times: Times) -> dict:
             "overrides": grid_overrides(s)}
 
 
-def config_dir() -> str:
-    return CONFIG_DIR
-
-
-def compose_config(overrides: Sequence[str]):
-    from hydra import compose, initialize_config_dir
-
-    from trl_ds.config.schema import register
-
-    register()
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3", job_name="trl_ds_plan"):
-        return compose(config_name="config", overrides=list(overrides))
-
-
 def load(overrides: Sequence[str]):
     """(config, base setup), or ConfigError for a composition mistake or impossible model dimensions."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        cfg = compose_config(overrides)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError([str(err).strip()])
+    cfg = compose(overrides)
     return cfg, setup_from_config(cfg)
 
 
@@ -337,7 +286,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows, current = grid(base, cfg.batch.global_size), estimate(base)
         times = times_for(cfg, rows + [current])
     except ConfigError as err:
-        print(f"trl_ds.plan: {err.render()}", file=sys.stderr)
+        print(f"trl-ds plan: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
     rows = by_time(rows, times)
     names = (cfg.cluster.name, cfg.model.name if not cfg.model.config_path else cfg.model.config_path)

@@ -1,10 +1,11 @@
 """Seconds per optimizer step of one training configuration, before launch: the planner's speed axis.
 
-Notation as in shared/MEMORY_MODEL.md: Ψ parameters (Ψ_t trainable: LoRA's adapters under peft=lora, else Ψ), N
-ranks, w bytes per 16-bit (or fp32) parameter, A accumulation steps (micro-steps per optimizer step), T tokens per
-micro-step per rank (micro-batch × max_length / sp.size: Ulysses splits each sequence over sp.size ranks, which
-then read one sample together).
-Every rate comes from `Hardware` (conf/gpu/ presets, cluster.hardware.* overrides, or `python -m trl_ds.study.calibrate`).
+Notation as in the memory estimate (trl_ds/plan/memory.py): Ψ parameters (Ψ_t trainable: LoRA's adapters under
+peft=lora, else Ψ), N ranks, w bytes per 16-bit (or fp32) parameter, A accumulation steps (micro-steps per
+optimizer step), T tokens per micro-step per rank (micro-batch × max_length / sp.size: Ulysses splits each sequence
+over sp.size ranks, which then read one sample together).
+Every rate comes from `Hardware` (presets in trl_ds/plan/hardware/, cluster.hardware.* overrides, or
+`trl-ds calibrate`).
 
 Terms per optimizer step, each in `StepTime.terms`:
 - compute: A × T × F / (peak × efficiency). F, FLOPs per token: 6 × matmul params (forward 2, backward 4; Kaplan et
@@ -17,8 +18,9 @@ Terms per optimizer step, each in `StepTime.terms`:
   micro-step (3Ψ each). Stages 1-2 as DeepSpeed implements them, not the paper's Ψ reduce-scatter: the gradient
   buckets are all-reduced (2Ψ; zero/stage_1_and_2.py average_tensor -> allreduce_and_scatter with
   use_multi_rank_bucket_allreduce) before each rank keeps its partition, once per step in stage 1 and every
-  micro-step in stage 2, and the updated parameters are all-gathered once per step (Ψ). A ring moves (N-1)/N of those bytes per rank (Patarasuk & Yuan 2009) over the per-device bandwidth,
-  intra-node when the world fits one node, else inter-node; each collective call costs a fixed latency (Hockney's
+  micro-step in stage 2, and the updated parameters are all-gathered once per step (Ψ). A ring moves (N-1)/N of
+  those bytes per rank (Patarasuk & Yuan 2009) over the per-device bandwidth, intra-node when the world fits one
+  node, else inter-node; each collective call costs a fixed latency (Hockney's
   α-β model); ZeRO-3 issues three per gathered module per micro-step. Overlap: with overlap_comm DeepSpeed hides
   stage 2's reductions behind backward and stage 3's prefetched gathers behind the whole micro-step, up to
   comm_overlap of them (zero/stage_1_and_2.py IPG buckets, zero/partitioned_param_coordinator.py prefetch).
@@ -38,10 +40,8 @@ Terms per optimizer step, each in `StepTime.terms`:
   and copy_grads_in_partition copies the rank's partition out: several passes over Ψ_t × w bytes, on CPU mostly
   into pages touched for the first time. Stage 3 (zero/stage3.py, partitioned_param_coordinator.py): per-module
   fetch/release bookkeeping, and gloo's reduce_scatter_tensor, which costs about an all-reduce (2Ψ, not the
-  ring's Ψ). Profiled on CPU (6.7M-parameter Llama, 2 gloo ranks, py-spy): 55 ms of stage 2's micro-step beyond
-  its all-reduce, 38 ms of it in the gradient hooks (mostly the bucket copy). A measured rate (python -m
-  trl_ds.study.calibrate); the GPU presets' is 12 B per parameter (three read+write passes over 16-bit gradients) at HBM
-  speed.
+  ring's Ψ). On CPU most of it is the gradient hooks' bucket copy. The rate is measured (trl-ds calibrate); the GPU
+  presets' is 12 B per parameter (three read+write passes over 16-bit gradients) at HBM speed.
 - overhead: micro_step_overhead_ms per micro-step (Python, hooks, data loading; measured, not derived).
 """
 import os
@@ -50,6 +50,7 @@ from typing import Dict, Optional
 
 import yaml
 
+from trl_ds.config.schema import HardwareConfig
 from trl_ds.errors import ConfigError
 from trl_ds.plan.memory import Setup
 
@@ -59,23 +60,8 @@ OPTIONAL = ("collective_latency_us", "comm_overlap", "micro_step_overhead_ms", "
             "zero3_ns_per_param")  # may be 0; every rate must not
 
 
-@dataclass(frozen=True)
-class Hardware:
-    """Resolved rates (units as in trl_ds.config.schema.HardwareConfig)."""
-    peak_tflops: float
-    efficiency: float
-    hbm_gbps: float
-    pcie_gbps: float
-    intra_node_gbps: float
-    inter_node_gbps: float
-    collective_latency_us: float
-    comm_overlap: float
-    nvme_read_gbps: float
-    nvme_write_gbps: float
-    cpu_adam_mparams_per_s: float
-    micro_step_overhead_ms: float
-    zero2_ns_per_param: float = 0.0
-    zero3_ns_per_param: float = 0.0
+Hardware = HardwareConfig  # the same fields, every one a number once hardware_from_config has resolved them
+HARDWARE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hardware")  # the cluster.gpu presets
 
 
 @dataclass
@@ -92,26 +78,26 @@ class StepTime:
         return self.seconds / self.samples
 
 
-def preset_path(gpu: str, conf_dir: str) -> str:
-    """A preset name of conf/gpu/ or a path to a hardware YAML file."""
-    return gpu if gpu.endswith((".yaml", ".yml")) else os.path.join(conf_dir, "gpu", f"{gpu}.yaml")
+def preset_path(gpu: str) -> str:
+    """A preset name of trl_ds/plan/hardware/ or a path to a hardware YAML file."""
+    return gpu if gpu.endswith((".yaml", ".yml")) else os.path.join(HARDWARE_DIR, f"{gpu}.yaml")
 
 
-def read_preset(gpu: str, conf_dir: str) -> dict:
-    path = preset_path(gpu, conf_dir)
+def read_preset(gpu: str) -> dict:
+    path = preset_path(gpu)
     if not os.path.isfile(path):
-        names = sorted(f[:-5] for f in os.listdir(os.path.join(conf_dir, "gpu")) if f.endswith(".yaml"))
+        names = sorted(f[:-5] for f in os.listdir(HARDWARE_DIR) if f.endswith(".yaml"))
         raise ConfigError([f"cluster.gpu={gpu}: no such preset or file. Use one of {', '.join(names)}, or a file "
-                           f"from python -m trl_ds.study.calibrate (cluster.gpu=/path/hardware.yaml)."])
+                           f"from trl-ds calibrate (cluster.gpu=/path/hardware.yaml)."])
     with open(path) as f:
         return yaml.safe_load(f) or {}
 
 
-def hardware_from_config(cfg, conf_dir: str) -> Hardware:
+def hardware_from_config(cfg) -> Hardware:
     """cluster.gpu's preset with every non-null cluster.hardware.* on top; a missing number is a ConfigError.
     Memory stays cluster.gpu_memory_gb's (a preset's memory_gb documents the card; it is not read here)."""
     c = cfg.cluster
-    preset = read_preset(c.gpu, conf_dir)
+    preset = read_preset(c.gpu)
     numbers = {f.name: c.hardware.get(f.name) for f in fields(Hardware)}
     numbers = {k: float(v if v is not None else preset.get(k, 0) or 0) for k, v in numbers.items()}
     missing = [k for k in numbers if numbers[k] <= 0 and k not in OPTIONAL]

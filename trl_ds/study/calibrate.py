@@ -1,6 +1,6 @@
-"""`python -m trl_ds.study.calibrate [--out FILE] [--ranks 2] [--nvme-path DIR]`: this machine's step-time numbers.
+"""`trl-ds calibrate [--out FILE] [--ranks 2] [--nvme-path DIR]`: this machine's step-time numbers.
 
-    python -m trl_ds.study.calibrate --out hw.yaml && python -m trl_ds.plan cluster.gpu=$PWD/hw.yaml
+    trl-ds calibrate --out hw.yaml && trl-ds plan cluster.gpu=$PWD/hw.yaml
 
 Measures, in a minute or so, on the device in use (cuda if present, else cpu with the cores shared by --ranks):
 matmul throughput, a small transformer's forward+backward at two micro-batch sizes (training efficiency and the
@@ -9,7 +9,7 @@ latency of the active backend (gloo on cpu, nccl on cuda; torch.distributed, 2 l
 processes what a DeepSpeed ZeRO-2 and ZeRO-3 micro-step costs per parameter beyond those collectives (a 3.2M-parameter
 Llama, a size the step-time study does not use), torch AdamW (the optimizer on the device) and the offload
 optimizer (torch's fused AdamW on every core; --deepspeed-adam times DeepSpeedCPUAdam), and NVMe write/read at
---nvme-path. Writes a hardware YAML in conf/gpu/'s format (cluster.gpu=<file> loads it).
+--nvme-path. Writes a hardware YAML in the format of trl_ds/plan/hardware/'s presets (cluster.gpu=<file> loads it).
 """
 import argparse
 import json
@@ -23,8 +23,8 @@ from typing import Callable, Dict, List
 import yaml
 
 from trl_ds.build.deepspeed_config import ZERO_1_2, ZERO_3, ZERO_COMMON
-from trl_ds.launch import spawn_env
 from trl_ds.config.schema import ZeroConfig
+from trl_ds.launch import spawn_env
 
 GB = 1e9
 MATMUL_N = {"cpu": 768, "cuda": 8192}
@@ -82,7 +82,7 @@ def training_shape(torch, device: str, sync, peak_tflops: float) -> Dict[str, fl
     seconds = {}
     for micro in (1, 4):
         ids = torch.randint(0, TINY["vocab_size"], (micro, SEQ), device=device)
-        seconds[micro] = timed(lambda: model(input_ids=ids, labels=ids).loss.backward(), 5, sync)
+        seconds[micro] = timed(lambda ids=ids: model(input_ids=ids, labels=ids).loss.backward(), 5, sync)
     per_sample = max((seconds[4] - seconds[1]) / 3, 1e-9)
     flops = SEQ * (6 * matmul_params + 12 * TINY["num_hidden_layers"] * SEQ * TINY["hidden_size"])
     return {"efficiency": min(flops / per_sample / (peak_tflops * 1e12), 1.0),
@@ -248,14 +248,14 @@ def measure(ranks: int, nvme_path: str, deepspeed_adam: bool = False) -> Dict[st
 
 
 def write(numbers: Dict[str, float], path: str, seconds: float) -> None:
-    head = (f"# Measured by python -m trl_ds.study.calibrate in {seconds:.0f} s on {os.uname().nodename}.\n"
+    head = (f"# Measured by trl-ds calibrate in {seconds:.0f} s on {os.uname().nodename}.\n"
             f"# python -m trl_ds cluster.gpu={os.path.abspath(path)}\n")
     with open(path, "w") as f:
         f.write(head + yaml.safe_dump(numbers, sort_keys=False))
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trl_ds.study.calibrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="trl-ds calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="hardware.yaml", help="the hardware YAML to write")
     parser.add_argument("--ranks", type=int, default=2, help="ranks per node that will share this machine")
     parser.add_argument("--nvme-path", default=tempfile.gettempdir(), help="folder on the NVMe drive to test")

@@ -1,13 +1,13 @@
-"""`python -m trl_ds.study.equivalence [overrides]`: are batch shapes and ZeRO stages really the same training?
+"""`trl-ds check-equivalence [overrides]`: are batch shapes and ZeRO stages really the same training?
 
 TRL's guide promises that 1 GPU × 32, 1 × 4 × accumulation 8 and 8 GPUs × 4 "are equivalent and should produce the
 same results"; ZeRO stages must change memory, not the math. This runs each shape (or stage) of the current config as
 a real trl_ds run, in fp32 with the same seed and data order, and compares the loss at every logged step and the
 final weights.
 
-    python -m trl_ds.study.equivalence                     # 1×8×1, 1×2×4, 2×4×1, 2×2×2, 4×2×1 (ranks×micro×accum)
-    python -m trl_ds.study.equivalence --zero              # stages 0-3 and 2/3 with CPU offload, 2 ranks
-    python -m trl_ds.study.equivalence --global-batch 16 --steps 8 trainer.dataset_name=data/train.jsonl
+    trl-ds check-equivalence                     # 1×8×1, 1×2×4, 2×4×1, 2×2×2, 4×2×1 (ranks×micro×accum)
+    trl-ds check-equivalence --zero              # stages 0-3 and 2/3 with CPU offload, 2 ranks
+    trl-ds check-equivalence --global-batch 16 --steps 8 trainer.dataset_name=data/train.jsonl
 
 Tolerance: fp32 reductions in a different order (per-rank partial sums, accumulation, all-reduce) differ by a few
 units of roundoff (u = 6e-8) times the square root of the terms summed; a loss over ~10^3 tokens and Adam updates
@@ -20,7 +20,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Optional
+
+from trl_ds.build.layout import FINAL_MODEL_DIR, METRICS
 
 LOSS_RTOL = 1e-5
 WEIGHT_RTOL = 1e-5
@@ -59,7 +61,7 @@ def run_point(point: Point, user_overrides: List[str], out_dir: str, steps: int)
 
 
 def read_losses(run_dir: str) -> List[float]:
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+    with open(os.path.join(run_dir, METRICS)) as f:
         return [record["loss"] for record in map(json.loads, f) if "loss" in record]
 
 
@@ -67,8 +69,8 @@ def weight_deviation(reference_dir: str, run_dir: str) -> float:
     """Largest relative L2 difference of any tensor of the final weights."""
     from safetensors.torch import load_file
 
-    ref = load_file(os.path.join(reference_dir, "final_model", "model.safetensors"))
-    other = load_file(os.path.join(run_dir, "final_model", "model.safetensors"))
+    ref = load_file(os.path.join(reference_dir, FINAL_MODEL_DIR, "model.safetensors"))
+    other = load_file(os.path.join(run_dir, FINAL_MODEL_DIR, "model.safetensors"))
     return max(((other[k] - ref[k]).norm() / ref[k].norm().clamp_min(1e-30)).item() for k in ref)
 
 
@@ -102,8 +104,8 @@ def render_table(result: Dict) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m trl_ds.study.equivalence", description=__doc__.split("\n")[0],
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="trl-ds check-equivalence", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--global-batch", type=int, default=8, help="samples per optimizer step (divisible by 4)")
     parser.add_argument("--steps", type=int, default=4)
@@ -114,7 +116,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: List[str]) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.global_batch % 4:
         print(f"--global-batch {args.global_batch} must be divisible by 4 (it is split into micro-batches of a "

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 
 import yaml
 
+from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, PLAN, SUMMARY, memory_file
 from trl_ds.plan.memory import CUDA_CONTEXT_BYTES
 
 KINDS = ("params", "gradients", "optimizer")
@@ -28,15 +29,15 @@ def read_point(run_dir: str) -> dict:
     """The row of one run dir; a file that a run of its status must have and that is missing or unreadable makes
     the row `incomplete`, naming the file, and every figure that could be read is still reported."""
     problems: List[str] = []
-    summary = _load(run_dir, "summary.json", json.load, problems)
+    summary = _load(run_dir, SUMMARY, json.load, problems)
     if not isinstance(summary, dict) and not problems:  # it parsed, but as null, a list, a number
         problems.append("summary.json unreadable (not a JSON object)")
         summary = None
-    overrides = _load(run_dir, "overrides.yaml", yaml.safe_load, problems, required=False) or []
+    overrides = _load(run_dir, OVERRIDES, yaml.safe_load, problems, required=False) or []
     status = (summary or {}).get("status", "incomplete")
     plan = None
     if status != "skipped":  # plan.json is written before launch: a failed run has one too
-        plan = _load(run_dir, "plan.json", json.load, problems, required=status in ("completed", "failed", "stopped"))
+        plan = _load(run_dir, PLAN, json.load, problems, required=status in ("completed", "failed", "stopped"))
     ranks = read_ranks(run_dir, summary.get("world_size") if status == "completed" else None, problems)
     row = build_row(run_dir, overrides, summary or {}, plan, ranks)
     if problems:
@@ -62,11 +63,11 @@ def _load(run_dir: str, name: str, parse, problems: List[str], required: bool = 
 def read_ranks(run_dir: str, world_size: Optional[int], problems: List[str]) -> List[dict]:
     """memory/rank_K.json of every rank that wrote one; with world_size (a completed run), ranks without one are
     problems."""
-    found = {int(RANK_FILE.search(p).group(1)): p for p in glob.glob(os.path.join(run_dir, "memory", "rank_*.json"))}
+    found = {int(RANK_FILE.search(p).group(1)): p for p in glob.glob(os.path.join(run_dir, MEMORY_DIR, "rank_*.json"))}
     wanted = range(world_size) if world_size else sorted(found)
     ranks = []
     for rank in wanted:
-        loaded = _load(run_dir, os.path.join("memory", f"rank_{rank}.json"), json.load, problems)
+        loaded = _load(run_dir, memory_file(rank), json.load, problems)
         if loaded is not None:
             ranks.append(loaded)
     return ranks

@@ -1,10 +1,9 @@
-"""`python -m trl_ds.study.report PATH [PATH ...] [--out DIR]`: a memory study's table and plot, estimated vs measured.
+"""`trl-ds report PATH [PATH ...] [--out DIR]`: a memory study's table and plot, estimated vs measured.
 
     python -m trl_ds -m zero=stage0,stage1,stage2,stage3 offload=none,cpu    # the sweep: one real run per point
-    python -m trl_ds.study.report multirun/2026-12-02/10-00-00                    # its report, written into that folder
-    python -m trl_ds.study.report multirun/A multirun/B --out study/              # several sweeps in one table
-    python -m trl_ds.study.report outputs/2026-12-02/10-00-00 outputs/...         # plain run dirs
-    python -m trl_ds.study.report outputs/2026-12-02/10-00-00                     # one run: also its loss.png
+    trl-ds report multirun/2026-12-02/10-00-00                    # its report, written into that folder
+    trl-ds report multirun/A multirun/B --out study/              # several sweeps in one table
+    trl-ds report outputs/2026-12-02/10-00-00 outputs/...         # plain run dirs
 
 Writes sweep.csv (one row per point, every figure in bytes), sweep.md (the readable table, sorted by measured peak)
 and memory.png (needs matplotlib: pip install 'trl_ds[report]') into the first sweep folder, or --out DIR, or, for
@@ -17,11 +16,12 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
+from trl_ds.build.layout import OVERRIDES, PLAN, RESOLVED_CONFIG, SUMMARY
 from trl_ds.errors import EXIT_USER_ERROR
 from trl_ds.study.points import read_point
 from trl_ds.study.table import render_markdown, write_csv
 
-RUN_FILES = ("summary.json", "plan.json", "config.yaml", "overrides.yaml")
+RUN_FILES = (SUMMARY, PLAN, RESOLVED_CONFIG, OVERRIDES)
 
 
 def is_run_dir(path: str) -> bool:
@@ -64,32 +64,32 @@ def write_report(runs: Sequence[str], sources: Sequence[str], out_dir: str) -> s
     with open(os.path.join(out_dir, "sweep.md"), "w") as f:
         f.write(text)
     print(text)
-    print(f"trl_ds.study.report: wrote {out_dir}/sweep.csv and sweep.md")
+    print(f"trl-ds report: wrote {out_dir}/sweep.csv and sweep.md")
     write_plot(rows, os.path.join(out_dir, "memory.png"))
     return text
 
 
 def write_plot(rows: Sequence[dict], path: str) -> None:
     if importlib.util.find_spec("matplotlib") is None:  # an optional extra: the csv and md stand without it
-        print("trl_ds.study.report: matplotlib is not installed, so memory.png is not written "
+        print("trl-ds report: matplotlib is not installed, so memory.png is not written "
               "(pip install 'trl_ds[report]')")
         return
     from trl_ds.study.plot import plot_memory
 
     drawn = plot_memory(rows, path) if any(r["est_peak"] or r["meas_peak"] for r in rows) else 0
-    print(f"trl_ds.study.report: wrote {path} ({drawn} points)" if drawn else
-          "trl_ds.study.report: no point has memory figures; memory.png is not written")
+    print(f"trl-ds report: wrote {path} ({drawn} points)" if drawn else
+          "trl-ds report: no point has memory figures; memory.png is not written")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trl_ds.study.report", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="trl-ds report", description=__doc__.split("\n")[0],
                                      epilog="See the module docstring or docs/memory_study.md.")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="sweep folders and/or run dirs")
     parser.add_argument("--out", metavar="DIR", help="where to write (default: the first sweep folder)")
     args = parser.parse_args(argv)
     runs, sweeps, problems = find_runs(args.paths)
     if problems:
-        print("trl_ds.study.report: " + "\n  ".join(problems), file=sys.stderr)
+        print("trl-ds report: " + "\n  ".join(problems), file=sys.stderr)
         return EXIT_USER_ERROR
     out_dir = args.out or (sweeps[0] if sweeps else os.path.commonpath([os.path.dirname(r) for r in runs]))
     write_report(runs, args.paths, out_dir)

@@ -25,7 +25,8 @@ def tiny_sft_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]
         if rng.random() < 0.5:
             text = f"question : what is {NUMBERS[a]} plus {NUMBERS[b]} ? answer : {NUMBERS[a + b]}"
         else:
-            text = f"question : what is the sum of {NUMBERS[a]} and {NUMBERS[b]} ? answer : the sum is {NUMBERS[a + b]} ."
+            text = (f"question : what is the sum of {NUMBERS[a]} and {NUMBERS[b]} ? "
+                    f"answer : the sum is {NUMBERS[a + b]} .")
         examples.append({"text": text})
     return examples
 

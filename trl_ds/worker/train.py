@@ -12,14 +12,23 @@ import time
 from transformers import TrainerCallback
 
 from trl_ds.build.checkpoint import latest_complete, mark_complete, rotate
-from trl_ds.launch.failure import JOINED_FILE
-from trl_ds.launch.torchrun import node_log_dir
-from trl_ds.worker.measure import measure_rank, peak_memory
-from trl_ds.build.layout import load_run_config, write_json, write_text
-from trl_ds.short_lived import skip_final_collection
-from trl_ds.build.trainer_config import FINAL_MODEL_DIR, TINY_MODEL_DIR
-from trl_ds.worker.trainers import count_parameters
+from trl_ds.build.layout import (
+    FINAL_MODEL_DIR,
+    JOINED_FILE,
+    METRICS,
+    PROGRESS_DIR,
+    SUMMARY,
+    TINY_MODEL_DIR,
+    load_run_config,
+    memory_file,
+    node_log_dir,
+    write_json,
+    write_text,
+)
 from trl_ds.config.values import sp_size
+from trl_ds.short_lived import skip_final_collection
+from trl_ds.worker.measure import measure_rank, peak_memory
+from trl_ds.worker.trainers import count_parameters
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
 
@@ -38,7 +47,7 @@ def main(argv) -> int:
     started = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
     wall = time.time() - started
-    write_json(os.path.join(run_dir, "memory", f"rank_{state.process_index}.json"),
+    write_json(os.path.join(run_dir, memory_file(state.process_index)),
                measure_rank(trainer, state.process_index))  # after the last step, before saving gathers weights
     if cfg.save_final_model:
         trainer.save_model(os.path.join(run_dir, FINAL_MODEL_DIR))  # ZeRO-3: gathered from every rank
@@ -49,7 +58,7 @@ def main(argv) -> int:
         summary = summarize(run_dir, trainer, result.metrics, wall, state)
         if swap:
             summary["nvme_swap_bytes"] = folder_bytes(swap)
-        write_json(os.path.join(run_dir, "summary.json"), summary)
+        write_json(os.path.join(run_dir, SUMMARY), summary)
     state.wait_for_everyone()
     if swap and not cfg.offload.keep_nvme_files and state.is_local_main_process:
         shutil.rmtree(swap, ignore_errors=True)
@@ -88,13 +97,13 @@ class MarkComplete(TrainerCallback):
 
 
 class LiveMemory(TrainerCallback):
-    """Each rank's peak memory so far, in progress/rank_K.json, for the live progress display (trl_ds/launch/progress.py).
+    """Each rank's peak memory so far, in progress/rank_K.json, for the live display (launch/progress.py).
     At most every EVERY_S seconds: one small file write per rank."""
 
     EVERY_S = 2.0
 
     def __init__(self, run_dir: str, rank: int):
-        self.path = os.path.join(run_dir, "progress", f"rank_{rank}.json")
+        self.path = os.path.join(run_dir, PROGRESS_DIR, f"rank_{rank}.json")
         self.rank = rank
         self.written = 0.0
 
@@ -154,7 +163,7 @@ def build_trainer(cfg, run_dir: str):
     """The trainer named by cfg.trainer.name (trl_ds/worker/trainers.py), logging to metrics.jsonl."""
     from trl_ds.worker.trainers import build_trainer as build_named_trainer
 
-    logger = MetricsLogger(os.path.join(run_dir, "metrics.jsonl"), sp_size(cfg))
+    logger = MetricsLogger(os.path.join(run_dir, METRICS), sp_size(cfg))
     return build_named_trainer(cfg, run_dir, callbacks=[logger])
 
 

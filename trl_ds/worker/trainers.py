@@ -10,16 +10,15 @@ from typing import List
 
 import yaml
 
-from trl_ds.build.layout import read_json
-from trl_ds.build.trainer_config import TRAINER_YAML
+from trl_ds.build.layout import DS_CONFIG, TRAINER_YAML, read_json
 from trl_ds.config.values import sp_size, value
 
 TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTrainer", "reward": "RewardTrainer"}
 
 
 def build_trainer(cfg, run_dir: str, callbacks: List):
-    from transformers import AutoTokenizer, set_seed
     import trl
+    from transformers import AutoTokenizer, set_seed
 
     from trl_ds.worker.data import load_train_dataset
 
@@ -41,7 +40,7 @@ def parse_trainer_yaml(cfg, run_dir: str):
     with open(os.path.join(run_dir, TRAINER_YAML)) as f:
         args = yaml.safe_load(f)
     args.pop("accelerate_config")  # read by `trl <cmd>` to launch; this rank is already launched
-    args["deepspeed"] = read_json(os.path.join(run_dir, "ds_config.json"))
+    args["deepspeed"] = read_json(os.path.join(run_dir, DS_CONFIG))
     args["accelerator_config"] = {"use_configured_state": True}  # see train.init_distributed
     if sp_size(cfg) > 1:
         from trl_ds.build.interop import parallelism_config

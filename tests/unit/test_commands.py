@@ -1,0 +1,80 @@
+"""`trl-ds COMMAND`: the registry lists every command, each command's --help runs, the old `python -m` forms still work.
+
+Run as `python -m trl_ds.cli`, the same `main` the `trl-ds` console script calls (pyproject [project.scripts]).
+"""
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+# What a newcomer reads in `trl-ds --help` and each command's usage line: written here, not read from trl_ds.
+EXPECTED = {
+    "run": "trl_ds: one checked, resolved DeepSpeed + TRL run",
+    "plan": "`trl-ds plan [--json] [--fits] [overrides]`",
+    "report": "usage: trl-ds report",
+    "export": "usage: trl-ds export",
+    "env": "usage: trl-ds env",
+    "calibrate": "usage: trl-ds calibrate",
+    "check-equivalence": "usage: trl-ds check-equivalence",
+    "build-ops": "usage: trl-ds build-ops",
+}
+
+
+def trl_ds(*args, module="trl_ds.cli"):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_help_lists_every_command_on_one_line():
+    out = trl_ds("--help")
+    assert out.returncode == 0, out.stderr
+    listed = [line.split()[0] for line in out.stdout.split("commands:\n")[1].split("\n\n")[0].splitlines()]
+    assert listed == list(EXPECTED)
+
+
+@pytest.mark.parametrize("command", list(EXPECTED))
+def test_each_command_has_its_own_help(command):
+    out = trl_ds(command, "--help")
+    assert out.returncode == 0, out.stderr
+    assert EXPECTED[command] in out.stdout
+
+
+def test_no_command_or_an_unknown_one_is_a_user_mistake():
+    none = trl_ds()
+    assert none.returncode == 2 and "usage: trl-ds COMMAND" in none.stderr
+    typo = trl_ds("paln")
+    assert typo.returncode == 2
+    assert typo.stderr == ("trl-ds: unknown command 'paln'. Did you mean `trl-ds plan`? Commands: run, plan, report, "
+                           "export, env, calibrate, check-equivalence, build-ops.\n")
+
+
+def test_a_command_takes_the_same_overrides_and_exit_codes_as_its_module_form():
+    args = ["model=llama3-8b", "cluster=1x8", "--json"]
+    new, old = trl_ds("plan", *args), trl_ds(*args, module="trl_ds.plan")
+    assert new.returncode == old.returncode == 0 and new.stdout == old.stdout and '"rows"' in new.stdout
+    mistake = trl_ds("plan", "zero=stage9")
+    assert mistake.returncode == 2 and "trl-ds plan: " in mistake.stderr and "stage9" in mistake.stderr
+
+
+@pytest.mark.parametrize("old, expected", [
+    ("trl_ds.report", "usage: trl-ds report"),
+    ("trl_ds.export", "usage: trl-ds export"),
+    ("trl_ds.env", "usage: trl-ds env"),
+    ("trl_ds.calibrate", "usage: trl-ds calibrate"),
+    ("trl_ds.check_equivalence", "usage: trl-ds check-equivalence"),
+    ("trl_ds.build_ops", "usage: trl-ds build-ops"),
+])
+def test_old_module_forms_still_run(old, expected):
+    out = trl_ds("--help", module=old)
+    assert out.returncode == 0 and expected in out.stdout, out.stderr
+
+
+def test_old_worker_module_and_reward_path_still_resolve():
+    # launch.sh files written before the move run `-m trl_ds.train RUN_DIR`; configs name trl_ds.rewards.*.
+    out = trl_ds("/nonexistent/run", module="trl_ds.train")
+    assert out.returncode != 0 and "/nonexistent/run/config.yaml" in out.stderr
+    from trl_ds.rewards import arithmetic_reward
+    from trl_ds.worker.rewards import arithmetic_reward as moved
+    assert arithmetic_reward is moved

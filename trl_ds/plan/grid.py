@@ -1,0 +1,48 @@
+"""The grid of training configurations: ZeRO stage × offload × micro-batch × gradient checkpointing.
+
+The planner tabulates all of it; auto-fit searches the part its `auto` choices leave open. Both skip what the
+checks would reject (config/zero_offload.py).
+"""
+from dataclasses import replace
+from typing import Iterable, Iterator, List, Optional
+
+from trl_ds.config.zero_offload import zero_offload_problems
+from trl_ds.plan.memory import Setup
+
+# The offload settings the grid tries, by the name the planner shows: (optimizer device, parameter device).
+OFFLOADS = {"none": ("none", "none"), "opt-cpu": ("cpu", "none"), "opt+param-cpu": ("cpu", "cpu"),
+            "nvme": ("nvme", "nvme")}
+OFFLOAD_OVERRIDES = {"none": ["offload=none"], "opt-cpu": ["offload=cpu"],
+                     "opt+param-cpu": ["offload=cpu", "offload.param=cpu"], "nvme": ["offload=nvme"]}
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+STAGES = (0, 1, 2, 3)
+CHECKPOINTING = (False, True)
+
+
+def offload_name(s: Setup) -> str:
+    pair = (s.optimizer_offload, s.param_offload)
+    return next((name for name, devices in OFFLOADS.items() if devices == pair), f"{pair[0]}/{pair[1]}")
+
+
+def valid(stage: int, offload: str) -> bool:
+    """A combination the checks accept."""
+    return not zero_offload_problems(stage, *OFFLOADS[offload])
+
+
+def micro_batches(base: Setup, global_size: Optional[int]) -> List[int]:
+    choices = sorted(set(MICRO_BATCHES) | {base.micro_batch})
+    if global_size:  # only micro-batches that divide the fixed global batch over the data-parallel ranks
+        choices = [m for m in choices if global_size % (m * base.data_parallel) == 0] or [base.micro_batch]
+    return choices
+
+
+def setups(base: Setup, micros: Iterable[int], stages: Iterable[int] = STAGES, offloads: Iterable[str] = OFFLOADS,
+           checkpointing: Iterable[bool] = CHECKPOINTING) -> Iterator[Setup]:
+    """Every valid point of the grid, varied from `base`: stage, then offload, then checkpointing, then micro-batch."""
+    for stage in stages:
+        for name in (n for n in offloads if n in OFFLOADS and valid(stage, n)):
+            optimizer, param = OFFLOADS[name]
+            for ckpt in checkpointing:
+                for micro in micros:
+                    yield replace(base, stage=stage, optimizer_offload=optimizer, param_offload=param,
+                                  gradient_checkpointing=ckpt, micro_batch=micro)
