@@ -4,6 +4,7 @@ Model-state bytes are counted exactly from the engine's own tensors (parameters 
 gradients, the optimizer's fp32 partitions and its state), each storage once, split by the device it lives on.
 Peak RSS (CPU) and peak allocated/reserved (GPU) give the process-level picture.
 """
+import json
 import resource
 from typing import Dict, Iterable
 
@@ -18,6 +19,10 @@ def measure_rank(trainer, rank: int) -> Dict:
     report = {"rank": rank, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
               "model_states": states, "parameters": sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel()
                                                         for p in engine.module.parameters())}
+    inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+    report["optimizer_class"] = type(inner).__name__  # FusedAdam, DeepSpeedCPUAdam or torch's AdamW
+    if isinstance(getattr(engine, "config", None), dict):  # what the engine was built from, vs ds_config.json
+        report["deepspeed_config"] = json.loads(json.dumps(engine.config, default=str))
     if torch.cuda.is_available():
         report["gpu_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
         report["gpu_peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
