@@ -30,7 +30,7 @@ GiB = 2 ** 30
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("torch", "deepspeed", "trl", "transformers", "accelerate", "datasets", "peft", "hydra", "omegaconf",
             "pydantic")
-LONG_TEXT_WORDS = 1100  # every sample is cut to trainer.max_length: the estimate assumes full sequences
+DATASET_ROWS = 128  # more than max_steps x micro-batch in either mode
 WARMUP_STEPS = 2  # the first steps build kernels, caches and ZeRO-3's trace: left out of the measured step time
 
 
@@ -203,16 +203,14 @@ print("ENV " + json.dumps(out))
 """
 
 
-def probe_env(check: Check, py: str) -> bool:
-    log = os.path.join(check.work, "logs", "env.log")
-    rc = finish(start([py, "-c", ENV_PROBE % (PACKAGES,)], log), time.monotonic() + min(120, check.left()))
+def record_env(check: Check, log: str, rc: Optional[int]) -> bool:
+    """The probe's versions and devices into results; False when an import failed (then nothing can run)."""
     line = next((ln for ln in tail(log, 200).splitlines() if ln.startswith("ENV ")), None)
     env = json.loads(line[4:]) if line else {"error": f"probe exited {rc}"}
     check.results["env"] = env
     broken = [k for k, v in env.get("versions", {}).items() if str(v).startswith("IMPORT FAILED")]
     if rc != 0 or broken or not line:
         check.note_failure(f"environment probe (imports failed: {', '.join(broken) or 'see log'})", log)
-    check.save()
     return rc == 0 and not broken
 
 
@@ -236,9 +234,11 @@ save_tiny_model(cfg.model, sys.argv[2], cfg.seed)
 """
 
 
-def prepare(check: Check, py: str) -> None:
-    """Build the ops and the model folders at once (all CPU work), each within the prep deadline."""
-    jobs = {}
+def prepare(check: Check, py: str) -> bool:
+    """Probe the environment, build the ops and the model folders, all at once, each within the prep deadline.
+    False when the environment cannot run trl_ds."""
+    env_log = os.path.join(check.work, "logs", "env.log")
+    jobs = {("env", "probe"): (start([py, "-c", ENV_PROBE % (PACKAGES,)], env_log), env_log, time.time())}
     for op, builder in check.mode.ops.items():
         log = os.path.join(check.work, "logs", f"build_{op}.log")
         jobs[("ops", op)] = (start([py, "-c", BUILD_OP, builder], log), log, time.time())
@@ -248,7 +248,10 @@ def prepare(check: Check, py: str) -> None:
         jobs[("models", key)] = (start([py, "-c", BUILD_MODEL, preset, folder], log), log, time.time())
     ended = wait_all({key: proc for key, (proc, _, _) in jobs.items()},
                      time.monotonic() + min(check.mode.prep_timeout, check.left()))
+    env_ok = record_env(check, env_log, ended[("env", "probe")][0])
     for (kind, key), (proc, log, began) in jobs.items():
+        if kind == "env":
+            continue
         rc, at = ended[(kind, key)]
         seconds = round(at - began, 1)
         status = "timeout" if rc is None else "ok" if rc == 0 else "failed"
@@ -265,6 +268,7 @@ def prepare(check: Check, py: str) -> None:
         check.results[kind][key] = entry
     write_long_dataset(check)
     check.save()
+    return env_ok
 
 
 def wait_all(procs: dict, deadline: float) -> dict:
@@ -300,15 +304,17 @@ def dataset_path(check: Check) -> str:
 
 
 def write_long_dataset(check: Check) -> None:
-    """SFT texts longer than any trainer.max_length here, in the tiny tokenizer's words: full-length samples."""
+    """SFT texts of twice trainer.max_length words of the tiny tokenizer: every sample is cut to full length, as
+    the estimate assumes."""
     from .data import NUMBERS
 
+    max_length = int(next(o for o in check.mode.common if o.startswith("trainer.max_length=")).split("=")[1])
     os.makedirs(os.path.dirname(dataset_path(check)), exist_ok=True)
     with open(dataset_path(check), "w") as f:
-        for i in range(256):
+        for i in range(DATASET_ROWS):
             a, b = i % 10, (i // 10) % 10
             words = f"question : what is {NUMBERS[a]} plus {NUMBERS[b]} ? answer : {NUMBERS[a + b]} .".split()
-            f.write(json.dumps({"text": " ".join((words * LONG_TEXT_WORDS)[:LONG_TEXT_WORDS])}) + "\n")
+            f.write(json.dumps({"text": " ".join((words * max_length)[:2 * max_length])}) + "\n")
 
 
 # --------------------------------------------------------------------------------------------------------- runs
@@ -322,14 +328,24 @@ def run_all(check: Check, py: str) -> None:
         name = run_name(model, stage, offload)
         entry = {"name": name, "model": model, "stage": stage, "offload": offload}
         check.results["runs"].append(entry)
+        op = needed_op(check.mode, offload)
         if check.results["models"].get(model, {}).get("status") != "ok":
             entry.update(status="skipped", reason=f"model folder for {model} was not built")
+        elif op and check.results["ops"].get(op, {}).get("status") != "ok":
+            entry.update(status="skipped", reason=f"DeepSpeed's {op} did not build")
         elif check.elapsed() > check.mode.start_deadline:
             entry.update(status="skipped", reason=f"past the {check.mode.start_deadline} s start deadline")
         else:
             run_one(check, py, entry)
         check.save()
         print(f"[{check.elapsed():5.0f} s] {name}: {entry['status']} {entry.get('reason', '')}", flush=True)
+
+
+def needed_op(mode: Mode, offload: str) -> Optional[str]:
+    """The JIT op a run's optimizer loads: fused Adam on a GPU, CPU Adam with optimizer offload."""
+    if offload == "none":
+        return "fused_adam" if "fused_adam" in mode.ops else None  # CPU ranks without offload use torch's Adam
+    return "cpu_adam"
 
 
 def run_overrides(check: Check, entry: dict) -> List[str]:
@@ -602,8 +618,7 @@ def main(argv: List[str]) -> int:
     mode = cpu_mode() if args.cpu_smoke else gpu_mode(gpu_memory_gb())
     check = Check(out, work, mode, started)
     py = sys.executable
-    if probe_env(check, py):
-        prepare(check, py)
+    if prepare(check, py):
         run_all(check, py)
         trl_cli(check, py)
     check.save()

@@ -78,3 +78,14 @@ def test_a_run_past_its_deadline_is_killed_with_what_it_started_in_other_session
     time.sleep(0.2)
     state = subprocess.run(["ps", "-o", "stat=", "-p", str(child)], capture_output=True, text=True).stdout.strip()
     assert state == "" or state.startswith("Z"), state  # gone, or a zombie awaiting its reaper
+
+
+def test_runs_whose_optimizer_op_did_not_build_are_skipped(check):
+    check.mode.runs = [("tiny", 3, "cpu")]
+    check.results["models"]["tiny"] = {"status": "ok", "seconds": 1.0}
+    check.results["ops"]["cpu_adam"] = {"status": "failed", "seconds": 1.0}
+    gpu_check.run_all(check, "/nonexistent/python")
+    assert [(r["status"], r["reason"]) for r in check.results["runs"]] == [
+        ("skipped", "DeepSpeed's cpu_adam did not build")]
+    assert gpu_check.needed_op(gpu_check.gpu_mode(140), "none") == "fused_adam"
+    assert gpu_check.needed_op(gpu_check.cpu_mode(), "none") is None
