@@ -40,7 +40,7 @@ class Mode:
     models: Dict[str, str]  # key -> model preset
     runs: List[Tuple[str, int, str]]  # (model key, ZeRO stage, offload), in priority order
     common: List[str]
-    ops: Dict[str, str]  # op -> DeepSpeed builder class (fused_adam has no CPU build worth timing)
+    ops: Dict[str, str]  # op -> DeepSpeed builder class, JIT-built (and timed) before the runs
     gpu_preset: str
     run_timeout: int  # each run is killed after this
     start_deadline: int  # no run starts after this many seconds since the check began
@@ -64,8 +64,8 @@ def gpu_mode(gpu_memory_gb: int) -> Mode:
 def cpu_mode() -> Mode:
     common = ["cluster=local", "cluster.gpus_per_node=1", "precision=fp32", "trainer.max_length=64",
               "trainer.per_device_train_batch_size=2", "trainer.max_steps=3"]
-    return Mode("cpu-smoke", {"tiny": "tiny"}, [("tiny", 2, "none"), ("tiny", 3, "none")], common,
-                {"cpu_adam": "CPUAdamBuilder"}, "cpu", run_timeout=int(os.environ.get("RUN_TIMEOUT", 300)),
+    # No op builds: these runs use torch's Adam, and a build here would rewrite the machine's shared extension cache
+    return Mode("cpu-smoke", {"tiny": "tiny"}, [("tiny", 2, "none"), ("tiny", 3, "none")], common, {}, "cpu", run_timeout=int(os.environ.get("RUN_TIMEOUT", 300)),
                 start_deadline=int(os.environ.get("DEADLINE", 900)), hard_end=int(os.environ.get("HARD_END", 1200)),
                 prep_timeout=300)
 

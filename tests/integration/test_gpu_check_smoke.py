@@ -39,7 +39,7 @@ def test_the_smoke_completes_and_returns_few_plainly_named_files(smoke):
     assert stdout.rstrip().endswith((out / "report.md").read_text().rstrip())  # the summary is printed
 
 
-def test_environment_ops_and_model_folder(smoke):
+def test_environment_and_model_folder(smoke):
     import deepspeed
     import transformers
 
@@ -48,7 +48,7 @@ def test_environment_ops_and_model_folder(smoke):
     assert results["env"]["versions"]["deepspeed"] == deepspeed.__version__
     assert results["env"]["versions"]["transformers"] == transformers.__version__
     assert results["env"]["cuda_available"] is False
-    assert results["ops"]["cpu_adam"]["status"] == "ok"
+    assert results["ops"] == {}  # nothing to JIT-build: CPU ranks without offload run torch's Adam
     assert results["models"]["tiny"]["status"] == "ok"
     config = read_json(os.path.join(results["models"]["tiny"]["folder"], "config.json"))
     assert (config["hidden_size"], config["num_hidden_layers"]) == (128, 4)  # conf/model/tiny.yaml

@@ -89,3 +89,11 @@ def test_runs_whose_optimizer_op_did_not_build_are_skipped(check):
         ("skipped", "DeepSpeed's cpu_adam did not build")]
     assert gpu_check.needed_op(gpu_check.gpu_mode(140), "none") == "fused_adam"
     assert gpu_check.needed_op(gpu_check.cpu_mode(), "none") is None
+
+
+def test_the_op_builders_it_times_on_a_gpu_exist_in_deepspeed():
+    from deepspeed.ops import op_builder
+
+    compile(gpu_check.BUILD_OP, "BUILD_OP", "exec")
+    assert all(hasattr(op_builder, name) for name in gpu_check.gpu_mode(140).ops.values())
+    assert gpu_check.cpu_mode().ops == {}  # the smoke never rebuilds the shared extension cache
