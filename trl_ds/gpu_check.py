@@ -518,6 +518,9 @@ def zero3_vs_zero2(runs: List[dict]) -> List[dict]:
 
 # ------------------------------------------------------------------------------------------------------ TRL CLI
 
+TRL_CLI = "import sys; from trl.cli import main; sys.exit(main())"  # the `trl` console script
+
+
 def trl_cli(check: Check, py: str) -> None:
     """`trl sft --config trainer.yaml` (TRL's own CLI) in the first completed run dir."""
     done = [r for r in check.results["runs"] if r.get("status") == "completed"]
@@ -530,7 +533,7 @@ def trl_cli(check: Check, py: str) -> None:
         folder = run_dir(check, smallest["name"])
         log = os.path.join(check.work, "logs", "trl_cli.log")
         began = time.time()
-        rc = finish(start([py, "-m", "trl.cli.main", "sft", "--config", "trainer.yaml"], log, cwd=folder),
+        rc = finish(start([py, "-c", TRL_CLI, "sft", "--config", "trainer.yaml"], log, cwd=folder),
                     time.monotonic() + min(check.mode.run_timeout, check.left()))
         text = tail(log, 400)
         losses = [float(x) for x in _loss_values(text)]
