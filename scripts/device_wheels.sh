@@ -68,7 +68,10 @@ for name in "${PURE[@]}" "${PER_PYTHON[@]}" "${BINARY[@]}" "${BUILT[@]}"; do
   if ! have "$name" "$v"; then echo "MISSING: $name $v" >&2; missing=1; fi
 done
 for f in "$DEST"/*.whl; do  # a built wheel must be pure Python: nothing compiled here would run there
-  case "$f" in *-none-any.whl|*-cp312-*manylinux*.whl) ;; *) echo "NOT FOR PYTHON 3.12 x86-64: $f" >&2; missing=1 ;; esac
+  case "$f" in
+    *-none-any.whl|*-cp312-*manylinux*.whl) ;;
+    *) echo "NOT FOR PYTHON 3.12 x86-64: $f" >&2; missing=1 ;;
+  esac
 done
 wheels=$(du -sb "$DEST" | cut -f1)
 tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)

@@ -59,17 +59,22 @@ def gpu_mode(gpu_memory_gb: int) -> Mode:
               "trainer.max_length=512", "trainer.per_device_train_batch_size=8", "trainer.max_steps=8"]
     return Mode("gpu", {llama: llama, qwen: qwen}, runs, common,
                 {"fused_adam": "FusedAdamBuilder", "cpu_adam": "CPUAdamBuilder"}, "h200-141gb",
-                run_timeout=int(os.environ.get("RUN_TIMEOUT", 120)), start_deadline=int(os.environ.get("DEADLINE", 465)),
-                hard_end=int(os.environ.get("HARD_END", 525)), prep_timeout=240)
+                **limits(run_timeout=120, start_deadline=465, hard_end=525), prep_timeout=240)
+
+
+def limits(run_timeout: int, start_deadline: int, hard_end: int) -> Dict[str, int]:
+    """Seconds; the environment's RUN_TIMEOUT, DEADLINE and HARD_END win."""
+    return {"run_timeout": int(os.environ.get("RUN_TIMEOUT", run_timeout)),
+            "start_deadline": int(os.environ.get("DEADLINE", start_deadline)),
+            "hard_end": int(os.environ.get("HARD_END", hard_end))}
 
 
 def cpu_mode() -> Mode:
     common = ["cluster=local", "cluster.gpus_per_node=1", "precision=fp32", "trainer.max_length=64",
               "trainer.per_device_train_batch_size=2", "trainer.max_steps=3"]
     # No op builds: these runs use torch's Adam, and a build here would rewrite the machine's shared extension cache
-    return Mode("cpu-smoke", {"tiny": "tiny"}, [("tiny", 2, "none"), ("tiny", 3, "none")], common, {}, "cpu", run_timeout=int(os.environ.get("RUN_TIMEOUT", 300)),
-                start_deadline=int(os.environ.get("DEADLINE", 600)), hard_end=int(os.environ.get("HARD_END", 840)),
-                prep_timeout=300)
+    return Mode("cpu-smoke", {"tiny": "tiny"}, [("tiny", 2, "none"), ("tiny", 3, "none")], common, {}, "cpu",
+                **limits(run_timeout=300, start_deadline=600, hard_end=840), prep_timeout=300)
 
 
 class Check:
@@ -193,8 +198,8 @@ out["cuda_available"] = torch.cuda.is_available()
 out["torch_cuda"] = torch.version.cuda
 if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
-    out["gpu"] = {"name": p.name, "memory_bytes": p.total_memory, "capability": list(torch.cuda.get_device_capability(0)),
-                  "multiprocessors": p.multi_processor_count}
+    out["gpu"] = {"name": p.name, "memory_bytes": p.total_memory, "multiprocessors": p.multi_processor_count,
+                  "capability": list(torch.cuda.get_device_capability(0))}
     from torch.utils.cpp_extension import CUDA_HOME
     out["cuda_home"] = CUDA_HOME
 out["nvcc"] = shutil.which("nvcc")
