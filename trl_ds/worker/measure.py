@@ -4,6 +4,7 @@ Model-state bytes are counted exactly from the engine's own tensors (parameters 
 gradients, the optimizer's fp32 partitions and its state), each storage once, split by the device it lives on.
 Peak RSS (CPU) and peak allocated/reserved (GPU) give the process-level picture.
 """
+import json
 import resource
 from typing import Dict, Iterable
 
@@ -13,8 +14,14 @@ GiB = 2 ** 30
 def measure_rank(trainer, rank: int) -> Dict:
     engine = getattr(trainer, "deepspeed", None) or trainer.model_wrapped
     states = model_state_bytes(engine)
-    return {**peak_memory(rank), "model_states": states,
-            "parameters": sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in engine.module.parameters())}
+    params = engine.module.parameters()
+    report = {**peak_memory(rank), "model_states": states,
+              "parameters": sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in params)}
+    inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+    report["optimizer_class"] = type(inner).__name__  # FusedAdam, DeepSpeedCPUAdam or torch's AdamW
+    if isinstance(getattr(engine, "config", None), dict):  # what the engine was built from, vs ds_config.json
+        report["deepspeed_config"] = json.loads(json.dumps(engine.config, default=str))
+    return report
 
 
 def peak_memory(rank: int) -> Dict:

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The first GPU check, one command on the lent GPU machine (one H200, Python 3.12, no registry), under 9 minutes:
+#
+#   bash scripts/device_wheels.sh                # here, first: the wheels that machine lacks, into .whl/
+#   bash scripts/gpu_check.sh "$OUT"             # there, with carry [".whl"]: installs them, then the checks
+#   bash scripts/gpu_check.sh OUT --cpu-smoke    # here: the same pipeline on one CPU rank, tiny model
+#
+# Installs .whl/*.whl into a temporary site folder (GPU mode), puts it and this repo on PYTHONPATH, and runs
+# `python -m trl_ds.study.gpu_check` (see its docstring for the checks and the files written under OUT).
+# PY: the interpreter (there: python3; here: .venv/bin/python). RUN_TIMEOUT, DEADLINE, HARD_END: seconds (per run;
+# no run starts after DEADLINE; everything is killed at HARD_END), counted from this script's start. WORK: the
+# folder for run dirs and model folders (default /tmp/trl_ds_gpu_check).
+set -uo pipefail
+export GPU_CHECK_STARTED=$(date +%s)
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:?usage: bash scripts/gpu_check.sh OUT [--cpu-smoke]}
+MODE=${2:-}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+SITE=${SITE:-/tmp/trl_ds_site}
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1
+
+if [ "$MODE" = --cpu-smoke ]; then
+  PY=${PY:-$REPO/.venv/bin/python}
+  export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+else
+  PY=${PY:-python3}
+  if ! nvidia-smi -L; then
+    echo "gpu_check.sh: no CUDA GPU here (nvidia-smi -L failed); use --cpu-smoke" >&2; exit 2
+  fi
+  if ! ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then
+    echo "gpu_check.sh: no wheels in $REPO/.whl: run bash scripts/device_wheels.sh first, and carry .whl" >&2; exit 2
+  fi
+  rm -rf "$SITE"
+  started=$SECONDS
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    "$REPO"/.whl/*.whl 2>&1 | tee "$OUT/check.log" || { echo "gpu_check.sh: pip install failed" >&2; exit 1; }
+  echo "installed $(ls "$REPO"/.whl | wc -l) wheels into $SITE in $((SECONDS - started)) s" | tee -a "$OUT/check.log"
+  export PYTHONPATH=$SITE:$REPO
+  export PATH=$SITE/bin:$PATH
+  # DeepSpeed's JIT builds: this GPU's architecture only, every core
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0 2>/dev/null)
+  export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-${cap:-9.0}}
+  export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+fi
+cd "$REPO"
+"$PY" -m trl_ds.study.gpu_check "$OUT" ${MODE:+"$MODE"} ${WORK:+--work "$WORK"} 2>&1 | tee -a "$OUT/check.log"
