@@ -34,7 +34,7 @@ def test_step_time_is_the_median_gap_after_warmup_and_mfu_uses_the_presets_peak(
     out = gpu_check.step_comparison(check, current, metrics, {"seq_len": 64})
     assert out["measured_s"] == 1.0 and out["steps_timed"] == 3
     assert out["measured_over_estimated"] == 1.25
-    # trl_ds/plan/hardware/cpu.yaml: peak 0.03 TFLOP/s at efficiency 0.5, so 0.5 s of compute is 7.5e9 FLOPs; in 1.0 s: 25 %.
+    # plan/hardware/cpu.yaml: peak 0.03 TFLOP/s at efficiency 0.5, so 0.5 s of compute is 7.5e9 FLOPs; in 1.0 s: 25 %.
     assert out["flops_per_step"] == pytest.approx(7.5e9)
     assert out["mfu"] == 0.25
     assert out["tokens_per_step"] == 128
