@@ -22,7 +22,9 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_
 export PYTHONUNBUFFERED=1
 
 if [ "$MODE" = --cpu-smoke ]; then
-  PY=${PY:-$REPO/.venv/bin/python}
+  # The venv by its real path: DeepSpeed's JIT ops are cached by their source paths, and a symlinked venv would
+  # rebuild them under another machine-wide lock
+  PY=${PY:-$(cd "$REPO/.venv" && pwd -P)/bin/python}
   export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
 else
   PY=${PY:-python3}

@@ -16,7 +16,7 @@ NAMES = ["tiny_s2_none", "tiny_s3_none"]
 def smoke(tmp_path_factory):
     base = tmp_path_factory.mktemp("gpu_check")
     out = base / "out"
-    env = {**os.environ, "WORK": str(base / "work"), "PY": os.path.join(REPO, ".venv", "bin", "python")}
+    env = {**os.environ, "WORK": str(base / "work")}
     proc = subprocess.Popen(["bash", "scripts/gpu_check.sh", str(out), "--cpu-smoke"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

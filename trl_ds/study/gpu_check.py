@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Tuple
 GiB = 2 ** 30
 PACKAGES = ("torch", "deepspeed", "trl", "transformers", "accelerate", "datasets", "peft", "hydra", "omegaconf",
             "pydantic")
+JIT_OPS = ("fused_adam", "cpu_adam", "deepspeed_shm_comm", "pin_memory", "async_io")  # what a rank may JIT-build
 DATASET_ROWS = 128  # more than max_steps x micro-batch in either mode
 # Keys accelerate sets itself in every DeepSpeed config (steps_per_print=inf: DeepSpeed's own step logging off)
 KNOWN_OVERRIDES = ("steps_per_print",)
@@ -292,12 +293,12 @@ def wait_all(procs: dict, deadline: float) -> dict:
     return ended
 
 
-def clear_build_locks(op: str) -> None:
-    """A killed build leaves torch's lock behind, on which every later load of the op would wait forever; a lock
-    that another process's build still holds stays."""
+def clear_build_locks(*ops: str) -> None:
+    """A build killed with its run leaves torch's lock behind, on which every later load of the op would wait
+    forever; a lock that another process's build still holds stays."""
     from trl_ds.launch.build_ops import stale_locks
 
-    for lock in stale_locks([op]):
+    for lock in stale_locks(ops):
         os.remove(lock)
 
 
@@ -375,6 +376,7 @@ def run_one(check: Check, py: str, entry: dict) -> None:
     entry["status"] = "timeout" if rc is None else "completed" if rc == 0 else "failed"
     if rc is None:
         entry["reason"] = f"killed after {entry['wall_s']} s"
+        clear_build_locks(*JIT_OPS)
     analyse(check, entry)
     if entry["status"] != "completed":
         check.note_failure(f"run {entry['name']} {entry['status']}", log)
@@ -534,6 +536,8 @@ def trl_cli(check: Check, py: str) -> None:
         began = time.time()
         rc = finish(start([py, "-c", TRL_CLI, "sft", "--config", "trainer.yaml"], log, cwd=folder),
                     time.monotonic() + min(check.mode.run_timeout, check.left()))
+        if rc is None:
+            clear_build_locks(*JIT_OPS)
         text = tail(log, 400)
         losses = [float(x) for x in _loss_values(text)]
         entry = {"run": smallest["name"], "status": "timeout" if rc is None else "completed" if rc == 0 else "failed",
