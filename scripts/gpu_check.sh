@@ -43,7 +43,11 @@ else
   export PATH=$SITE/bin:$PATH
   # DeepSpeed's JIT builds: this GPU's architecture only, every core
   cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0 2>/dev/null)
-  export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-${cap:-9.0}}
+  # DeepSpeed 0.19.8 reads each entry as numbers: an arch-specific name (9.0a) fails its JIT build with
+  # "invalid literal for int() with base 10: '0a'", so the suffix goes.
+  TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-${cap:-9.0}}
+  export TORCH_CUDA_ARCH_LIST=$(printf %s "$TORCH_CUDA_ARCH_LIST" | sed 's/\([0-9]\.[0-9]\)[af]/\1/g')
+  echo "TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
   export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 fi
 cd "$REPO"
