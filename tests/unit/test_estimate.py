@@ -10,7 +10,7 @@ from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
 from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
 from trl_ds.errors import ConfigError
-from trl_ds.memory import estimate as est
+from trl_ds.plan import memory as est
 from trl_ds.plan.memory import GiB, estimate, setup_from_config
 from trl_ds.plan.params import count_params
 from trl_ds.plan.planner import check_fit

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from trl_ds.memory import estimate as est
+from trl_ds.plan import memory as est
 from trl_ds.plan import planner as plan
 from trl_ds.plan.memory import estimate, setup_from_config
 from trl_ds.plan.params import count_lora
