@@ -13,6 +13,7 @@ from tests.conftest import REPO
 EXPECTED = {
     "run": "trl_ds: one checked, resolved DeepSpeed + TRL run",
     "plan": "`trl-ds plan [--json] [--fits] [overrides]`",
+    "watch": "usage: trl-ds watch",
     "report": "usage: trl-ds report",
     "export": "usage: trl-ds export",
     "env": "usage: trl-ds env",
@@ -46,7 +47,7 @@ def test_no_command_or_an_unknown_one_is_a_user_mistake():
     assert none.returncode == 2 and "usage: trl-ds COMMAND" in none.stderr
     typo = trl_ds("paln")
     assert typo.returncode == 2
-    assert typo.stderr == ("trl-ds: unknown command 'paln'. Did you mean `trl-ds plan`? Commands: run, plan, report, "
+    assert typo.stderr == ("trl-ds: unknown command 'paln'. Did you mean `trl-ds plan`? Commands: run, plan, watch, report, "
                            "export, env, calibrate, check-equivalence, build-ops.\n")
 
 

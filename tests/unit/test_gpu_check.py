@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from trl_ds.study import gpu_check
+from trl_ds.cli import gpu_check
 
 GiB = 2 ** 30
 

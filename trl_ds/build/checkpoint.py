@@ -1,8 +1,9 @@
 """Checkpoints that are complete or clearly not: write, then mark; resume from the newest marked one.
 
-No transformers import here: the launcher reads checkpoints before anything spawns. transformers writes `checkpoint-N/` (DeepSpeed's shards from every rank, trainer state, RNG states). Only after
-every rank has finished does rank 0 write the marker, atomically; a crash while saving leaves a checkpoint without
-a marker, which resume ignores and the next rotation deletes.
+No transformers import here: the launcher reads checkpoints before anything spawns. transformers writes
+`checkpoint-N/` (DeepSpeed's shards from every rank, trainer state, RNG states). Only after every rank has finished
+does rank 0 write the marker, atomically; a crash while saving leaves a checkpoint without a marker, which resume
+ignores and the next rotation deletes.
 """
 import json
 import os

@@ -1,8 +1,8 @@
 """The DeepSpeed JSON: concrete numbers only (no "auto"), so DeepSpeed checks every key."""
 from typing import Any, Dict
 
-from trl_ds.config.batch import Batch
 from trl_ds.build.layout import nvme_path
+from trl_ds.config.batch import Batch
 from trl_ds.config.values import dtype, offloads, sp_size, value
 
 ZERO_COMMON = ("overlap_comm", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size")
