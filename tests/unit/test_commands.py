@@ -47,8 +47,8 @@ def test_no_command_or_an_unknown_one_is_a_user_mistake():
     assert none.returncode == 2 and "usage: trl-ds COMMAND" in none.stderr
     typo = trl_ds("paln")
     assert typo.returncode == 2
-    assert typo.stderr == ("trl-ds: unknown command 'paln'. Did you mean `trl-ds plan`? Commands: run, plan, watch, report, "
-                           "export, env, calibrate, check-equivalence, build-ops.\n")
+    assert typo.stderr == ("trl-ds: unknown command 'paln'. Did you mean `trl-ds plan`? Commands: run, plan, watch, "
+                           "report, export, env, calibrate, check-equivalence, build-ops.\n")
 
 
 def test_a_command_takes_the_same_overrides_and_exit_codes_as_its_module_form():
