@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 RESULTS = REPO / "docs" / "gpu_check" / "results.json"
