@@ -16,10 +16,13 @@ Kinds: `check` is cheap and deterministic: tests/unit/test_docs.py re-runs it an
 matches. `run` trains for real: regenerated with --runs only; the test checks that its command still composes
 (dry_run=true). `setup` runs for real with --runs, and its block shows the command without its output (a sweep that
 a later sample reports on). `<!-- sample file: SRC -> DEST -->` copies a file the page's runs wrote (SRC, relative
-to their folder) to DEST in the repo, with --runs (a report's plot). Every page runs in its own empty folder (with hostfiles/ linked in), samples in page
-order, so a later run sample can read what an earlier one wrote (a check sample gets a folder of its own: two dry
-runs in one second would share Hydra's run dir). Paths of that folder, the repo and run-dir timestamps
-are normalised, so the pages hold no machine's paths.
+to their folder) to DEST in the repo, with --runs (a report's plot).
+
+Every page runs in its own empty folder (with hostfiles/ linked in), samples in page order, so a later run sample
+can read what an earlier one wrote; a check sample gets a folder of its own (two dry runs in one second would share
+Hydra's run dir). That folder's path, the repo's path, run-dir timestamps and torch's log lines (time and pid) are
+normalised away, so the pages hold no machine's paths. Timings a run prints (samples/s, seconds) are kept: they are
+one real run's, which is why training samples are regenerated, not compared.
 """
 import argparse
 import os

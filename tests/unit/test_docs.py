@@ -76,3 +76,39 @@ def test_every_relative_link_resolves():
 
 def test_the_readme_stays_a_front_door():
     assert (REPO / "README.md").stat().st_size <= 15 * 1024
+
+
+@pytest.mark.parametrize("stage,bytes_per_param", [(0, 12), (1, 7), (2, 7), (3, 5)])
+def test_readme_memory_study_arithmetic(compose_cfg, stage, bytes_per_param):
+    """The README's study (tiny model, fp32, 4 ranks, persistence threshold 0), by hand: stage 0 holds weights 4 +
+    Adam 8; stages 1-2 weights 4 + (fp32 master 4 + Adam 8) / 4; stage 3 (weights 4 + gradients 4 + 12) / 4. The
+    estimate is held to the engine's bytes by tests/integration/test_memory_measured.py."""
+    from trl_ds.memory.estimate import estimate, setup_from_config
+
+    cfg = compose_cfg([f"zero=stage{stage}", "cluster.gpus_per_node=4", "zero.stage3_param_persistence_threshold=0"])
+    setup = setup_from_config(cfg)
+    held = sum(sum(places.values()) for places in estimate(setup).after_step.values())
+    # embeddings 2 × 512 × 128 + 4 layers × (attention 128 × (128 + 64 + 64 + 128) + MLP 3 × 128 × 352
+    # + norms 256) + final norm 128
+    assert setup.total_params == 2 * 512 * 128 + 4 * (128 * 384 + 3 * 128 * 352 + 256) + 128 == 869_504
+    assert held == pytest.approx(bytes_per_param * 869_504, abs=8)
+
+
+def documented_launches():
+    """`python -m trl_ds ...` lines in the pages' code blocks that are not samples: the commands users copy.
+    Left out: sweeps (-m), lines continued or holding placeholders (<...>, $VAR, N, paths of the reader's)."""
+    found = []
+    for page in render_docs.pages():
+        text = render_docs.MARKER.sub("", page.read_text())
+        for line in re.findall(r"^(?:    )?(python -m trl_ds [^#\n]*)", text, flags=re.M):
+            line = line.strip()
+            if not re.search(r" -m |\\$|<|\$|=N\b|/models/|/local_nvme|dry_run=", line[len("python -m trl_ds"):]):
+                found.append((page.relative_to(REPO), line))
+    return found
+
+
+@pytest.mark.parametrize("page,command", documented_launches(), ids=[c[:80] for _, c in documented_launches()])
+def test_documented_command_passes_every_check(page, command):
+    with render_docs.workdir() as cwd:
+        done = render_docs.run(f"{command} dry_run=true; echo exit=$?", cwd, timeout=120)
+    assert done.rstrip().endswith("exit=0"), f"{page}: {command}\n{done[-3000:]}"
