@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, read_json, run_app
 
 sys.path.insert(0, str(REPO / "scripts"))
 import render_docs  # noqa: E402  (a script, not a package module)
@@ -79,18 +79,18 @@ def test_the_readme_stays_a_front_door():
 
 
 @pytest.mark.parametrize("stage,bytes_per_param", [(0, 12), (1, 7), (2, 7), (3, 5)])
-def test_readme_memory_study_arithmetic(compose_cfg, stage, bytes_per_param):
+def test_readme_memory_study_arithmetic(tmp_path, stage, bytes_per_param):
     """The README's study (tiny model, fp32, 4 ranks, persistence threshold 0), by hand: stage 0 holds weights 4 +
     Adam 8; stages 1-2 weights 4 + (fp32 master 4 + Adam 8) / 4; stage 3 (weights 4 + gradients 4 + 12) / 4. The
-    estimate is held to the engine's bytes by tests/integration/test_memory_measured.py."""
-    from trl_ds.memory.estimate import estimate, setup_from_config
-
-    cfg = compose_cfg([f"zero=stage{stage}", "cluster.gpus_per_node=4", "zero.stage3_param_persistence_threshold=0"])
-    setup = setup_from_config(cfg)
-    held = sum(sum(places.values()) for places in estimate(setup).after_step.values())
+    estimate in plan.json is held to the engine's bytes by tests/integration/test_memory_measured.py."""
+    done = run_app([f"zero=stage{stage}", "cluster.gpus_per_node=4", "zero.stage3_param_persistence_threshold=0",
+                    "dry_run=true"], tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = read_json(tmp_path / "plan.json")
+    held = sum(sum(places.values()) for places in plan["current"]["after_step_bytes"].values())
     # embeddings 2 × 512 × 128 + 4 layers × (attention 128 × (128 + 64 + 64 + 128) + MLP 3 × 128 × 352
     # + norms 256) + final norm 128
-    assert setup.total_params == 2 * 512 * 128 + 4 * (128 * 384 + 3 * 128 * 352 + 256) + 128 == 869_504
+    assert plan["parameters"] == 2 * 512 * 128 + 4 * (128 * 384 + 3 * 128 * 352 + 256) + 128 == 869_504
     assert held == pytest.approx(bytes_per_param * 869_504, abs=8)
 
 
