@@ -99,7 +99,7 @@ def test_a_failing_point_is_reported_failed_and_another_axis_sweeps(stage_sweep,
     assert [(" completed, final loss " in line, " failed, ConnectionError" in line) for line in ended] == [
         (True, False), (False, True), (True, False), (False, True)]  # job order: micro 1 tiny, 1 bad, 2 tiny, 2 bad
     assert all(" MiB/rank, " in line for line in ended[0::2])
-    assert lines[-1].endswith(f"report: python -m trl_ds.study.report {folder} (writes {folder / 'sweep.md'})")
+    assert lines[-1].endswith(f"report: trl-ds report {folder} (writes {folder / 'sweep.md'})")
     run_report(folder)
     rows = read_csv(folder / "sweep.csv")
     by_point = {(r["trainer.per_device_train_batch_size"], r["trainer.dataset_name"]): r for r in rows}

@@ -71,7 +71,7 @@ class SweepLines(Callback):
 
     def on_multirun_end(self, config, **kwargs: Any) -> None:
         sweep_dir = os.path.abspath(config.hydra.sweep.dir)
-        print(f"trl_ds sweep: done ({self.total} points) in {sweep_dir}; report: python -m trl_ds.study.report "
+        print(f"trl_ds sweep: done ({self.total} points) in {sweep_dir}; report: trl-ds report "
               f"{sweep_dir} (writes {os.path.join(sweep_dir, 'sweep.md')})", file=sys.stderr, flush=True)
 
     def _index(self, config) -> str:
