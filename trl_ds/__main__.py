@@ -14,7 +14,7 @@ from hydra.types import RunMode
 from .errors import EXIT_USER_ERROR, ConfigError
 from .schema import register
 from .short_lived import pause_collection, resume_collection
-from .summary import print_dry_run, print_summary, record_skipped, record_stopped
+from .summary import batch_line, describe, print_dry_run, print_summary, record_skipped, record_stopped
 from .values import value
 
 CONFIG_DIR = next(p for p in (os.path.join(os.path.dirname(__file__), "conf"),
@@ -47,6 +47,7 @@ def app(cfg) -> None:
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
+    print(f"trl_ds: launching: {describe(cfg)}\n{batch_line(cfg, prepared)}")
     resume_collection()  # the launcher may now wait for hours
     started = time.time()
     try:

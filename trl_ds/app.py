@@ -17,6 +17,7 @@ from .memory.estimate import estimate, setup_from_config
 from .plan import check_fit, plan_for_run_dir
 from .interop import write_interop_files
 from .rundir import OVERRIDES, RESOLVED_CONFIG, write_json, write_text
+from .training_steps import training_steps
 from .trainer_config import TINY_DATA_DIR, build_trainer_args
 from .validate import validate
 from .values import nvme_path, value
@@ -42,6 +43,7 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
     memory = estimate(setup_from_config(cfg))
     warning = check_fit(cfg, memory, launching)
     plan = plan_for_run_dir(cfg, memory, task_overrides())
+    plan["training"] = training_steps(cfg, batch)
     if autofit:
         plan["autofit"] = {k: v for k, v in autofit.items() if k != "text"}
     return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),

@@ -11,7 +11,7 @@ from typing import List
 import yaml
 
 from .rundir import read_json
-from .trainer_config import TRAINER_YAML
+from .trainer_config import TRAINER_YAML, eval_dataset_path
 from .values import sp_size, value
 
 TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTrainer", "reward": "RewardTrainer"}
@@ -30,6 +30,8 @@ def build_trainer(cfg, run_dir: str, callbacks: List):
     kwargs = dict(model=model, args=training_args, processing_class=AutoTokenizer.from_pretrained(
         model_args.model_name_or_path), callbacks=callbacks, peft_config=trl.get_peft_config(model_args),
                   train_dataset=load_train_dataset(script_args.dataset_name, script_args.dataset_train_split))
+    if training_args.eval_strategy != "no":
+        kwargs["eval_dataset"] = load_train_dataset(eval_dataset_path(cfg, run_dir), script_args.dataset_test_split)
     if name == "grpo":
         kwargs["reward_funcs"] = [import_function(path) for path in script_args.reward_funcs]
     return getattr(trl, TRAINER_CLASSES[name])(**kwargs)
