@@ -10,7 +10,7 @@ import math
 import os
 from typing import List, Optional
 
-from omegaconf import ListConfig
+from omegaconf import ListConfig, OmegaConf
 
 from .batch import Batch
 from .dataset_columns import first_record_columns
@@ -71,7 +71,8 @@ def _grpo_needs(t) -> List[str]:
 def check_passthrough(cfg) -> List[str]:
     """trainer.args against the trainer's TRL config class; the trainer group's own keys are set there instead."""
     own = {f.name for f in dataclasses.fields(TrainerConfig)} - {"args", "from_trl_config"}
-    return check_arguments(value(cfg.trainer.name), dict(cfg.trainer.args), own | {"gradient_checkpointing"})
+    args = OmegaConf.to_container(cfg.trainer.args)
+    return check_arguments(value(cfg.trainer.name), args, own | {"gradient_checkpointing"})
 
 
 def check_eval(cfg) -> List[str]:
