@@ -12,12 +12,14 @@ from .batch import Batch
 from .data import write_tiny_dataset
 from .deepspeed_config import build_ds_config
 from .env import collect_env
+from .errors import ConfigError
 from .launch import build_commands, write_launch_files
 from .memory.estimate import estimate, setup_from_config
 from .plan import check_fit, plan_for_run_dir
 from .interop import write_interop_files
 from .rundir import OVERRIDES, RESOLVED_CONFIG, write_json, write_text
 from .training_steps import training_steps
+from .trl_recipe import apply_recipe
 from .trainer_config import TINY_DATA_DIR, build_trainer_args
 from .validate import validate
 from .values import nvme_path, value
@@ -33,13 +35,20 @@ class Prepared:
     plan: Dict[str, Any] = field(default_factory=dict)  # plan.json: the memory estimate and the grid around it
     memory_warning: Optional[str] = None  # preflight.memory=warn and the estimate does not fit
     autofit_text: Optional[str] = None  # zero=auto / offload=auto: the ranking and the choice, printed
+    recipe_text: Optional[str] = None  # trainer.from_trl_config: each recipe argument and where it went, printed
 
 
 def build(cfg, run_dir: str, launching: bool) -> Prepared:
     """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
     cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
+    recipe, recipe_problems = apply_recipe(cfg, task_overrides())  # a TRL recipe's values, where none are given
     autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
-    batch = validate(cfg, run_dir, launching)
+    try:
+        batch = validate(cfg, run_dir, launching)
+    except ConfigError as err:
+        raise ConfigError(recipe_problems + err.problems) from None
+    if recipe_problems:
+        raise ConfigError(recipe_problems)
     memory = estimate(setup_from_config(cfg))
     warning = check_fit(cfg, memory, launching)
     plan = plan_for_run_dir(cfg, memory, task_overrides())
@@ -49,7 +58,7 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
     return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),
                     trainer_args=build_trainer_args(cfg, batch, run_dir),
                     node_commands=build_commands(cfg, run_dir), plan=plan, memory_warning=warning,
-                    autofit_text=autofit["text"] if autofit else None)
+                    autofit_text=autofit["text"] if autofit else None, recipe_text="\n".join(recipe) or None)
 
 
 def task_overrides() -> List[str]:
@@ -68,6 +77,8 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     write_launch_files(cfg, run_dir, prepared.node_commands)
     write_json(os.path.join(run_dir, "env.json"), collect_env(nvme_path(cfg, run_dir)))
     write_json(os.path.join(run_dir, "plan.json"), prepared.plan)
+    if prepared.recipe_text:
+        print(prepared.recipe_text)
     if prepared.autofit_text:
         print(prepared.autofit_text)
     if prepared.memory_warning:
