@@ -17,13 +17,13 @@ from trl_ds.data import tiny_sft_examples
 pytestmark = pytest.mark.integration
 
 GLOBAL_BATCH, MAX_LENGTH = 8, 64
-COMMON = ["batch.global_size=8", "trainer.eval_strategy=steps", "+trainer.args.eval_on_start=true"]
+EVAL = ["trainer.eval_strategy=steps", "+trainer.args.eval_on_start=true"]
 RUNS = {
-    "zero2-epochs": ["zero=stage2", "trainer.max_steps=-1", "trainer.num_train_epochs=1", "trainer.eval_steps=4"],
-    "zero3-neftune": ["zero=stage3", "trainer.max_steps=2", "trainer.eval_steps=2",
+    "zero2-epochs": [*EVAL, "zero=stage2", "trainer.max_steps=-1", "trainer.num_train_epochs=1",
+                     "trainer.eval_steps=4"],
+    "zero3-neftune": [*EVAL, "zero=stage3", "trainer.max_steps=2", "trainer.eval_steps=2",
                       "+trainer.args.neftune_noise_alpha=5"],
-    "packing": ["zero=stage2", "trainer.max_steps=2", "trainer.eval_strategy=no", "+trainer.args.eval_on_start=false",
-                "+trainer.args.packing=true"],
+    "packing": ["zero=stage2", "trainer.max_steps=2", "+trainer.args.packing=true"],
 }
 
 
@@ -42,8 +42,9 @@ def run(name, data, tmp_path_factory):
     """Run once per module; returns (run dir, summary, training rows, evaluation rows)."""
     if name not in _done:
         run_dir = tmp_path_factory.mktemp(name) / "run"
-        out = run_app([f"trainer.dataset_name={data / 'rows64.jsonl'}",
-                       f"trainer.eval_dataset_name={data / 'eval16.jsonl'}", *COMMON, *RUNS[name]], run_dir)
+        evaluates = "trainer.eval_strategy=steps" in RUNS[name]
+        out = run_app([f"trainer.dataset_name={data / 'rows64.jsonl'}", "batch.global_size=8", *RUNS[name]]
+                      + ([f"trainer.eval_dataset_name={data / 'eval16.jsonl'}"] if evaluates else []), run_dir)
         assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
         with open(run_dir / "metrics.jsonl") as f:
             records = [json.loads(line) for line in f]
