@@ -72,7 +72,7 @@ def check_passthrough(cfg) -> List[str]:
     """trainer.args against the trainer's TRL config class; the trainer group's own keys are set there instead."""
     own = {f.name for f in dataclasses.fields(TrainerConfig)} - {"args", "from_trl_config"}
     args = OmegaConf.to_container(cfg.trainer.args)
-    return check_arguments(value(cfg.trainer.name), args, own | {"gradient_checkpointing"})
+    return check_arguments(value(cfg.trainer.name), args, own)
 
 
 def check_eval(cfg) -> List[str]:
