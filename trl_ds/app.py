@@ -83,5 +83,5 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
         print(prepared.autofit_text)
     if prepared.memory_warning:
         print(f"trl_ds: warning: {prepared.memory_warning}", file=sys.stderr)
-    if cfg.trainer.dataset_name == "tiny":
+    if "tiny" in (cfg.trainer.dataset_name, cfg.trainer.eval_dataset_name):
         write_tiny_dataset(os.path.join(run_dir, TINY_DATA_DIR), value(cfg.trainer.name))

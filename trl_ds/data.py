@@ -72,7 +72,7 @@ def write_tiny_dataset(folder: str, trainer: str = "sft") -> str:
     return path
 
 
-def load_train_dataset(name: str, split: str):
+def load_split(name: str, split: str):
     """A local file by its suffix, a local folder, or a hub dataset name."""
     from datasets import load_dataset
 
