@@ -77,3 +77,15 @@ def test_eval_data_must_be_here(compose_cfg, tmp_path):
                      launching=True, tmp_path=tmp_path)
     assert found == ["trainer.eval_dataset_name=/nonexistent/e.jsonl does not exist. Give an existing "
                      ".jsonl/.json/.parquet file, a hub dataset name, or trainer.eval_dataset_name=tiny."]
+
+
+def test_the_tiny_set_has_a_held_out_split_also_for_another_training_set(tmp_path):
+    data = write_rows(tmp_path / "rows.jsonl", 8)
+    run_dir = tmp_path / "run"
+    out = run_app([f"trainer.dataset_name={data}", "trainer.eval_dataset_name=tiny", "trainer.eval_strategy=epoch",
+                   "dry_run=true"], run_dir)
+    assert out.returncode == 0, out.stderr
+    test = (run_dir / "data" / "test.jsonl").read_text().splitlines()
+    train = (run_dir / "data" / "train.jsonl").read_text().splitlines()
+    assert (len(test), len(train)) == (64, 512)
+    assert test != train[:64]  # drawn with another seed, not the first rows of the training set
