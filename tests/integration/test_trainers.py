@@ -20,7 +20,9 @@ RUNS = {
     "reward-stage3": ["trainer=reward", "zero=stage3", "trainer.max_steps=8", "trainer.per_device_train_batch_size=8"],
     "grpo-stage2": ["trainer=grpo", "zero=stage2", "trainer.max_steps=4"],
     "grpo-stage3": ["trainer=grpo", "zero=stage3", "trainer.max_steps=4"],
-    "lora-stage3": ["peft=lora", "zero=stage3", "trainer.max_steps=6"],
+    # threshold 0: the small adapter matrices are partitioned too, as a large model's are (a saved adapter must
+    # then be gathered from every rank)
+    "lora-stage3": ["peft=lora", "zero=stage3", "trainer.max_steps=6", "zero.stage3_param_persistence_threshold=0"],
     "ulysses-stage3": ["sp=ulysses", "zero=stage3", "trainer.max_steps=6"],
     "one-rank-checkpointing": ["cluster.gpus_per_node=1", "zero=stage3", "trainer.gradient_checkpointing=true",
                                "trainer.max_steps=6"],
@@ -89,6 +91,31 @@ def test_lora_trains_only_the_adapters(tmp_path_factory):
     assert (plan["parameters"], plan["trainable_parameters"]) == (869_504 + lora, lora)
     losses = [r["loss"] for r in records]
     assert losses[-1] < losses[0]
+
+
+def test_lora_adapter_saved_under_zero3_is_whole_and_reproduces_the_engine(tmp_path_factory):
+    """final_model/adapter_model.safetensors holds every adapter matrix whole (rank 8; A: 8 × 128 in, B: out × 8),
+    and PEFT loading it onto the base model gives the trained engine's logits (probe_logits.pt) within 1e-5."""
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    run_dir, _, _ = train("lora-stage3", tmp_path_factory)
+    adapter = load_file(run_dir / "final_model" / "adapter_model.safetensors")
+    outputs = {"q_proj": 128, "k_proj": 64, "v_proj": 64, "o_proj": 128}
+    expected = {f"base_model.model.model.layers.{i}.self_attn.{m}.lora_{ab}.weight": (8, 128) if ab == "A" else (out, 8)
+                for i in range(4) for m, out in outputs.items() for ab in "AB"}
+    assert {k: tuple(v.shape) for k, v in adapter.items()} == expected
+    assert all(v.abs().sum() > 0 for v in adapter.values())  # lora_B starts at zero: these are the trained values
+    probe = torch.load(run_dir / "final_model" / "probe_logits.pt")
+    base = AutoModelForCausalLM.from_pretrained(run_dir / "model")
+    model = PeftModel.from_pretrained(base, run_dir / "final_model").eval()
+    with torch.no_grad():
+        logits = model(input_ids=probe["input_ids"]).logits
+    assert torch.allclose(logits, probe["logits"], rtol=1e-5, atol=1e-5)
+    with torch.no_grad(), model.disable_adapter():  # and the adapters matter: the base model alone differs
+        assert (model(input_ids=probe["input_ids"]).logits - logits).abs().max() > 1e-4
 
 
 def test_ulysses_and_checkpointing_change_memory_not_math(tmp_path_factory):

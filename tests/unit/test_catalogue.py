@@ -64,6 +64,18 @@ CATALOGUE = [
     ("resume-choice", ["resume=sometimes"], "resume=sometimes is not a choice. Use resume=auto"),
     ("keep-last-zero", ["checkpoint.keep_last=0"], "checkpoint.keep_last=0 must be at least 1."),
     ("checkpoint-every-negative", ["checkpoint.every_steps=-1"], "checkpoint.every_steps=-1 must be 0 (off) or more."),
+    ("passthrough-unknown", ["+trainer.args.packin=true"],
+     "trainer.args.packin=true: trainer=sft has no argument packin (checked against ScriptArguments/SFTConfig/"
+     "ModelConfig). Closest: packing, eval_packing."),
+    ("passthrough-owned", ["+trainer.args.bf16=true"], "trainer.args.bf16=true: trl_ds sets bf16 itself. Use "
+                                                       "precision=bf16 instead."),
+    ("passthrough-type", ["+trainer.args.packing=maybe"], "trainer.args.packing=maybe must be bool"),
+    ("eval-split-missing", ["trainer.eval_strategy=steps", "trainer.dataset_test_split=validation"],
+     "trainer.dataset_test_split=validation: the built-in tiny dataset has the splits train and test."),
+    ("eval-data-missing", ["trainer.eval_strategy=steps", "trainer.eval_dataset_name=/nonexistent/eval.jsonl"],
+     "trainer.eval_dataset_name=/nonexistent/eval.jsonl does not exist."),
+    ("epochs-zero", ["trainer.max_steps=-1", "trainer.num_train_epochs=0"],
+     "trainer.num_train_epochs=0.0 must be positive with trainer.max_steps=-1."),
     ("secret-in-launch-env", ["+launcher.env.HF_TOKEN=hf_abc"],
      "launcher.env.HF_TOKEN looks like a secret, and trl_ds writes launcher.env into the run dir's scripts."),
 ]

@@ -22,7 +22,8 @@ def build_ds_config(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
         "optimizer": _optimizer_block(cfg),
         "bf16": {"enabled": precision == "bf16"},
         "fp16": _fp16_block(cfg) if precision == "fp16" else {"enabled": False},
-        "steps_per_print": cfg.trainer.max_steps + 1,  # trl_ds logs metrics itself
+        # trl_ds logs metrics itself; max_steps=-1 (epochs) trains an unknown number of steps here
+        "steps_per_print": cfg.trainer.max_steps + 1 if cfg.trainer.max_steps > 0 else 2 ** 31 - 1,
         "wall_clock_breakdown": False,
     }
     if "nvme" in offloads(cfg).values():

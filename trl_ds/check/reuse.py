@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 from trl_ds.build.layout import RESOLVED_CONFIG
 
 # Keys that may change between launches of the same run: how it is started, not what it trains.
-RELAUNCH_KEYS = ("dry_run", "resume", "cluster.node_rank", "trainer.max_steps", "preflight.", "launcher.")
+RELAUNCH_KEYS = ("dry_run", "resume", "cluster.node_rank", "trainer.max_steps", "trainer.num_train_epochs",
+                 "preflight.", "launcher.")
 
 
 def check_run_dir(cfg, run_dir: str) -> List[str]:

@@ -7,15 +7,17 @@ import dataclasses
 import importlib
 import importlib.util
 import math
+import os
 from typing import List, Optional
 
-from omegaconf import ListConfig
+from omegaconf import ListConfig, OmegaConf
 
 from trl_ds.build.trainer_config import TRAINER_ONLY
 from trl_ds.check.dataset_columns import first_record_columns
+from trl_ds.check.trl_arguments import check_arguments
 from trl_ds.config.batch import Batch
 from trl_ds.config.schema import TrainerConfig
-from trl_ds.config.values import is_local_path, value, world_size
+from trl_ds.config.values import LOCAL_DATA_SUFFIXES, is_local_path, value, world_size
 from trl_ds.plan.params import architecture, layer_modules
 
 # Any one of these column sets will do (TRL's dataset formats for each trainer).
@@ -33,6 +35,7 @@ EXAMPLE_RECORD = {
 }
 LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
 SP_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
+TINY_SPLITS = ("train", "test")
 BUILTIN_REWARD = "trl_ds.worker.rewards.arithmetic_reward"
 
 
@@ -63,6 +66,50 @@ def _grpo_needs(t) -> List[str]:
     if t.max_completion_length < 1:
         problems.append(f"trainer.max_completion_length={t.max_completion_length} must be at least 1.")
     return problems
+
+
+def check_passthrough(cfg) -> List[str]:
+    """trainer.args against the trainer's TRL config class; the trainer group's own keys are set there instead."""
+    own = {f.name for f in dataclasses.fields(TrainerConfig)} - {"args", "from_trl_config"}
+    args = OmegaConf.to_container(cfg.trainer.args)
+    return check_arguments(value(cfg.trainer.name), args, own)
+
+
+def check_eval(cfg) -> List[str]:
+    t = cfg.trainer
+    problems = [f"trainer.{k}={t[k]} must be at least 1." for k in ("eval_steps", "per_device_eval_batch_size")
+                if t[k] is not None and t[k] < 1]
+    if value(t.eval_strategy) == "no":
+        unused = [f"trainer.{k}={t[k]}" for k in ("eval_dataset_name", "eval_steps") if t[k] is not None]
+        return problems + ([f"{' and '.join(unused)} with trainer.eval_strategy=no: nothing would evaluate. Set "
+                            f"trainer.eval_strategy=steps or epoch."] if unused else [])
+    data, split = t.eval_dataset_name or t.dataset_name, t.dataset_test_split
+    if data == "tiny" and split not in TINY_SPLITS:
+        problems.append(f"trainer.dataset_test_split={split}: the built-in tiny dataset has the splits "
+                        f"{' and '.join(TINY_SPLITS)}. Use trainer.dataset_test_split=test, or "
+                        f"trainer.eval_dataset_name=<a .jsonl file>.")
+    elif t.eval_dataset_name is None and data.endswith(LOCAL_DATA_SUFFIXES):
+        problems.append(f"trainer.eval_strategy={value(t.eval_strategy)} needs evaluation data, and "
+                        f"trainer.dataset_name={data} is one file (one split). Set trainer.eval_dataset_name="
+                        f"<held-out file>.")
+    return problems
+
+
+def check_eval_here(cfg) -> List[str]:
+    """The evaluation file or folder exists here, and a folder holds the split's file."""
+    t = cfg.trainer
+    if value(t.eval_strategy) == "no":
+        return []
+    name = t.eval_dataset_name
+    if name and name != "tiny" and is_local_path(name) and not os.path.exists(os.path.expanduser(name)):
+        return [f"trainer.eval_dataset_name={name} does not exist. Give an existing .jsonl/.json/.parquet file, a "
+                f"hub dataset name, or trainer.eval_dataset_name=tiny."]
+    folder = os.path.expanduser(name or t.dataset_name)
+    if os.path.isdir(folder) and not any(f.startswith(t.dataset_test_split) for f in os.listdir(folder)):
+        return [f"trainer.dataset_test_split={t.dataset_test_split}: {name or t.dataset_name} has no file for that "
+                f"split (datasets names splits by file: {t.dataset_test_split}.jsonl). Set "
+                f"trainer.dataset_test_split to one of its files' names, or trainer.eval_dataset_name=<file>."]
+    return []
 
 
 def check_generation_batch(cfg, batch: Batch) -> List[str]:
@@ -130,7 +177,7 @@ def _heads_divide(model, size: int) -> List[str]:
 
 def check_trainer_here(cfg) -> List[str]:
     """Needs this machine must meet for a real launch: dataset columns, reward functions, loggers."""
-    problems = check_dataset_columns(cfg)
+    problems = check_dataset_columns(cfg) + check_eval_here(cfg)
     if value(cfg.trainer.name) == "grpo":
         problems += [p for path in cfg.trainer.reward_funcs for p in [reward_function_problem(path)] if p]
     report_to = value(cfg.trainer.report_to)

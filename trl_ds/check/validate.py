@@ -15,7 +15,9 @@ from trl_ds.build.checkpoint import latest_complete, read_marker
 from trl_ds.build.layout import CHECKPOINT_DIR, nvme_path
 from trl_ds.check.reuse import check_run_dir
 from trl_ds.check.trainer_rules import (
+    check_eval,
     check_generation_batch,
+    check_passthrough,
     check_peft,
     check_sequence_parallel,
     check_trainer_here,
@@ -142,8 +144,12 @@ def check_precision(cfg) -> List[str]:
 
 def check_trainer(cfg) -> List[str]:
     t = cfg.trainer
-    problems = [f"trainer.{k}={t[k]} must be at least 1." for k in ("max_steps", "max_length", "logging_steps")
-                if t[k] < 1]
+    problems = [f"trainer.{k}={t[k]} must be at least 1." for k in ("max_length", "logging_steps") if t[k] < 1]
+    if t.max_steps < 1 and t.max_steps != -1:
+        problems.append(f"trainer.max_steps={t.max_steps} must be at least 1. Or set trainer.max_steps=-1 to train "
+                        f"trainer.num_train_epochs={t.num_train_epochs} epochs.")
+    elif t.max_steps == -1 and t.num_train_epochs <= 0:
+        problems.append(f"trainer.num_train_epochs={t.num_train_epochs} must be positive with trainer.max_steps=-1.")
     problems += [f"trainer.learning_rate={t.learning_rate} must be positive."] if t.learning_rate <= 0 else []
     return problems
 
@@ -270,5 +276,5 @@ def count_gpus() -> int:
 RULES: List[Callable] = [
     check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer,
     check_model, check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm, check_trainer_options,
-    check_peft, check_sequence_parallel,
+    check_peft, check_sequence_parallel, check_passthrough, check_eval,
 ]

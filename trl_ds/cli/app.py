@@ -11,9 +11,12 @@ from trl_ds.build.deepspeed_config import build_ds_config
 from trl_ds.build.interop import write_interop_files
 from trl_ds.build.layout import ENV, OVERRIDES, PLAN, RESOLVED_CONFIG, TINY_DATA_DIR, nvme_path, write_json, write_text
 from trl_ds.build.trainer_config import build_trainer_args
+from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
 from trl_ds.config.batch import Batch
+from trl_ds.config.training_steps import training_steps
 from trl_ds.config.values import value
+from trl_ds.errors import ConfigError
 from trl_ds.launch import build_commands, write_launch_files
 from trl_ds.launch.env import collect_env
 from trl_ds.plan.autofit import resolve as resolve_auto
@@ -32,22 +35,30 @@ class Prepared:
     plan: Dict[str, Any] = field(default_factory=dict)  # plan.json: the memory estimate and the grid around it
     memory_warning: Optional[str] = None  # preflight.memory=warn and the estimate does not fit
     autofit_text: Optional[str] = None  # zero=auto / offload=auto: the ranking and the choice, printed
+    recipe_text: Optional[str] = None  # trainer.from_trl_config: each recipe argument and where it went, printed
 
 
 def build(cfg, run_dir: str, launching: bool) -> Prepared:
     """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
     cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
+    recipe, recipe_problems = apply_recipe(cfg, task_overrides())  # a TRL recipe's values, where none are given
     autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
-    batch = validate(cfg, run_dir, launching)
+    try:
+        batch = validate(cfg, run_dir, launching)
+    except ConfigError as err:
+        raise ConfigError(recipe_problems + err.problems) from None
+    if recipe_problems:
+        raise ConfigError(recipe_problems)
     memory = estimate(setup_from_config(cfg))
     warning = check_fit(cfg, memory, launching)
     plan = plan_for_run_dir(cfg, memory, task_overrides())
+    plan["training"] = training_steps(cfg, batch)
     if autofit:
         plan["autofit"] = {k: v for k, v in autofit.items() if k != "text"}
     return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),
                     trainer_args=build_trainer_args(cfg, batch, run_dir),
                     node_commands=build_commands(cfg, run_dir), plan=plan, memory_warning=warning,
-                    autofit_text=autofit["text"] if autofit else None)
+                    autofit_text=autofit["text"] if autofit else None, recipe_text="\n".join(recipe) or None)
 
 
 def task_overrides() -> List[str]:
@@ -66,9 +77,11 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     write_launch_files(cfg, run_dir, prepared.node_commands)
     write_json(os.path.join(run_dir, ENV), collect_env(nvme_path(cfg, run_dir)))
     write_json(os.path.join(run_dir, PLAN), prepared.plan)
+    if prepared.recipe_text:
+        print(prepared.recipe_text)
     if prepared.autofit_text:
         print(prepared.autofit_text)
     if prepared.memory_warning:
         print(f"trl_ds: warning: {prepared.memory_warning}", file=sys.stderr)
-    if cfg.trainer.dataset_name == "tiny":
+    if "tiny" in (cfg.trainer.dataset_name, cfg.trainer.eval_dataset_name):
         write_tiny_dataset(os.path.join(run_dir, TINY_DATA_DIR), value(cfg.trainer.name))

@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from trl_ds.config.compose import CONFIG_DIR, CONFIG_NAME, HYDRA_VERSION_BASE
 from trl_ds.config.schema import register
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
-from trl_ds.launch.summary import print_dry_run, print_summary, record_skipped, record_stopped
+from trl_ds.launch.summary import batch_line, describe, print_dry_run, print_summary, record_skipped, record_stopped
 from trl_ds.short_lived import pause_collection, resume_collection
 
 _task_started = False
@@ -45,6 +45,7 @@ def app(cfg) -> None:
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
+    print(f"trl_ds: launching: {describe(cfg)}\n{batch_line(cfg, prepared)}")
     resume_collection()  # the launcher may now wait for hours
     started = time.time()
     try:

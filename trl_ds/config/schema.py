@@ -49,6 +49,12 @@ class TrainerName(str, Enum):
     reward = "reward"  # RewardTrainer: chosen/rejected pairs, a sequence-classification head
 
 
+class EvalStrategy(str, Enum):
+    no = "no"
+    steps = "steps"  # every trainer.eval_steps optimizer steps
+    epoch = "epoch"
+
+
 class PeftName(str, Enum):
     none = "none"
     lora = "lora"
@@ -179,7 +185,14 @@ class TrainerConfig:
     # "tiny" (built in), a local .jsonl/.json/.parquet file, or a hub dataset name.
     dataset_name: str = "tiny"
     dataset_train_split: str = "train"
-    max_steps: int = 10
+    max_steps: int = 10  # -1: trainer.num_train_epochs passes over the data decide
+    num_train_epochs: float = 1.0  # used when trainer.max_steps=-1
+    # Evaluation: eval_dataset_name (null: dataset_test_split of dataset_name; the tiny set has a test split)
+    eval_strategy: EvalStrategy = EvalStrategy.no
+    eval_steps: Optional[int] = None  # null: trainer.logging_steps
+    per_device_eval_batch_size: int = 2
+    eval_dataset_name: Optional[str] = None
+    dataset_test_split: str = "test"
     per_device_train_batch_size: Any = 2  # a positive integer, or auto (trl_ds.plan.autofit picks it for the batch)
     gradient_accumulation_steps: Optional[int] = None  # null: derived from batch.global_size (or 1)
     learning_rate: float = 1e-3
@@ -202,6 +215,10 @@ class TrainerConfig:
     max_completion_length: int = 8  # grpo: tokens generated per completion
     temperature: float = 1.0  # grpo: sampling temperature of the generations
     reward_funcs: List[str] = field(default_factory=list)  # grpo: reward functions by dotted path (pkg.module.fn)
+    # Any other argument of the trainer's TRL config class by its own name (+trainer.args.packing=true), checked
+    # against that class before launch; arguments trl_ds sets are refused there, naming the trl_ds key.
+    args: Dict[str, Any] = field(default_factory=dict)
+    from_trl_config: Optional[str] = None  # a `trl <cmd> --config` YAML: its arguments mapped onto trl_ds's keys
 
 
 @dataclass

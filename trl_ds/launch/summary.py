@@ -7,6 +7,7 @@ import sys
 import yaml
 
 from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SUMMARY, read_json, write_json, write_text
+from trl_ds.config.training_steps import describe as describe_steps
 from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
@@ -25,17 +26,23 @@ def describe(cfg) -> str:
 
 
 def print_dry_run(cfg, prepared) -> None:
-    b = prepared.batch
     print(f"trl_ds dry run: {describe(cfg)}")
-    world = f"world {b.world}" if sp_size(cfg) == 1 else \
-        f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
-    print(f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}")
+    print(batch_line(cfg, prepared))
     print(f"  run dir: {prepared.run_dir}")
     if value(cfg.launcher.name) == "slurm":
         print(f"  submit: sbatch {os.path.join(prepared.run_dir, 'sbatch.sh')}   (srun runs launch.sh on every node)")
     print("  launch commands (bash launch.sh NODE_RANK runs the same):")
     for rank, cmd in enumerate(prepared.node_commands):
         print(f"    node {rank}: {format_command(cmd)}")
+
+
+def batch_line(cfg, prepared) -> str:
+    """The batch arithmetic and the optimizer steps it makes, printed before launch (dry run or not)."""
+    b = prepared.batch
+    world = f"world {b.world}" if sp_size(cfg) == 1 else \
+        f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
+    return (f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}; "
+            f"{describe_steps(prepared.plan['training'])}")
 
 
 def record_skipped(run_dir: str, overrides, err) -> None:
@@ -79,6 +86,8 @@ def print_outcome(cfg, run_dir: str) -> None:
         return
     print(f"trl_ds: run {s['status']}: {describe(cfg)}")
     print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
+    if s.get("eval_loss") is not None:
+        print(f"  eval loss      {s['eval_loss']:.4f} at step {s['eval_step']} ({s['evaluations']} evaluations)")
     print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")
     print(f"  world size     {s['world_size']} ({s['distributed_type']}, {s['device']})")
     for mem_path in sorted(glob.glob(os.path.join(run_dir, MEMORY_DIR, "rank_*.json"))):

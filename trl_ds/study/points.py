@@ -80,7 +80,7 @@ def build_row(run_dir: str, overrides: List[str], summary: dict, plan: Optional[
            "status": summary.get("status", "incomplete"), "reason": summary.get("reason", "")}
     row.update(estimated_columns(plan))
     row.update(measured_columns(ranks or []))
-    for key in ("world_size", "final_loss", "samples_per_second", "train_seconds", "wall_seconds"):
+    for key in ("world_size", "final_loss", "eval_loss", "samples_per_second", "train_seconds", "wall_seconds"):
         row[key] = summary.get(key)
     return row
 

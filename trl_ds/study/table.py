@@ -11,7 +11,7 @@ TAIL = ["status", "reason", "zero_stage", "world_size", "parameters",
         *(f"{side}_{k}" for k in (*KINDS, "model_states") for side in ("est", "meas")),
         *(f"est_peak_{p}" for p in PEAK_PARTS), "est_peak", "meas_peak", "peak_measure",
         "cpu_peak_rss", "gpu_peak_allocated", "gpu_peak_reserved",
-        "final_loss", "samples_per_second", "train_seconds", "wall_seconds"]
+        "final_loss", "eval_loss", "samples_per_second", "train_seconds", "wall_seconds"]
 BYTES = {c for c in TAIL if c.startswith(("est_", "meas_", "cpu_peak", "gpu_peak"))}
 SHORT = {"gradients": "grads", "model_states": "model states"}
 EXPLAIN = ("Per rank, {unit}; each memory cell is estimated / measured. params, grads, optimizer, model states: "
@@ -66,13 +66,16 @@ def number(x, digits: int) -> str:
 def markdown_rows(rows: Sequence[dict], unit: int) -> Tuple[List[str], List[List[str]]]:
     axes, on_gpu = varying_keys(rows), any(r["gpu_peak_reserved"] is not None for r in rows)
     head = ["point", *axes, "status", *(SHORT.get(k, k) for k in (*KINDS, "model_states")), "peak"]
-    head += (["CPU RSS"] if on_gpu else []) + ["final loss", "samples/s", "wall s"]
+    evaluated = any(r.get("eval_loss") is not None for r in rows)
+    head += (["CPU RSS"] if on_gpu else []) + ["final loss"] + (["eval loss"] if evaluated else [])
+    head += ["samples/s", "wall s"]
     body = []
     for r in sort_by_peak(rows):
         cells = [r["point"], *(r["override_values"].get(k, "") for k in axes), r["status"]]
         cells += [pair(r[f"est_{k}"], r[f"meas_{k}"], unit) for k in (*KINDS, "model_states", "peak")]
         cells += [number(r["cpu_peak_rss"] and r["cpu_peak_rss"] / unit, 2)] if on_gpu else []
-        cells += [number(r["final_loss"], 4), number(r["samples_per_second"], 2), number(r["wall_seconds"], 1)]
+        cells += [number(r["final_loss"], 4)] + ([number(r.get("eval_loss"), 4)] if evaluated else [])
+        cells += [number(r["samples_per_second"], 2), number(r["wall_seconds"], 1)]
         body.append(cells)
     return head, body
 

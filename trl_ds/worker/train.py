@@ -182,21 +182,31 @@ class MetricsLogger(TrainerCallback):
         if not state.is_world_process_zero or not logs:
             return
         now = time.time()
+        if any(k.startswith("eval_") for k in logs):  # an evaluation: its own row, no training throughput
+            self._write({"step": state.global_step, "time": round(now, 3), **logs})
+            return
         samples = (state.global_step - self.last[1]) * args.per_device_train_batch_size * args.world_size \
             * args.gradient_accumulation_steps // self.sequence_parallel
         record = {"step": state.global_step, "time": round(now, 3), **logs,
                   "samples_per_second": round(samples / max(now - self.last[0], 1e-9), 3)}
         self.last = (now, state.global_step)
+        self._write(record)
+
+    def _write(self, record: dict) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
 
 
 def summarize(run_dir: str, trainer, metrics: dict, wall: float, state) -> dict:
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    evals = [(e["step"], e["eval_loss"]) for e in trainer.state.log_history if "eval_loss" in e]
     return {
         "status": "completed",
         "final_loss": losses[-1] if losses else None,
         "mean_loss": metrics.get("train_loss"),
+        "eval_loss": evals[-1][1] if evals else None,  # the last evaluation's, at step eval_step
+        "eval_step": evals[-1][0] if evals else None,
+        "evaluations": len(evals),
         "steps": trainer.state.global_step,
         "samples_per_second": metrics.get("train_samples_per_second"),
         "train_seconds": round(wall, 3),

@@ -11,6 +11,7 @@ from typing import List
 import yaml
 
 from trl_ds.build.layout import DS_CONFIG, TRAINER_YAML, read_json
+from trl_ds.build.trainer_config import eval_dataset_path
 from trl_ds.config.values import sp_size, value
 
 TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTrainer", "reward": "RewardTrainer"}
@@ -20,7 +21,7 @@ def build_trainer(cfg, run_dir: str, callbacks: List):
     import trl
     from transformers import AutoTokenizer, set_seed
 
-    from trl_ds.worker.data import load_train_dataset
+    from trl_ds.worker.data import load_split
 
     name = value(cfg.trainer.name)
     script_args, training_args, model_args = parse_trainer_yaml(cfg, run_dir)
@@ -28,7 +29,9 @@ def build_trainer(cfg, run_dir: str, callbacks: List):
     model = load_model(name, model_args, training_args)
     kwargs = dict(model=model, args=training_args, processing_class=AutoTokenizer.from_pretrained(
         model_args.model_name_or_path), callbacks=callbacks, peft_config=trl.get_peft_config(model_args),
-                  train_dataset=load_train_dataset(script_args.dataset_name, script_args.dataset_train_split))
+                  train_dataset=load_split(script_args.dataset_name, script_args.dataset_train_split))
+    if training_args.eval_strategy != "no":
+        kwargs["eval_dataset"] = load_split(eval_dataset_path(cfg, run_dir), script_args.dataset_test_split)
     if name == "grpo":
         kwargs["reward_funcs"] = [import_function(path) for path in script_args.reward_funcs]
     return getattr(trl, TRAINER_CLASSES[name])(**kwargs)

@@ -1,0 +1,99 @@
+"""Evaluation, epochs and TRL arguments by name, in three short real runs on 2 CPU ranks (about 15 s each idle).
+
+- zero2-epochs: a 64-row dataset, global batch 8, trainer.max_steps=-1: one epoch, evaluated every 4 steps and
+  before training (eval_on_start, a transformers argument by name);
+- zero3-neftune: the same data and evaluation at ZeRO-3, with NEFTune noise (neftune_noise_alpha): the noise is
+  added in training only, so the evaluation before training equals ZeRO-2's while the first training loss does not;
+- packing: TRL's packing joins rows up to max_length, so each step holds more tokens.
+"""
+import json
+import math
+
+import pytest
+from conftest import read_json, run_app
+
+from trl_ds.worker.data import tiny_sft_examples
+
+pytestmark = pytest.mark.integration
+
+GLOBAL_BATCH, MAX_LENGTH = 8, 64
+EVAL = ["trainer.eval_strategy=steps", "+trainer.args.eval_on_start=true"]
+RUNS = {
+    "zero2-epochs": [*EVAL, "zero=stage2", "trainer.max_steps=-1", "trainer.num_train_epochs=1",
+                     "trainer.eval_steps=4"],
+    "zero3-neftune": [*EVAL, "zero=stage3", "trainer.max_steps=2", "trainer.eval_steps=2",
+                      "+trainer.args.neftune_noise_alpha=5"],
+    "packing": ["zero=stage2", "trainer.max_steps=2", "+trainer.args.packing=true"],
+}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    for name, n, seed in (("rows64.jsonl", 64, 5), ("eval16.jsonl", 16, 6)):
+        (folder / name).write_text("".join(json.dumps(e) + "\n" for e in tiny_sft_examples(n, seed)))
+    return folder
+
+
+_done = {}
+
+
+def run(name, data, tmp_path_factory):
+    """Run once per module; returns (run dir, summary, training rows, evaluation rows)."""
+    if name not in _done:
+        run_dir = tmp_path_factory.mktemp(name) / "run"
+        evaluates = "trainer.eval_strategy=steps" in RUNS[name]
+        out = run_app([f"trainer.dataset_name={data / 'rows64.jsonl'}", "batch.global_size=8", *RUNS[name]]
+                      + ([f"trainer.eval_dataset_name={data / 'eval16.jsonl'}"] if evaluates else []), run_dir)
+        assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+        with open(run_dir / "metrics.jsonl") as f:
+            records = [json.loads(line) for line in f]
+        _done[name] = (run_dir, read_json(run_dir / "summary.json"), out.stdout,
+                       [r for r in records if "loss" in r], [r for r in records if "eval_loss" in r])
+    return _done[name]
+
+
+def test_one_epoch_of_64_rows_at_global_batch_8_is_8_steps(data, tmp_path_factory):
+    run_dir, summary, stdout, train, _ = run("zero2-epochs", data, tmp_path_factory)
+    training = read_json(run_dir / "plan.json")["training"]
+    assert (training["train_rows"], training["steps_per_epoch"], training["optimizer_steps"]) == (64, 8, 8)
+    assert "8 optimizer steps (64 rows: 8 per epoch × 1.0 epochs)" in stdout  # said before launch
+    assert summary["steps"] == 64 // GLOBAL_BATCH == len(train)
+    assert train[-1]["epoch"] == 1.0  # transformers' own count: the 8th step ends the epoch
+
+
+def test_evaluation_rows_summary_and_printed_line(data, tmp_path_factory):
+    _, summary, stdout, _, evals = run("zero2-epochs", data, tmp_path_factory)
+    assert [r["step"] for r in evals] == [0, 4, 8]  # eval_on_start, then every trainer.eval_steps=4
+    losses = [r["eval_loss"] for r in evals]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]  # it learns what it is tested on
+    assert all("samples_per_second" not in r for r in evals)  # evaluation rows are not training throughput
+    assert (summary["eval_loss"], summary["eval_step"], summary["evaluations"]) == (losses[-1], 8, 3)
+    assert f"eval loss      {losses[-1]:.4f} at step 8 (3 evaluations)" in stdout
+
+
+def test_evaluation_is_the_same_at_zero2_and_zero3_and_neftune_is_training_only(data, tmp_path_factory):
+    _, _, _, train2, evals2 = run("zero2-epochs", data, tmp_path_factory)
+    _, summary3, _, train3, evals3 = run("zero3-neftune", data, tmp_path_factory)
+    assert [r["step"] for r in evals3] == [0, 2]
+    assert evals3[0]["eval_loss"] == pytest.approx(evals2[0]["eval_loss"], abs=1e-5)  # the same weights, fp32
+    assert math.isfinite(summary3["eval_loss"])
+    # the same first batch and weights; only NEFTune's noise on the embeddings differs
+    assert abs(train3[0]["loss"] - train2[0]["loss"]) > 1e-3
+
+
+def test_packing_puts_more_tokens_in_each_step(data, tmp_path_factory):
+    _, _, _, unpacked, _ = run("zero2-epochs", data, tmp_path_factory)
+    _, summary, _, packed, evals = run("packing", data, tmp_path_factory)
+    assert evals == [] and summary["eval_loss"] is None  # eval_strategy=no
+    per_step = packed[0]["num_tokens"]  # TRL's running count of training tokens
+    assert unpacked[0]["num_tokens"] * 2 < per_step <= GLOBAL_BATCH * MAX_LENGTH
+
+
+def test_report_gains_an_eval_loss_column(data, tmp_path_factory, tmp_path):
+    from trl_ds.study.report import write_report
+
+    dirs = [str(run(name, data, tmp_path_factory)[0]) for name in ("zero2-epochs", "zero3-neftune")]
+    text = write_report(dirs, dirs, str(tmp_path))
+    assert "| final loss | eval loss |" in text
+    assert f"{run('zero2-epochs', data, tmp_path_factory)[1]['eval_loss']:.4f}" in text
