@@ -17,6 +17,7 @@ from .checkpoint import CHECKPOINT_DIR, latest_complete, read_marker
 from .errors import ConfigError
 from .reuse import check_run_dir
 from .launch.deepspeed import check_deepspeed_launcher
+from .launch.gpu_check import partition_gpu_problems, ranks_run_here
 from .launch.hostfile import HOST_NAME
 from .launch.script import ENV_NAME
 from .launch.slurm import check_slurm
@@ -212,9 +213,10 @@ def check_resume(cfg, run_dir: str) -> List[str]:
 
 
 def check_machine(cfg, run_dir: str) -> List[str]:
-    """What this machine must have for a real launch."""
-    problems = []
-    if value(cfg.cluster.device) == "cuda":
+    """What this machine must have for a real launch. GPUs only where every rank runs here; elsewhere each node's
+    launch.sh counts its own, and SLURM's partition is compared when SLURM answers."""
+    problems = partition_gpu_problems(cfg)
+    if value(cfg.cluster.device) == "cuda" and ranks_run_here(cfg):
         have = count_gpus()
         if have < cfg.cluster.gpus_per_node:
             problems.append(f"cluster={cfg.cluster.name} asks for {cfg.cluster.gpus_per_node} GPUs per node "

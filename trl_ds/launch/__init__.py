@@ -14,6 +14,7 @@ from ..rundir import write_text
 from ..values import value
 from .deepspeed import HOSTFILE, build_deepspeed_commands, load_hosts
 from .failure import NodeView
+from .gpu_check import launch_script_checks_gpus
 from .hostfile import render_hostfile
 from .script import render_launch_script
 from .slurm import SBATCH_SCRIPT, main_addr_from_slurm, render_sbatch, submit_job, under_slurm_job
@@ -33,7 +34,8 @@ def build_commands(cfg, run_dir: str) -> List[List[str]]:
 
 def render_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> Dict[str, str]:
     """File name in the run dir -> text: launch.sh always, the hostfile or sbatch.sh for their launchers. Pure."""
-    files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes)}
+    gpus = cfg.cluster.gpus_per_node if launch_script_checks_gpus(cfg) else None
+    files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes, gpus)}
     name = value(cfg.launcher.name)
     if name == "deepspeed":
         hosts, origin, _ = load_hosts(cfg)

@@ -151,7 +151,8 @@ def _signal(process, signum: int) -> None:
 
 def _report(node: NodeView, failure: Failure) -> None:
     write_failure(node, failure)
-    print(f"trl_ds: launch failed: {failure.message}", file=sys.stderr)
+    if not failure.shown:
+        print(f"trl_ds: launch failed: {failure.message}", file=sys.stderr)
 
 
 def _remove(path: str) -> None:
