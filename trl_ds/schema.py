@@ -10,6 +10,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from .run_name import register_run_name
+
 
 class Device(str, Enum):
     cpu = "cpu"
@@ -302,3 +304,4 @@ class RunConfig:
 def register() -> None:
     """The top-level schema types every group's preset when it merges in (conf/config.yaml lists it first)."""
     ConfigStore.instance().store(name="base_run", node=RunConfig)
+    register_run_name()
