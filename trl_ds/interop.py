@@ -10,7 +10,7 @@ from typing import Any, Dict
 import yaml
 
 from .rundir import write_json, write_text
-from .trainer_config import ACCELERATE_YAML, TRAINER_YAML
+from .trainer_config import ACCELERATE_YAML, TINY_MODEL_DIR, TRAINER_YAML
 from .values import sp_size, value, world_size
 
 # Keys Hugging Face's Trainer fills from its TrainingArguments when they hold "auto" (HfTrainerDeepSpeedConfig).
@@ -89,6 +89,14 @@ def auto_ds_config(ds_config: Dict[str, Any]) -> Dict[str, Any]:
     return auto
 
 
+def model_note(cfg) -> str:
+    """The built-in tiny model is saved into the run dir by the first rank of a real run, not by a dry run."""
+    if cfg.model.name_or_path:
+        return ""
+    return (f"# First train once with trl_ds (bash launch.sh, or the same command without dry_run=true): that writes "
+            f"the model folder {TINY_MODEL_DIR}/ named below.\n")
+
+
 def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_args: Dict[str, Any]) -> None:
     """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read."""
     command = value(cfg.trainer.name)
@@ -96,7 +104,7 @@ def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_arg
     write_json(os.path.join(folder, "ds_config.json"), ds_config)
     write_text(os.path.join(folder, TRAINER_YAML),
                f"# trl {command} --config trainer.yaml   (TRL's own argument names; it launches with accelerate.yaml)\n"
-               + yaml.safe_dump(trainer_args, sort_keys=False))
+               + model_note(cfg) + yaml.safe_dump(trainer_args, sort_keys=False))
     write_text(os.path.join(folder, ACCELERATE_YAML),
                f"# accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's "
                f"DeepSpeed setup)\n" + yaml.safe_dump(build_accelerate_config(cfg, folder), sort_keys=False))

@@ -20,6 +20,7 @@ from .peers import Peers
 
 POLL_S = 0.5
 GRACE_S = 10  # the launcher's and the ranks' start-up before the rendezvous clock starts
+TRACEBACK = "Traceback (most recent call last)"
 STOP_WAIT_S = 40  # torchrun and deepspeed's launch give their ranks 30 s to end after SIGTERM before killing them
 
 
@@ -42,18 +43,19 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool) -> int
     attempts_before = _attempts(node.log_dir)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     captured: List[str] = []
-    pump = threading.Thread(target=_tee, args=(proc.stdout, os.path.join(node.log_dir, "launcher.log"), captured),
-                            daemon=True)
+    quiet = threading.Event()  # set: the launcher's output goes to its log only; trl_ds says what happened
+    pump = threading.Thread(target=_tee, args=(proc.stdout, os.path.join(node.log_dir, "launcher.log"), captured,
+                                               quiet), daemon=True)
     pump.start()
     peers = Peers(node.endpoint) if node.nodes > 1 and tell_peers else None
     previous = signal.signal(signal.SIGTERM, _raise_stopped)
     try:
-        stopped = _watch(proc, node, attempts_before, peers)
+        stopped = _watch(proc, node, attempts_before, peers, quiet)
     except KeyboardInterrupt:
-        _stop(proc)
+        _stop(proc, quiet)
         raise Stopped(signal.SIGINT)
     except Stopped:
-        _stop(proc)
+        _stop(proc, quiet)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -67,19 +69,19 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool) -> int
     return proc.returncode or 1
 
 
-def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: Optional[Peers]
-           ) -> Optional[Failure]:
+def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: Optional[Peers],
+           quiet: threading.Event) -> Optional[Failure]:
     """Wait for the node's launcher; stop it early, with the reason, on a missed rendezvous or a peer's failure."""
     deadline = time.monotonic() + node.rdzv_timeout + GRACE_S
     joined = False
     while not _exited(proc):
         joined = joined or _joined(node.log_dir, attempts_before)
         if not joined and time.monotonic() > deadline:
-            _stop(proc)
+            _stop(proc, quiet)
             return never_reached(node)
         peer_failure = peers.failure() if peers and joined else None
         if peer_failure:
-            _stop(proc)
+            _stop(proc, quiet)
             return Failure(f"node {node.rank} stopped its ranks because {peer_failure}")
     return None
 
@@ -103,21 +105,26 @@ def _attempts(log_dir: str) -> set:
     return set(glob.glob(os.path.join(log_dir, "*", "attempt_*")))
 
 
-def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
+def _tee(stream: IO[bytes], path: str, captured: List[str], quiet: threading.Event) -> None:
+    """Every line to the node's launcher log; to the terminal until the launcher is being stopped or prints a
+    traceback (a signal, a rendezvous timeout, a failed rank: trl_ds's own line then names the cause and the log)."""
     with open(path, "a") as log:
         for raw in iter(stream.readline, b""):
             line = raw.decode(errors="replace")
             captured.append(line)
             log.write(line)
             log.flush()
-            sys.stderr.write(line)
+            if line.startswith(TRACEBACK):
+                quiet.set()
+            if not quiet.is_set():
+                sys.stderr.write(line)
 
 
 def _raise_stopped(signum, frame):
     raise Stopped(signum)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, quiet: threading.Event) -> None:
     """SIGTERM the node's launcher (launch.sh execs it) and everything under it; SIGKILL what outlives STOP_WAIT_S.
 
     The whole tree, not the launcher alone: the deepspeed runner forwards no SIGTERM on one node or with --no_ssh,
@@ -125,6 +132,7 @@ def _stop(proc: subprocess.Popen) -> None:
     """
     import psutil
 
+    quiet.set()  # what the launcher and ranks print while they end goes to the log only
     try:
         children = psutil.Process(proc.pid).children(recursive=True)  # now: once the launcher ends they are orphans
     except psutil.NoSuchProcess:
