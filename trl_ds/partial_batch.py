@@ -39,8 +39,8 @@ def epoch_end_text(rows: Optional[int], global_batch: int, drop_last: bool) -> O
         return (f"each epoch drops its last {left} of {rows} rows (trainer.dataloader_drop_last=true; global batch "
                 f"{global_batch})")
     return (f"each epoch ends in a partial batch: {rows} rows = {rows // global_batch} × {global_batch} + {left}; "
-            f"its last step takes the {left} rows left (with several ranks, {global_batch - left} rows from the epoch's "
-            f"start are repeated to fill it). {FIX}.")
+            f"its last step takes the {left} rows left (with several ranks, {global_batch - left} rows from the "
+            f"epoch's start are repeated to fill it). {FIX}.")
 
 
 def boundary_steps(rows: int, global_batch: int, steps: int) -> List[int]:

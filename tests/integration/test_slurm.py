@@ -216,7 +216,7 @@ def test_job_on_nodes_without_usable_gpus_ends_at_once_with_one_line(slurm_env, 
     errors = (tmp_path / f"slurm-{job_id}.err").read_text()
     ours = [line for line in errors.splitlines() if line.startswith("trl_ds:")]
     # One line per node that got that far: srun --kill-on-bad-exit may end the other node before it prints.
-    assert ours and set(ours) <= {f"trl_ds: node {rank} (node{rank + 1}) has 0 usable GPU(s) but the run starts 8 ranks per node "
-                    f"(cluster.gpus_per_node=8). Run on nodes with 8 GPUs, or rebuild the run dir with cluster=local "
-                    f"to train on CPU." for rank in (0, 1)}, errors
+    assert ours and set(ours) <= {f"trl_ds: node {rank} (node{rank + 1}) has 0 usable GPU(s) but the run starts 8 "
+                                  f"ranks per node (cluster.gpus_per_node=8). Run on nodes with 8 GPUs, or rebuild "
+                                  f"the run dir with cluster=local to train on CPU." for rank in (0, 1)}, errors
     assert "Traceback" not in errors and not (tmp_path / "logs").exists()  # torchrun never started
