@@ -17,7 +17,7 @@ from .checkpoint import CHECKPOINT_DIR, latest_complete, read_marker
 from .errors import ConfigError
 from .reuse import check_run_dir
 from .launch.deepspeed import check_deepspeed_launcher
-from .launch.gpu_check import partition_gpu_problems, ranks_run_here
+from .launch.gpu_count import partition_gpu_problems, ranks_run_here
 from .launch.hostfile import HOST_NAME
 from .launch.script import ENV_NAME
 from .launch.slurm import check_slurm

@@ -14,7 +14,7 @@ from ..rundir import write_text
 from ..values import value
 from .deepspeed import HOSTFILE, build_deepspeed_commands, load_hosts
 from .failure import NodeView
-from .gpu_check import launch_script_checks_gpus
+from .gpu_count import launch_script_checks_gpus
 from .hostfile import render_hostfile
 from .script import render_launch_script
 from .slurm import SBATCH_SCRIPT, main_addr_from_slurm, render_sbatch, submit_job, under_slurm_job

@@ -18,7 +18,7 @@ START_EVERY_NODE = ("Start every node (bash launch.sh NODE_RANK, or python -m tr
 CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 # torchrun on a node > 0 that never reached node 0's store (it retries once, then gives up).
 MAIN_UNREACHABLE = re.compile(r"timed out after \d+ms while trying to connect to")
-# launch.sh's own check of the node's GPUs (launch/gpu_check.py), already printed on the terminal.
+# launch.sh's own check of the node's GPUs (launch/gpu_count.py), already printed on the terminal.
 TOO_FEW_GPUS = re.compile(r"^trl_ds: (node \S+ \(.*\) has \d+ usable GPU\(s\) .*)$", re.M)
 
 

@@ -7,7 +7,7 @@ import re
 import shlex
 from typing import Dict, List, Optional
 
-from .gpu_check import node_gpu_check_lines
+from .gpu_count import node_gpu_check_lines
 from .slurm import MAIN_ADDR_FROM_SLURM
 
 

@@ -6,7 +6,7 @@ import pytest
 
 import trl_ds.validate as validate_mod
 from trl_ds.errors import ConfigError
-from trl_ds.launch.gpu_check import gpu_count, gres_problems, node_gpu_check_lines, ranks_run_here
+from trl_ds.launch.gpu_count import gpu_count, gres_problems, node_gpu_check_lines, ranks_run_here
 from trl_ds.validate import validate
 
 
