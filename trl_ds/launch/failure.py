@@ -4,7 +4,7 @@ import json
 import os
 import re
 import signal
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 FAILURE_FILE = "failure.json"
@@ -127,7 +127,7 @@ def _latest(pattern: str) -> Optional[str]:
 
 def write_failure(node: NodeView, failure: Failure) -> None:
     with open(os.path.join(node.log_dir, FAILURE_FILE), "w") as f:
-        json.dump({"node": node.rank, **asdict(failure)}, f, indent=2)
+        json.dump({"node": node.rank, "message": failure.message, "log": failure.log}, f, indent=2)
 
 
 def failed_rank_log(run_dir: str) -> Optional[str]:
