@@ -18,11 +18,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from .partial_batch import count_rows, explain_divergence
+from .run_name import run_name
 
 LOSS_RTOL = 1e-5
 WEIGHT_RTOL = 1e-5
@@ -125,7 +125,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--ranks", default="1,2,4", help="rank counts to try, e.g. 1,2 (4 ranks on 2 cores is slow)")
     parser.add_argument("--points", default="", help="only these points, e.g. 1x8x1,2x4x1 (the first is the reference)")
     parser.add_argument("--zero", action="store_true", help="compare ZeRO stages instead of batch shapes")
-    parser.add_argument("--out", default=os.path.join("outputs", "equivalence", time.strftime("%Y-%m-%d_%H-%M-%S")))
+    parser.add_argument("--out", default=os.path.join("outputs", "equivalence", run_name().replace("/", "_")))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the main app, applied to every point")
     return parser.parse_args(argv)
 
