@@ -29,6 +29,8 @@ def test_partial_last_batch_is_named_and_drop_last_fixes_it(tmp_path):
             "over), and 2×4×1 split that partial batch differently from 1×8×1; steps 1-2 agree.") in table
     assert "Set trainer.dataloader_drop_last=true, or use a dataset whose size is a multiple of the global batch" \
         in table
+    summary = json.loads((tmp_path / "kept" / "2x4x1" / "summary.json").read_text())  # the run's own summary says it
+    assert summary["epoch_end"].startswith("each epoch ends in a partial batch: 20 rows = 2 × 8 + 4;")
     code, result, table = check(tmp_path, "dropped", "trainer.dataloader_drop_last=true")
     assert code == 0 and result["equivalent"], table
     assert "Cause" not in table
