@@ -14,7 +14,7 @@ from trl_ds.config.values import dtype, sp_size, value
 # Fields of the trainer group that every TRL trainer takes, passed through unchanged.
 PASSTHROUGH = ("max_steps", "per_device_train_batch_size", "learning_rate", "weight_decay", "adam_beta1",
                "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "logging_steps",
-               "dataloader_num_workers", "report_to")
+               "dataloader_num_workers", "dataloader_drop_last", "report_to")
 # Fields only some trainers take (their TRL config classes have no such argument otherwise).
 TRAINER_ONLY: Dict[str, Tuple[str, ...]] = {
     "max_length": ("sft", "dpo", "reward"),
@@ -57,6 +57,11 @@ def build_trainer_args(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
         **checkpoint_args(cfg),
         "deepspeed": os.path.join(run_dir, DS_CONFIG),
     }
+    if value(cfg.cluster.device) == "cpu":
+        # With `deepspeed` set and no GPU, transformers builds accelerate's state with no backend, and accelerate then
+        # counts one process per rank (batch mismatch under `trl <cmd>`); use_cpu makes it join with gloo, and the
+        # Trainer still engages DeepSpeed. The worker passes its own configured state either way.
+        args["use_cpu"] = True
     name = value(t.name)
     args.update({k: _plain(t[k]) for k in trainer_keys(name)})
     # transformers 5 renamed gradient_checkpointing (a deprecated alias now); the group keeps the familiar name.

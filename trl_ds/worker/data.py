@@ -8,12 +8,13 @@ import os
 import random
 from typing import Dict, List
 
+from trl_ds.config.values import TINY_SIZE
+
 NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
            "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen"]
 WORDS = ["question", ":", "what", "is", "plus", "?", "answer", "the", "sum", "of", "and", "."]
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
 VOCABULARY = SPECIAL_TOKENS + NUMBERS + WORDS
-TINY_SIZE = 512  # examples
 
 
 def tiny_sft_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]:
