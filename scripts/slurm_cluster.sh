@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A real 2-node SLURM cluster on this machine, everything inside one folder:
 # one munged, one slurmctld and two slurmd ("node1", "node2", both on 127.0.0.1). Needs root, slurm-wlm and munge.
+# Each node declares 8 GPUs (GRES gpu:8 on empty device files, no real GPU): what a login node sees of GPU nodes, and
+# a job that asks for GPUs gets them allocated while its node has none to use. Partitions: debug (default) and gpu.
 #
 #   bash scripts/slurm_cluster.sh start DIR   # writes DIR/slurm.conf, starts the daemons, waits until both nodes idle
 #   SLURM_CONF=DIR/slurm.conf sbatch ...      # talk to it
@@ -27,7 +29,9 @@ start_munge() {
 }
 
 write_conf() {
-  mkdir -p "$DIR/state" "$DIR/spool"
+  mkdir -p "$DIR/state" "$DIR/spool" "$DIR/dev"
+  touch "$DIR"/dev/nvidia{0..7}
+  printf 'AutoDetect=off\nNodeName=node[1-2] Name=gpu File=%s/dev/nvidia[0-7]\n' "$DIR" > "$DIR/gres.conf"
   cat > "$DIR/slurm.conf" <<EOF
 ClusterName=trlds
 SlurmctldHost=localhost
@@ -52,8 +56,10 @@ SlurmdPidFile=$DIR/slurmd.%n.pid
 SlurmctldLogFile=$DIR/slurmctld.log
 SlurmdLogFile=$DIR/slurmd.%n.log
 KillWait=5
-NodeName=node[1-2] NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=4000 Port=[$((CTLD_PORT + 1))-$((CTLD_PORT + 2))]
+GresTypes=gpu
+NodeName=node[1-2] NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=4000 Gres=gpu:8 Port=[$((CTLD_PORT + 1))-$((CTLD_PORT + 2))]
 PartitionName=debug Nodes=node[1-2] Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=node[1-2] MaxTime=INFINITE State=UP
 EOF
 }
 

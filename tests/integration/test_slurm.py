@@ -173,3 +173,50 @@ def test_requeued_job_resumes_from_its_checkpoint(slurm_env, tmp_path):
     # It resumed from checkpoint 20 or later. When the requeue lands before step 21 is logged, the resumed attempt
     # continues at 21 and no step repeats: then there is no restart row at all.
     assert all(b > 20 for a, b in zip(steps, steps[1:]) if b <= a)
+
+
+README_SLURM = ["launcher=slurm", "cluster=2x8", "model=llama3-8b", "zero=stage3", "launcher.slurm.partition=gpu",
+                "launcher.slurm.time=04:00:00"]
+
+
+def test_readme_slurm_command_writes_the_job_on_a_machine_without_gpus(tmp_path):
+    """A login node: no GPU here, and no SLURM answering either (the cluster is reached later, from elsewhere)."""
+    require(not shutil.which("nvidia-smi"), "this test stands for a login node without GPUs")
+    out = trl_ds([*README_SLURM, "launcher.slurm.submit=false", f"hydra.run.dir={tmp_path}"],
+                 {"SLURM_CONF": str(tmp_path / "no-such-slurm.conf")})
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {tmp_path}/sbatch.sh (launcher.slurm.submit=false)" in out.stdout
+    assert "#SBATCH --gpus-per-node=8" in (tmp_path / "sbatch.sh").read_text()
+
+
+def test_partition_gres_is_compared_with_gpus_per_node(slurm_env, tmp_path):
+    """SLURM answers: partition gpu has GRES gpu:8 (sinfo), so 8 per node is written and 16 is refused by name."""
+    fits = trl_ds([*README_SLURM, "launcher.slurm.submit=false", f"hydra.run.dir={tmp_path / 'fits'}"], slurm_env)
+    assert fits.returncode == 0, fits.stderr
+    too_many = trl_ds([*README_SLURM, "cluster.gpus_per_node=16", "launcher.slurm.submit=false",
+                       f"hydra.run.dir={tmp_path / 'too_many'}"], slurm_env)
+    assert too_many.returncode == 2
+    assert too_many.stderr == (
+        "trl_ds: launcher.slurm.partition=gpu: the nodes of partition gpu have GRES gpu:8 (sinfo), so at most 8 GPU(s) "
+        "per node, but cluster.gpus_per_node=16. Set cluster.gpus_per_node=8, or choose a partition whose nodes have "
+        "16 GPUs.\n")
+    assert not (tmp_path / "too_many").exists()
+
+
+def test_job_on_nodes_without_usable_gpus_ends_at_once_with_one_line(slurm_env, tmp_path):
+    """The README's command, really submitted: SLURM allocates gpu:8 on each node, whose device files are empty (no
+    GPU to use), and each node's launch.sh ends the job before torchrun starts, saying so in one line."""
+    require(not shutil.which("nvidia-smi"), "the nodes must have no usable GPU")
+    out = trl_ds([*README_SLURM, f"hydra.run.dir={tmp_path}"], slurm_env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job_id = re.search(r"submitted SLURM job (\d+)", out.stdout).group(1)
+    started = time.monotonic()
+    assert wait_for_job(job_id, slurm_env)["JobState"] == "FAILED"
+    assert time.monotonic() - started < 120  # at once: nothing waits for a rendezvous
+    errors = (tmp_path / f"slurm-{job_id}.err").read_text()
+    ours = [line for line in errors.splitlines() if line.startswith("trl_ds:")]
+    # One line per node that got that far: srun --kill-on-bad-exit may end the other node before it prints.
+    assert ours and set(ours) <= {f"trl_ds: node {rank} (node{rank + 1}) has 0 usable GPU(s) but the run starts 8 "
+                                  f"ranks per node (cluster.gpus_per_node=8). Run on nodes with 8 GPUs, or rebuild "
+                                  f"the run dir with cluster=local to train on CPU." for rank in (0, 1)}, errors
+    assert "Traceback" not in errors and not (tmp_path / "logs").exists()  # torchrun never started

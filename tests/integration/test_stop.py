@@ -66,6 +66,8 @@ def test_stopping_a_launch_ends_every_rank_with_one_line(launcher, signum, tmp_p
         f"trl_ds: launch stopped by {name}: this node's launcher and ranks were ended. To resume from the newest "
         f"complete checkpoint, rerun the command with hydra.run.dir={tmp_path}")
     assert "Error executing job" not in err  # no Hydra traceback of trl_ds's own
+    # Nor the launcher's (torchrun's SignalException): trl_ds's line is all the terminal shows; the log keeps it.
+    assert "Traceback" not in err and "SignalException" not in err, err
     wait_for(lambda: not processes_of(tmp_path), 10, "no launcher or rank of this run is left")
     summary = read_json(tmp_path / "summary.json")
     assert (summary["status"], summary["reason"]) == ("stopped", f"stopped by {name}")

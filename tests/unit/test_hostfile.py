@@ -65,7 +65,9 @@ def test_slots_must_match_gpus_per_node_naming_the_line():
     selected, _ = select_slots(hosts, "", "", SRC)
     assert check_against_cluster(hosts, selected, nodes=2, gpus_per_node=8, source=SRC) == [
         "hosts.txt line 2: node-1 gives 4 slot(s) but cluster.gpus_per_node=8. Set slots=8 on that line, "
-        "cluster.gpus_per_node=4, or pick slots with launcher.include."]
+        "cluster.gpus_per_node=4, or pick slots with launcher.include.",
+        "hosts.txt gives 12 slot(s) in all (node-0 8 + node-1 4) but the cluster has 16 ranks (cluster.nodes=2 × "
+        "cluster.gpus_per_node=8)."]
 
 
 def test_host_count_must_match_nodes():
@@ -73,7 +75,9 @@ def test_host_count_must_match_nodes():
     selected, _ = select_slots(hosts, "", "", SRC)
     problems = check_against_cluster(hosts, selected, nodes=2, gpus_per_node=8, source=SRC)
     assert problems == ["hosts.txt gives 3 host(s) (node-0, node-1, node-2) but cluster.nodes=2. Set "
-                        "cluster.nodes=3, or list 2 host(s) (launcher.include/exclude pick some)."]
+                        "cluster.nodes=3, or list 2 host(s) (launcher.include/exclude pick some).",
+                        "hosts.txt gives 24 slot(s) in all (node-0 8 + node-1 8 + node-2 8) but the cluster has 16 "
+                        "ranks (cluster.nodes=2 × cluster.gpus_per_node=8)."]
 
 
 def test_include_and_exclude_select_hosts_and_slots_like_deepspeed():
@@ -112,6 +116,24 @@ def test_validate_reads_the_hostfile_and_reports_every_problem(compose_cfg, tmp_
     with pytest.raises(ConfigError) as err:
         validate(cfg, str(tmp_path / "run"), launching=False)
     assert [p.split(":")[0] for p in err.value.problems] == [f"{path} line 3", f"{path} line 4"]
+
+
+def test_bad_lines_and_cluster_mismatches_are_reported_together(compose_cfg, tmp_path):
+    path = tmp_path / "hosts.txt"
+    path.write_text("node-0 slots=8\nnode-1 slots=4\nnode 2 slots=8\nnode-3 slots=x\n")
+    cfg = compose_cfg(["cluster=4x8", "launcher=deepspeed", f"cluster.hostfile={path}"])
+    with pytest.raises(ConfigError) as err:
+        validate(cfg, str(tmp_path / "run"), launching=False)
+    source = f"{path} (its valid lines)"
+    assert err.value.problems == [
+        f"{path} line 3: 'node 2 slots=8' is not `HOST slots=N`. Write one host per line, e.g. `node-0 slots=8`.",
+        f"{path} line 4: slots=x must be a whole number of at least 1, e.g. `node-3 slots=8`.",
+        f"{source} line 2: node-1 gives 4 slot(s) but cluster.gpus_per_node=8. Set slots=8 on that line, "
+        f"cluster.gpus_per_node=4, or pick slots with launcher.include.",
+        f"{source} gives 2 host(s) (node-0, node-1) but cluster.nodes=4. Set cluster.nodes=2, or list 4 host(s) "
+        f"(launcher.include/exclude pick some).",
+        f"{source} gives 12 slot(s) in all (node-0 8 + node-1 4) but the cluster has 32 ranks (cluster.nodes=4 × "
+        f"cluster.gpus_per_node=8)."]
 
 
 def test_missing_hostfile(compose_cfg, tmp_path):

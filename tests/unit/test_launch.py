@@ -97,7 +97,8 @@ def test_every_generated_script_passes_bash_n(compose_cfg, tmp_path):
 # --- config values stay data: run the scripts for real against stub commands --------------------------------------
 
 def stub_bin(tmp_path):
-    """torchrun/deepspeed stubs that record argv and env; srun runs its command once per node; scontrol answers."""
+    """torchrun/deepspeed stubs that record argv and env; srun runs its command once per node; scontrol answers;
+    nvidia-smi lists 8 GPUs (launch.sh checks the node's GPUs first: tests/unit/test_gpu_count.py)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     record = f"""#!{sys.executable}
@@ -114,7 +115,9 @@ for node in 0 1; do SLURM_JOB_NODELIST='gpu-[a-b]' SLURM_NODEID=$node SLURM_NNOD
 if [ "$2" = hostnames ]; then printf 'gpu-a\\ngpu-b\\n'
 else echo "NodeName=$3 Arch=x86_64 NodeAddr=10.9.8.7 CPUTot=8"; fi
 """
-    for name, text in (("torchrun", record), ("deepspeed", record), ("srun", srun), ("scontrol", scontrol)):
+    nvidia_smi = "#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo \"GPU $i: stub\"; done\n"
+    for name, text in (("torchrun", record), ("deepspeed", record), ("srun", srun), ("scontrol", scontrol),
+                       ("nvidia-smi", nvidia_smi)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     return bin_dir

@@ -95,3 +95,11 @@ def test_failed_rank_log_prefers_a_recorded_failure_then_a_traceback(tmp_path):
     assert failed_rank_log(str(run_dir)) == "/somewhere/rank1.log"
     with open(os.path.join(node1, "failure.json")) as f:
         assert json.load(f) == {"node": 1, "message": "rank 1 ...", "log": "/somewhere/rank1.log"}
+
+
+def test_too_few_gpus_on_the_node_is_the_failure(tmp_path):
+    line = ("node 1 (gpu-7) has 2 usable GPU(s) but the run starts 8 ranks per node (cluster.gpus_per_node=8). Run on "
+            "nodes with 8 GPUs, or rebuild the run dir with cluster.gpus_per_node=2.")
+    failure = describe(f"some launcher noise\ntrl_ds: {line}\n", 2, node(tmp_path))
+    # The launcher's output goes to its log only: trl_ds's "launch failed:" line says launch.sh's line, once.
+    assert (failure.message, failure.log) == (line, os.path.join(str(tmp_path), "launcher.log"))

@@ -41,6 +41,20 @@ def test_trl_cli_parses_trainer_yaml_into_its_config_class(tmp_path, trainer):
     saved = yaml.safe_load((run_dir / "trainer.yaml").read_text())
     assert saved["per_device_train_batch_size"] * 2 * saved["gradient_accumulation_steps"] == 8
     assert (run_dir / "trainer.yaml").read_text().startswith(f"# trl {trainer} --config trainer.yaml")
+    # CPU ranks: without use_cpu, transformers gives accelerate no backend and each rank counts itself alone.
+    assert training.use_cpu is True and training.dataloader_drop_last is False
+    # A dry run writes no model folder: the header says what writes it.
+    assert "# First train once with trl_ds (bash launch.sh, or the same command without dry_run=true): that " \
+           "writes the model folder model/ named below." in (run_dir / "trainer.yaml").read_text()
+
+
+def test_gpu_runs_leave_use_cpu_out(compose_cfg):
+    from trl_ds.build.trainer_config import build_trainer_args
+    from trl_ds.config.batch import Batch
+
+    args = build_trainer_args(compose_cfg(["cluster=1x8", "trainer.dataloader_drop_last=true"]), Batch(2, 8, 1),
+                              "/run")
+    assert "use_cpu" not in args and args["dataloader_drop_last"] is True
 
 
 def test_trainer_options_reach_their_trainer(tmp_path):

@@ -9,7 +9,7 @@ from typing import Any, Dict
 
 import yaml
 
-from trl_ds.build.layout import ACCELERATE_YAML, DS_CONFIG, TRAINER_YAML, write_json, write_text
+from trl_ds.build.layout import ACCELERATE_YAML, DS_CONFIG, TINY_MODEL_DIR, TRAINER_YAML, write_json, write_text
 from trl_ds.config.topology import topology
 from trl_ds.config.values import sp_size, value, world_size
 
@@ -90,6 +90,14 @@ def auto_ds_config(ds_config: Dict[str, Any]) -> Dict[str, Any]:
     return auto
 
 
+def model_note(cfg) -> str:
+    """The built-in tiny model is saved into the run dir by the first rank of a real run, not by a dry run."""
+    if cfg.model.name_or_path:
+        return ""
+    return (f"# First train once with trl_ds (bash launch.sh, or the same command without dry_run=true): that writes "
+            f"the model folder {TINY_MODEL_DIR}/ named below.\n")
+
+
 def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_args: Dict[str, Any]) -> None:
     """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read."""
     command = value(cfg.trainer.name)
@@ -97,7 +105,7 @@ def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_arg
     write_json(os.path.join(folder, DS_CONFIG), ds_config)
     write_text(os.path.join(folder, TRAINER_YAML),
                f"# trl {command} --config trainer.yaml   (TRL's own argument names; it launches with accelerate.yaml)\n"
-               + yaml.safe_dump(trainer_args, sort_keys=False))
+               + model_note(cfg) + yaml.safe_dump(trainer_args, sort_keys=False))
     write_text(os.path.join(folder, ACCELERATE_YAML),
                f"# accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's "
                f"DeepSpeed setup)\n" + yaml.safe_dump(build_accelerate_config(cfg, folder), sort_keys=False))

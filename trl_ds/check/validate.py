@@ -29,6 +29,7 @@ from trl_ds.config.zero_offload import zero_offload_problems
 from trl_ds.errors import ConfigError
 from trl_ds.launch.build_ops import stale_locks
 from trl_ds.launch.deepspeed import check_deepspeed_launcher
+from trl_ds.launch.gpu_count import partition_gpu_problems, ranks_run_here
 from trl_ds.launch.hostfile import HOST_NAME
 from trl_ds.launch.script import ENV_NAME
 from trl_ds.launch.slurm import check_slurm
@@ -216,9 +217,10 @@ def check_resume(cfg, run_dir: str) -> List[str]:
 
 
 def check_machine(cfg, run_dir: str) -> List[str]:
-    """What this machine must have for a real launch."""
-    problems = []
-    if value(cfg.cluster.device) == "cuda":
+    """What this machine must have for a real launch. GPUs only where every rank runs here; elsewhere each node's
+    launch.sh counts its own, and SLURM's partition is compared when SLURM answers."""
+    problems = partition_gpu_problems(cfg)
+    if value(cfg.cluster.device) == "cuda" and ranks_run_here(cfg):
         have = count_gpus()
         if have < cfg.cluster.gpus_per_node:
             problems.append(f"cluster={cfg.cluster.name} asks for {cfg.cluster.gpus_per_node} GPUs per node "

@@ -10,6 +10,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from trl_ds.config.run_name import register_run_name
+
 
 class Device(str, Enum):
     cpu = "cpu"
@@ -208,6 +210,8 @@ class TrainerConfig:
     # Recompute activations in backward: less memory, about 1/3 more compute. auto: trl_ds.plan.autofit decides.
     gradient_checkpointing: Any = False
     dataloader_num_workers: int = 0
+    # Drop each epoch's last, partial global batch (dataset rows not a multiple of the global batch; see the plan)
+    dataloader_drop_last: bool = False
     report_to: str = "none"  # none, tensorboard or wandb (the package must be installed)
     # Options of one trainer only (TRL's names); setting one for another trainer is an error before launch.
     beta: float = 0.1  # dpo: how far the policy may move from the reference; grpo: KL coefficient (grpo preset: 0.0)
@@ -322,3 +326,4 @@ class RunConfig:
 def register() -> None:
     """The top-level schema types every group's preset when it merges in (conf/config.yaml lists it first)."""
     ConfigStore.instance().store(name="base_run", node=RunConfig)
+    register_run_name()

@@ -15,6 +15,7 @@ from trl_ds.config.values import value
 from ..errors import ConfigError
 from .deepspeed import build_deepspeed_commands, load_hosts
 from .failure import NodeView
+from .gpu_count import launch_script_checks_gpus
 from .hostfile import render_hostfile
 from .script import render_launch_script
 from .slurm import main_addr_from_slurm, render_sbatch, submit_job, under_slurm_job
@@ -33,7 +34,7 @@ def build_commands(cfg, run_dir: str) -> List[List[str]]:
 def render_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> Dict[str, str]:
     """File name in the run dir -> text: launch.sh always, the hostfile or sbatch.sh for their launchers. Pure."""
     files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes,
-                                                 cfg.cluster.gpus_per_node)}
+                                                 cfg.cluster.gpus_per_node, launch_script_checks_gpus(cfg))}
     name = value(cfg.launcher.name)
     if name == "deepspeed":
         hosts, origin, _ = load_hosts(cfg)

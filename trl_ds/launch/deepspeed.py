@@ -20,9 +20,10 @@ def load_hosts(cfg) -> Tuple[List[Host], str, List[str]]:
         hosts, problems, origin = default_hosts(c.nodes, c.gpus_per_node), [], f"cluster={c.name}"
         if c.nodes > 1:
             origin += " (placeholder host names: name your nodes with cluster.hostfile=FILE)"
-    if hosts and not problems:
-        selected, problems = select_slots(hosts, launcher.include, launcher.exclude, origin)
-        problems = problems or check_against_cluster(hosts, selected, c.nodes, c.gpus_per_node, origin)
+    if hosts:  # every problem at once: the file's bad lines, and what its good lines give against the cluster
+        source = f"{origin} (its valid lines)" if problems else origin
+        selected, filter_problems = select_slots(hosts, launcher.include, launcher.exclude, source)
+        problems += filter_problems or check_against_cluster(hosts, selected, c.nodes, c.gpus_per_node, source)
     return hosts, origin, problems
 
 

@@ -18,6 +18,8 @@ START_EVERY_NODE = ("Start every node (bash launch.sh NODE_RANK, or python -m tr
 CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 # torchrun on a node > 0 that never reached node 0's store (it retries once, then gives up).
 MAIN_UNREACHABLE = re.compile(r"timed out after \d+ms while trying to connect to")
+# launch.sh's own check of the node's GPUs (launch/gpu_count.py): its line is the launch's failure, said once.
+TOO_FEW_GPUS = re.compile(r"^trl_ds: (node \S+ \(.*\) has \d+ usable GPU\(s\) .*)$", re.M)
 
 
 @dataclass
@@ -39,13 +41,18 @@ class NodeView:
 
 def describe(output: str, returncode: int, node: NodeView) -> Failure:
     """The failing rank (torchrun, deepspeed), a rendezvous that timed out, or else the node's launcher log."""
-    for reader in (_torchrun_rank, _deepspeed_rank, _rendezvous, _main_unreachable):
+    for reader in (_too_few_gpus, _torchrun_rank, _deepspeed_rank, _rendezvous, _main_unreachable):
         found = reader(output, node)
         if found:
             return found
     log = os.path.join(node.log_dir, "launcher.log")
     return Failure(f"node {node.rank}: the launcher exited with {exit_text(returncode)}; its output is in {log}",
                    log)
+
+
+def _too_few_gpus(output: str, node: NodeView) -> Optional[Failure]:
+    match = TOO_FEW_GPUS.search(output)
+    return Failure(match.group(1), os.path.join(node.log_dir, "launcher.log")) if match else None
 
 
 def _torchrun_rank(output: str, node: NodeView) -> Optional[Failure]:

@@ -110,6 +110,11 @@ def check_against_cluster(hosts: List[Host], selected: Dict[str, List[int]], nod
         problems.append(f"{source} gives {len(selected)} host(s) ({', '.join(selected) or 'none'}) but "
                         f"cluster.nodes={nodes}. Set cluster.nodes={len(selected)}, or list {nodes} host(s) "
                         f"(launcher.include/exclude pick some).")
+    total = sum(len(slots) for slots in selected.values())
+    if total != nodes * gpus_per_node:
+        parts = " + ".join(f"{name} {len(slots)}" for name, slots in selected.items()) or "none"
+        problems.append(f"{source} gives {total} slot(s) in all ({parts}) but the cluster has {nodes * gpus_per_node} "
+                        f"ranks (cluster.nodes={nodes} × cluster.gpus_per_node={gpus_per_node}).")
     return problems
 
 

@@ -7,7 +7,7 @@ import sys
 import yaml
 
 from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SUMMARY, read_json, write_json, write_text
-from trl_ds.config.training_steps import describe as describe_steps
+from trl_ds.config.partial_batch import count_rows, epoch_end_text
 from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
@@ -26,8 +26,14 @@ def describe(cfg) -> str:
 
 
 def print_dry_run(cfg, prepared) -> None:
+    b = prepared.batch
     print(f"trl_ds dry run: {describe(cfg)}")
-    print(batch_line(cfg, prepared))
+    world = f"world {b.world}" if sp_size(cfg) == 1 else \
+        f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
+    print(f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}")
+    epoch_end = epoch_end_of(cfg, b.global_size)
+    if epoch_end:
+        print(f"  epoch end: {epoch_end}")
     print(f"  run dir: {prepared.run_dir}")
     if value(cfg.launcher.name) == "slurm":
         print(f"  submit: sbatch {os.path.join(prepared.run_dir, 'sbatch.sh')}   (srun runs launch.sh on every node)")
@@ -36,13 +42,9 @@ def print_dry_run(cfg, prepared) -> None:
         print(f"    node {rank}: {format_command(cmd)}")
 
 
-def batch_line(cfg, prepared) -> str:
-    """The batch arithmetic and the optimizer steps it makes, printed before launch (dry run or not)."""
-    b = prepared.batch
-    world = f"world {b.world}" if sp_size(cfg) == 1 else \
-        f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
-    return (f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}; "
-            f"{describe_steps(prepared.plan['training'])}")
+def epoch_end_of(cfg, global_batch: int):
+    """What happens to the rows left over at each epoch's end, when the data is not a multiple of the batch."""
+    return epoch_end_text(count_rows(cfg.trainer.dataset_name), global_batch, cfg.trainer.dataloader_drop_last)
 
 
 def record_skipped(run_dir: str, overrides, err) -> None:
@@ -71,7 +73,11 @@ def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
         write_json(path, {"status": "failed", "reason": failure_reason(log, returncode), "log": log,
                           "run_dir": run_dir, "wall_seconds": round(wall_seconds, 3), "exit_code": returncode or 1})
     else:
-        write_json(path, {**read_json(path), "wall_seconds": round(wall_seconds, 3)})
+        s = {**read_json(path), "wall_seconds": round(wall_seconds, 3)}
+        epoch_end = epoch_end_of(cfg, prepared.batch.global_size)
+        if epoch_end:
+            s["epoch_end"] = epoch_end
+        write_json(path, s)
     print_outcome(cfg, run_dir)
 
 
@@ -86,10 +92,10 @@ def print_outcome(cfg, run_dir: str) -> None:
         return
     print(f"trl_ds: run {s['status']}: {describe(cfg)}")
     print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
-    if s.get("eval_loss") is not None:
-        print(f"  eval loss      {s['eval_loss']:.4f} at step {s['eval_step']} ({s['evaluations']} evaluations)")
     print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")
     print(f"  world size     {s['world_size']} ({s['distributed_type']}, {s['device']})")
+    if s.get("epoch_end"):
+        print(f"  epoch end      {s['epoch_end']}")
     for mem_path in sorted(glob.glob(os.path.join(run_dir, MEMORY_DIR, "rank_*.json"))):
         print(f"  memory         {format_memory(read_json(mem_path))}")
     print(f"  run dir        {run_dir}")

@@ -18,11 +18,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from trl_ds.build.layout import FINAL_MODEL_DIR, METRICS
+from trl_ds.config.partial_batch import count_rows, explain_divergence
+from trl_ds.config.run_name import run_name
 
 LOSS_RTOL = 1e-5
 WEIGHT_RTOL = 1e-5
@@ -74,11 +75,13 @@ def weight_deviation(reference_dir: str, run_dir: str) -> float:
     return max(((other[k] - ref[k]).norm() / ref[k].norm().clamp_min(1e-30)).item() for k in ref)
 
 
-def compare(runs: Dict[str, str]) -> Dict:
+def compare(runs: Dict[str, str], global_batch: Optional[int] = None) -> Dict:
+    """global_batch: explain a divergence that starts at an epoch's partial last batch (read from the runs' data)."""
     names = list(runs)
     losses = {name: read_losses(runs[name]) for name in names}
     ref = losses[names[0]]
-    per_step = [max(abs(losses[n][i] - ref[i]) / abs(ref[i]) for n in names) for i in range(len(ref))]
+    by_point = {n: [abs(losses[n][i] - ref[i]) / abs(ref[i]) for i in range(len(ref))] for n in names}
+    per_step = [max(by_point[n][i] for n in names) for i in range(len(ref))]
     weights = {n: weight_deviation(runs[names[0]], runs[n]) for n in names[1:]}
     steps_equal = all(len(losses[n]) == len(ref) for n in names)
     result = {"points": names, "losses": losses, "step_deviation": per_step,
@@ -87,7 +90,16 @@ def compare(runs: Dict[str, str]) -> Dict:
               "loss_rtol": LOSS_RTOL, "weight_rtol": WEIGHT_RTOL}
     result["equivalent"] = (steps_equal and result["max_loss_deviation"] <= LOSS_RTOL
                             and result["max_weight_deviation"] <= WEIGHT_RTOL)
+    if not result["equivalent"] and steps_equal and global_batch:
+        result["cause"] = explain_divergence(per_step, by_point, dataset_rows(runs[names[0]]), global_batch, LOSS_RTOL)
     return result
+
+
+def dataset_rows(run_dir: str):
+    from trl_ds.build.layout import load_run_config
+
+    cfg = load_run_config(run_dir)
+    return None if cfg.trainer.dataloader_drop_last else count_rows(cfg.trainer.dataset_name)
 
 
 def render_table(result: Dict) -> str:
@@ -101,6 +113,8 @@ def render_table(result: Dict) -> str:
     verdict = "EQUIVALENT" if result["equivalent"] else "NOT EQUIVALENT"
     lines.append(f"\n{verdict}: max loss deviation {result['max_loss_deviation']:.1e} (tolerance {LOSS_RTOL:.0e}), "
                  f"max weight deviation {result['max_weight_deviation']:.1e} (tolerance {WEIGHT_RTOL:.0e}).")
+    if result.get("cause"):
+        lines.append(result["cause"])
     return "\n".join(lines)
 
 
@@ -110,8 +124,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--global-batch", type=int, default=8, help="samples per optimizer step (divisible by 4)")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--ranks", default="1,2,4", help="rank counts to try, e.g. 1,2 (4 ranks on 2 cores is slow)")
+    parser.add_argument("--points", default="", help="only these points, e.g. 1x8x1,2x4x1 (the first is the reference)")
     parser.add_argument("--zero", action="store_true", help="compare ZeRO stages instead of batch shapes")
-    parser.add_argument("--out", default=os.path.join("outputs", "equivalence", time.strftime("%Y-%m-%d_%H-%M-%S")))
+    parser.add_argument("--out", default=os.path.join("outputs", "equivalence", run_name().replace("/", "_")))
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the main app, applied to every point")
     return parser.parse_args(argv)
 
@@ -124,11 +139,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     ranks = [int(r) for r in args.ranks.split(",")]
     points = zero_points(args.global_batch) if args.zero else batch_shapes(args.global_batch, ranks)
+    if args.points:
+        wanted = args.points.replace("x", "×").split(",")
+        points = [p for p in points if p.name in wanted]
     runs = {}
     for point in points:
         print(f"running {point.name} ...", flush=True)
         runs[point.name] = run_point(point, args.overrides, args.out, args.steps)
-    result = compare(runs)
+    result = compare(runs, args.global_batch)
     table = render_table(result)
     print(table)
     with open(os.path.join(args.out, "equivalence.json"), "w") as f:

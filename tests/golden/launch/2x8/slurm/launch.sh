@@ -14,6 +14,25 @@ if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
 fi
 export NCCL_SOCKET_IFNAME=ib0
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
+# The ranks need this node's GPUs: stop before the launcher starts if there are fewer than it would use.
+if command -v nvidia-smi >/dev/null 2>&1; then
+  GPUS="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+else
+  GPUS="$(find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2>/dev/null | wc -l)"
+fi
+if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+  VISIBLE="$(printf %s "$CUDA_VISIBLE_DEVICES" | tr , '\n' | grep -cE '^([0-9]+|GPU-.+|MIG-.+)$' \
+    || true)"
+  [ "$VISIBLE" -lt "$GPUS" ] && GPUS="$VISIBLE"
+fi
+if [ -n "${SLURM_GPUS_ON_NODE:-}" ] && [ "$SLURM_GPUS_ON_NODE" -lt "$GPUS" ]; then
+  GPUS="$SLURM_GPUS_ON_NODE"
+fi
+if [ "$GPUS" -lt 8 ]; then
+  if [ "$GPUS" -gt 0 ]; then FIX="cluster.gpus_per_node=$GPUS"; else FIX="cluster=local to train on CPU"; fi
+  echo "trl_ds: node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}) has $GPUS usable GPU(s) but the run starts 8 ranks per node (cluster.gpus_per_node=8). Run on nodes with 8 GPUs, or rebuild the run dir with $FIX." >&2
+  exit 2
+fi
 case "$NODE_RANK" in
   0) exec torchrun --nnodes 2 --nproc_per_node 8 --node_rank 0 --master_addr "$MAIN_ADDR" --master_port 29500 --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_0 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
   1) exec torchrun --nnodes 2 --nproc_per_node 8 --node_rank 1 --master_addr "$MAIN_ADDR" --master_port 29500 --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_1 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;

@@ -1,0 +1,41 @@
+"""Epochs that end in a partial batch: said in the dry run and summary, and named as the cause of a divergence."""
+import json
+
+from tests.conftest import run_app
+from trl_ds.config.partial_batch import boundary_steps, count_rows, epoch_end_text, explain_divergence
+
+
+def test_rows_left_over_per_epoch():
+    assert epoch_end_text(512, 4, False) is None  # the built-in data: 128 full batches
+    assert epoch_end_text(None, 8, False) is None  # a hub dataset: unknown before loading
+    assert epoch_end_text(20, 8, True) == ("each epoch drops its last 4 of 20 rows (trainer.dataloader_drop_last=true; "
+                                           "global batch 8)")
+    assert epoch_end_text(20, 8, False).startswith("each epoch ends in a partial batch: 20 rows = 2 × 8 + 4; its "
+                                                   "last step takes the 4 rows left (with several ranks, 4 rows")
+    assert boundary_steps(20, 8, 9) == [3, 6, 9]  # ceil(20 / 8) = 3 steps per epoch
+
+
+def test_divergence_at_the_epoch_boundary_is_explained():
+    # The issue's numbers: 1×8×1 is the reference, 2×4×1 and 4×2×1 part at step 3, 1×2×4 does not.
+    by_point = {"1×8×1": [0, 0, 0], "1×2×4": [1e-7, 1e-7, 1e-7], "2×4×1": [1e-7, 1e-7, 6.7e-3],
+                "4×2×1": [0, 1e-7, 5e-3]}
+    per_step = [max(v[i] for v in by_point.values()) for i in range(3)]
+    assert explain_divergence(per_step, by_point, 20, 8, 1e-5) == (
+        "Cause: step 3 is the first to cross the end of the data (20 rows, global batch 8: 16 rows used, 4 left over), "
+        "and 2×4×1, 4×2×1 split that partial batch differently from 1×8×1 (as 1×2×4 do not); steps 1-2 agree. Not a "
+        "trl_ds bug: the last batch of each epoch is split and padded across ranks by shape. Set "
+        "trainer.dataloader_drop_last=true, or use a dataset whose size is a multiple of the global batch (e.g. 16 or "
+        "24 rows).")
+    # A divergence from step 1 on is something else: no such explanation.
+    assert explain_divergence([1e-2, 1e-2, 1e-2], {"a": [0] * 3, "b": [1e-2] * 3}, 20, 8, 1e-5) is None
+    assert explain_divergence(per_step, by_point, 24, 8, 1e-5) is None  # no partial batch at all
+
+
+def test_dry_run_says_how_epochs_end(tmp_path):
+    data = tmp_path / "rows20.jsonl"
+    data.write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(20)))
+    assert count_rows(str(data)) == 20
+    out = run_app(["dry_run=true", f"trainer.dataset_name={data}", "batch.global_size=8"], tmp_path / "run",
+                  timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "  epoch end: each epoch ends in a partial batch: 20 rows = 2 × 8 + 4;" in out.stdout
