@@ -3,12 +3,14 @@
     python -m trl_ds.plan model=llama3-70b cluster=1x8 trainer.max_length=2048
     python -m trl_ds.plan model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24 --fits   # only the rows that fit
     python -m trl_ds.plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
-    python -m trl_ds.plan model.config_path=/models/my-llama/config.json cluster=2x8
+    python -m trl_ds.plan model.name_or_path=Qwen/Qwen2.5-7B cluster=1x1 cluster.gpu_memory_gb=24   # cached config
+    python -m trl_ds.plan model.name_or_path=/models/my-moe cluster=2x8        # a save_pretrained folder
 
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
-micro-batch around it. No torch, no DeepSpeed, no download: the numbers come from trl_ds/memory/estimate.py, and
-the estimated seconds per optimizer step (the rows' order, fitting rows first) from trl_ds/steptime.py with the
-cluster.gpu hardware preset (or a `python -m trl_ds.calibrate` file).
+micro-batch around it. The model's config.json (or the preset) gives the architecture (trl_ds/model_source.py).
+No DeepSpeed, no weights, and no torch unless the family is counted on the meta device: the numbers come from
+trl_ds/memory/estimate.py, and the estimated seconds per optimizer step (the rows' order, fitting rows first) from
+trl_ds/steptime.py with the cluster.gpu hardware preset (or a `python -m trl_ds.calibrate` file).
 """
 import os
 import sys
@@ -177,7 +179,7 @@ def not_fit_message(cfg, e: Estimate) -> str:
     else:
         what = (f"estimated {size(e.host_total)} GiB of host RAM per node > cluster.cpu_memory_gb={s.cpu_memory_gb:g} "
                 f"(per rank: {parts}).")
-    head = f"model={cfg.model.name} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
+    head = f"model {s.arch.name or cfg.model.name} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
            f"offload {offload_name(s)}, micro-batch {s.micro_batch}, {s.seq_len} tokens): {what}"
     best = smallest_fitting_change(s, cfg.batch.global_size)
     if best is None:
@@ -189,7 +191,7 @@ def not_fit_message(cfg, e: Estimate) -> str:
 
 def plan_for_run_dir(cfg, current: Estimate, overrides: Sequence[str]) -> dict:
     """plan.json: the current config's estimate, the grid around it and the recommendation."""
-    names = (cfg.cluster.name, cfg.model.config_path or cfg.model.name)
+    names = (cfg.cluster.name, current.setup.arch.name or cfg.model.name)
     rows = grid(current.setup, cfg.batch.global_size)
     times = times_for(cfg, rows + [current])
     return {**as_json(by_time(rows, times), current, names, overrides, times),
@@ -226,9 +228,26 @@ def seconds(t: StepTime) -> str:
 
 
 def describe_params(s: Setup) -> str:
-    """'8.04B parameters, 6.82M trainable' under LoRA: the optimizer holds only the adapters."""
+    """'8.04B parameters, 6.82M trainable' under LoRA: the optimizer holds only the adapters; MoE adds the active
+    ones."""
     trainable = f", {describe_count(s.trainable)} trainable" if s.uses_lora else ""
-    return f"{describe_count(s.total_params)} parameters{trainable}"
+    active = f", {describe_count(s.counts.active)} active per token" if s.arch.is_moe else ""
+    return f"{describe_count(s.total_params)} parameters{active}{trainable}"
+
+
+def describe_architecture(s: Setup, model_cfg=None) -> List[str]:
+    """Where the dimensions came from and how they were counted; for MoE, what is planned and what is not."""
+    a, counted = s.arch, ("exact, from the dimensions" if s.counts.method == "fast" else
+                          "exact, by a meta-device instantiation with transformers (imports torch)")
+    preset = model_cfg.name if model_cfg is not None else None
+    ignored = f"; preset model={preset}'s dimensions not used" if preset and "preset" not in a.source else ""
+    lines = [f"architecture: {a.model_type}, {a.num_hidden_layers} layers, hidden {a.hidden_size}, from "
+             f"{a.source or 'the preset'}{ignored}; count {counted}"]
+    if a.is_moe:
+        lines.append(f"mixture of experts: {a.moe_layers} MoE layers x {a.num_experts} experts, {a.experts_per_token} "
+                     f"per token; model states count every expert on every rank (expert parallelism is out of "
+                     f"scope); activations and step time count the routed and shared experts")
+    return lines
 
 
 def describe_sequence(s: Setup) -> str:
@@ -236,12 +255,13 @@ def describe_sequence(s: Setup) -> str:
     return f"sequence {s.seq_len} tokens{split}"
 
 
-def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str) -> List[str]:
+def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, model_cfg=None) -> List[str]:
     capacity = ("judged against host RAM (CPU ranks)" if s.judged_on_host
                 else f"{s.gpu_memory_gb:g} GiB per GPU")
     lora = f", LoRA r={s.lora_r}" if s.uses_lora else ""
     return [f"trl_ds plan: {model_name} ({describe_params(s)}, largest module "
             f"{describe_count(s.counts.largest_module)}){lora}, {s.dtype}, {describe_sequence(s)}",
+            *describe_architecture(s, model_cfg),
             f"cluster {cluster_name}: {s.nodes} node(s) x {s.gpus_per_node} {s.device} rank(s), {capacity}, "
             f"{s.cpu_memory_gb:g} GiB host RAM per node",
             f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: the peak of "
@@ -258,9 +278,9 @@ def summary_line(e: Estimate) -> str:
 
 
 def render(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str],
-           times: Times, only_fitting: bool = False) -> str:
+           times: Times, only_fitting: bool = False, model_cfg=None) -> str:
     shown = [e for e in rows if e.verdict == "fits"] if only_fitting else rows
-    lines = describe_setup(current.setup, *names, table_unit(rows)[1]) + [
+    lines = describe_setup(current.setup, *names, table_unit(rows)[1], model_cfg) + [
         "", render_table(shown or rows, times), "", f"current:     {summary_line(current)}"]
     best = recommend(rows, times)
     if best is None:
@@ -276,7 +296,15 @@ def render(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], 
 def as_json(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str],
             times: Times) -> dict:
     s, best = current.setup, recommend(rows, times)
+    a = s.arch
     return {"model": names[1], "parameters": s.total_params, "trainable_parameters": s.trainable,
+            "active_parameters": s.counts.active + s.adapters.total,
+            "architecture": {"model_type": a.model_type, "source": a.source, "count": s.counts.method,
+                             "num_hidden_layers": a.num_hidden_layers, "hidden_size": a.hidden_size,
+                             "vocab_size": a.vocab_size, "moe_layers": a.moe_layers, "num_experts": a.num_experts,
+                             "experts_per_token": a.experts_per_token,
+                             "expert_parallelism": "out of scope: every rank holds every expert" if a.is_moe
+                             else None},
             "lora_r": s.lora_r, "largest_module": s.counts.largest_module, "dtype": s.dtype, "seq_len": s.seq_len,
             "sp_size": s.sp_size,
             "cluster": {"name": names[0], "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "device": s.device,
@@ -343,12 +371,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"trl_ds.plan: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
     rows = by_time(rows, times)
-    names = (cfg.cluster.name, cfg.model.name if not cfg.model.config_path else cfg.model.config_path)
+    names = (cfg.cluster.name, base.arch.name or cfg.model.name)
     if "--json" in args:
         import json
         print(json.dumps(as_json(rows, current, names, overrides, times), indent=2))
     else:
-        print(render(rows, current, names, overrides, times, only_fitting="--fits" in args))
+        print(render(rows, current, names, overrides, times, only_fitting="--fits" in args, model_cfg=cfg.model))
     return 0
 
 
