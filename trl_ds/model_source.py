@@ -27,21 +27,34 @@ def is_local_path(path: str) -> bool:
     return path.startswith(("/", ".", "~")) or os.path.isdir(os.path.expanduser(path))
 
 
+def uses_preset(model_cfg) -> bool:
+    """The preset's own dimensions describe the model: the tiny model, or the preset's own hub id."""
+    name_or_path = model_cfg.get("name_or_path")
+    return not model_cfg.get("config_path") and (not name_or_path or name_or_path == model_cfg.get("dimensions_of"))
+
+
+def display_name(model_cfg) -> str:
+    """What the output calls the model: the preset, else the folder, hub id or config.json named."""
+    if uses_preset(model_cfg):
+        return model_cfg.name
+    return model_cfg.get("name_or_path") or model_cfg.config_path
+
+
 def model_source(model_cfg) -> ModelSource:
     """The one place that decides which dimensions describe the model (see the module docstring)."""
     config_path, name_or_path = model_cfg.get("config_path"), model_cfg.get("name_or_path")
+    name = display_name(model_cfg)
+    if uses_preset(model_cfg):
+        return ModelSource(name, None, f"preset model={model_cfg.name}")
     if config_path:
-        name = name_or_path or config_path
         return ModelSource(name, read_json(config_path, f"model.config_path={config_path}"),
                            f"config.json at {config_path}")
-    if not name_or_path or name_or_path == model_cfg.get("dimensions_of"):
-        return ModelSource(name_or_path or model_cfg.name, None, f"preset model={model_cfg.name}")
     if is_local_path(name_or_path):
-        return ModelSource(name_or_path, read_json(name_or_path, f"model.name_or_path={name_or_path}"),
+        return ModelSource(name, read_json(name_or_path, f"model.name_or_path={name_or_path}"),
                            f"config.json in {name_or_path}")
     file = hub_config_file(name_or_path)
-    return ModelSource(name_or_path, read_json(file, f"model.name_or_path={name_or_path}"),
-                       f"config.json of hub model {name_or_path}")
+    return ModelSource(name, read_json(file, f"model.name_or_path={name_or_path}"),
+                       f"config.json of hub model {name_or_path} ({file})")
 
 
 def read_json(path: str, key: str) -> dict:

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import EXIT_USER_ERROR, ConfigError
 from .memory.estimate import GiB, MiB, Estimate, Setup, estimate, setup_from_config
+from .model_source import display_name, uses_preset
 from .params import describe_count
 from .short_lived import pause_collection
 from .steptime import StepTime, hardware_from_config, time_rows
@@ -179,7 +180,7 @@ def not_fit_message(cfg, e: Estimate) -> str:
     else:
         what = (f"estimated {size(e.host_total)} GiB of host RAM per node > cluster.cpu_memory_gb={s.cpu_memory_gb:g} "
                 f"(per rank: {parts}).")
-    head = f"model {s.arch.name or cfg.model.name} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
+    head = f"{model_label(cfg.model)} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
            f"offload {offload_name(s)}, micro-batch {s.micro_batch}, {s.seq_len} tokens): {what}"
     best = smallest_fitting_change(s, cfg.batch.global_size)
     if best is None:
@@ -189,9 +190,17 @@ def not_fit_message(cfg, e: Estimate) -> str:
                    f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).")
 
 
+def model_label(model_cfg) -> str:
+    """The override that named the model, for messages."""
+    if uses_preset(model_cfg):
+        return f"model={model_cfg.name}"
+    key = "config_path" if model_cfg.get("config_path") else "name_or_path"
+    return f"model.{key}={model_cfg[key]}"
+
+
 def plan_for_run_dir(cfg, current: Estimate, overrides: Sequence[str]) -> dict:
     """plan.json: the current config's estimate, the grid around it and the recommendation."""
-    names = (cfg.cluster.name, current.setup.arch.name or cfg.model.name)
+    names = (cfg.cluster.name, display_name(cfg.model))
     rows = grid(current.setup, cfg.batch.global_size)
     times = times_for(cfg, rows + [current])
     return {**as_json(by_time(rows, times), current, names, overrides, times),
@@ -240,7 +249,7 @@ def describe_architecture(s: Setup, model_cfg=None) -> List[str]:
     a, counted = s.arch, ("exact, from the dimensions" if s.counts.method == "fast" else
                           "exact, by a meta-device instantiation with transformers (imports torch)")
     preset = model_cfg.name if model_cfg is not None else None
-    ignored = f"; preset model={preset}'s dimensions not used" if preset and "preset" not in a.source else ""
+    ignored = f"; preset model={preset}'s dimensions not used" if preset and not uses_preset(model_cfg) else ""
     lines = [f"architecture: {a.model_type}, {a.num_hidden_layers} layers, hidden {a.hidden_size}, from "
              f"{a.source or 'the preset'}{ignored}; count {counted}"]
     if a.is_moe:
@@ -371,7 +380,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"trl_ds.plan: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
     rows = by_time(rows, times)
-    names = (cfg.cluster.name, base.arch.name or cfg.model.name)
+    names = (cfg.cluster.name, display_name(cfg.model))
     if "--json" in args:
         import json
         print(json.dumps(as_json(rows, current, names, overrides, times), indent=2))

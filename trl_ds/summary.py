@@ -8,6 +8,7 @@ import yaml
 
 from .launch.run import failed_rank_log, tail
 from .launch.script import format_command
+from .model_source import display_name
 from .rundir import OVERRIDES, read_json, write_json, write_text
 from .values import dtype, offloads, sp_size, value, world_size
 
@@ -21,7 +22,7 @@ def describe(cfg) -> str:
     where = offloads(cfg)
     return (f"{c.nodes} node(s) × {c.gpus_per_node} {value(c.device)} rank(s) = world {world_size(cfg)}, "
             f"ZeRO stage {cfg.zero.stage}, offload optimizer={where['optimizer']} param={where['param']}, "
-            f"{dtype(cfg)}, model {cfg.model.name}")
+            f"{dtype(cfg)}, model {display_name(cfg.model)}")
 
 
 def print_dry_run(cfg, prepared) -> None:

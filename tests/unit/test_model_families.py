@@ -1,7 +1,6 @@
 """Every family's planner count equals a meta-device instantiation with transformers, exact to the parameter, from a
-config.json folder and from a preset; what transformers builds and trl_ds does not know is counted on the meta
+config.json folder (presets: tests/unit/test_params.py); what transformers builds and trl_ds does not know is counted on the meta
 device (and says so); MoE models count all experts in their total and the routed ones in their active parameters."""
-import glob
 import json
 import os
 
@@ -10,8 +9,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from trl_ds.errors import ConfigError
-from trl_ds.models import hf_config
-from trl_ds.params import FAST_TYPES, architecture, count_params, read_hf_config
+from trl_ds.params import FAST_TYPES, count_params, read_hf_config
 
 SMALL = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
          "num_attention_heads": 8, "num_key_value_heads": 2, "pad_token_id": 0, "bos_token_id": 1,
@@ -38,7 +36,6 @@ FAMILIES = {
     "phi3": {},
     "olmo2": {"attention_bias": True},
 }
-PRESETS = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob("conf/model/*.yaml"))
 
 
 def instantiate(config):
@@ -110,12 +107,3 @@ def test_a_model_transformers_cannot_build_is_one_clear_error(tmp_path):
     with pytest.raises(ConfigError, match=r"model_type 'no_such_family' is not a causal LM that transformers can "
                                           r"build here .*model.name_or_path=.*model.config_path="):
         count_params(read_hf_config(folder))
-
-
-@pytest.mark.parametrize("name", PRESETS)
-def test_every_preset_counts_exactly(compose_cfg, name):
-    """The preset's dimensions (and its `extra` family keys) built as a transformers config on the meta device."""
-    model_cfg = compose_cfg([f"model={name}"]).model
-    total, largest, _ = meta_counts(instantiate(hf_config(model_cfg)))
-    counts = count_params(architecture(model_cfg))
-    assert (counts.total, counts.largest_module, counts.method) == (total, largest, "fast")

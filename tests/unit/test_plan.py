@@ -107,7 +107,7 @@ def test_mistakes_exit_2_with_one_message(tmp_path):
     assert out.returncode == 2 and "Could not find 'model/nope'" in out.stderr
     out = plan(f"model.config_path={tmp_path}/missing.json")
     assert out.returncode == 2
-    assert f"model.config_path={tmp_path}/missing.json cannot be read as a config.json" in out.stderr
+    assert f"model.config_path={tmp_path}/missing.json cannot be read as a model's config.json" in out.stderr
 
 
 def test_app_refuses_before_spawning_and_names_the_fix(tmp_path):
