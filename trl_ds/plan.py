@@ -255,7 +255,7 @@ def describe_architecture(s: Setup, model_cfg=None) -> List[str]:
     if a.is_moe:
         lines.append(f"mixture of experts: {a.moe_layers} MoE layers x {a.num_experts} experts, {a.experts_per_token} "
                      f"per token; model states count every expert on every rank (expert parallelism is out of "
-                     f"scope); activations and step time count the routed and shared experts")
+                     f"scope); activations and step time count the experts each token is routed to, and shared experts")
     return lines
 
 

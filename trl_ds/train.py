@@ -15,6 +15,7 @@ from .checkpoint import latest_complete, mark_complete, rotate
 from .launch.failure import JOINED_FILE
 from .launch.torchrun import node_log_dir
 from .memory.measure import measure_rank
+from .moe_leaf import leaf_module_names
 from .rundir import load_run_config, write_json, write_text
 from .short_lived import skip_final_collection
 from .trainer_config import FINAL_MODEL_DIR, TINY_MODEL_DIR
@@ -175,6 +176,7 @@ def summarize(run_dir: str, trainer, metrics: dict, wall: float, state) -> dict:
         "global_batch": trainer.args.per_device_train_batch_size * state.num_processes
         * trainer.args.gradient_accumulation_steps // _sequence_parallel(trainer),
         **count_parameters(trainer.model),
+        "zero3_leaf_modules": leaf_module_names(trainer.model),  # MoE blocks gathered whole (trl_ds/moe_leaf.py)
         "sequence_parallel_size": _sequence_parallel(trainer),
         "gradient_checkpointing": bool(getattr(trainer.model, "is_activation_checkpointing", False)),
         "distributed_type": str(state.distributed_type.value if hasattr(state.distributed_type, "value")

@@ -10,6 +10,7 @@ from typing import List
 
 import yaml
 
+from .moe_leaf import mark_moe_leaf_modules
 from .rundir import read_json
 from .trainer_config import TRAINER_YAML
 from .values import sp_size, value
@@ -62,8 +63,12 @@ def load_model(name: str, model_args, training_args):
     if model_args.attn_implementation:
         kwargs["attn_implementation"] = model_args.attn_implementation
     if name == "reward":
-        return AutoModelForSequenceClassification.from_pretrained(model_args.model_name_or_path, num_labels=1, **kwargs)
-    return AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+        model = AutoModelForSequenceClassification.from_pretrained(model_args.model_name_or_path, num_labels=1,
+                                                                   **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+    mark_moe_leaf_modules(model, training_args.deepspeed)  # before the trainer builds the engine
+    return model
 
 
 def import_function(path: str):
