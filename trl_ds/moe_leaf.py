@@ -2,7 +2,8 @@
 
 ZeRO-3 gathers a module's parameters in that module's forward hook. In an MoE block a rank whose tokens skip an
 expert would skip that expert's hook while another rank waits in its all-gather: the step hangs or crawls. A leaf
-module (deepspeed.utils.set_z3_leaf_modules) is gathered whole, router and every expert, by one hook.
+module (deepspeed.utils.set_z3_leaf_modules) is gathered whole, router and every expert, by one hook. DeepSpeed's
+own zero_optimization.leaf_module default covers Mixtral, Qwen2-MoE and Qwen3-MoE; MOE_BLOCKS adds the others.
 """
 from typing import List
 

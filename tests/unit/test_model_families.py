@@ -1,6 +1,7 @@
 """Every family's planner count equals a meta-device instantiation with transformers, exact to the parameter, from a
-config.json folder (presets: tests/unit/test_params.py); what transformers builds and trl_ds does not know is counted on the meta
-device (and says so); MoE models count all experts in their total and the routed ones in their active parameters."""
+config.json folder (presets: tests/unit/test_params.py); what transformers builds and trl_ds does not know is
+counted on the meta device (and says so); MoE models count all experts in their total and the routed ones in their
+active parameters."""
 import json
 import os
 

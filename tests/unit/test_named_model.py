@@ -49,7 +49,8 @@ def test_uncached_hub_id_offline_is_refused_before_anything_is_written(tmp_path)
     expected = ("model.name_or_path=Qwen/Qwen2.5-72B: its config.json is not in the Hugging Face cache and "
                 "HF_HUB_OFFLINE=1 forbids downloading it, so the architecture is unknown. Download it first (hf "
                 "download Qwen/Qwen2.5-72B config.json), or give a folder written by save_pretrained "
-                "(model.name_or_path=/path/to/model) or the model's config.json (model.config_path=/path/to/config.json).")
+                "(model.name_or_path=/path/to/model) or the model's config.json "
+                "(model.config_path=/path/to/config.json).")
     out = plan(env, "model.name_or_path=Qwen/Qwen2.5-72B", "cluster=1x1")
     assert out.returncode == 2 and expected in out.stderr and "Traceback" not in out.stderr
     run_dir = tmp_path / "run"
@@ -68,7 +69,8 @@ def test_cached_hub_id_is_planned_exactly_and_torch_free(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={**os.environ, **env})
     lines = out.stdout.strip().splitlines()
-    assert lines[0] == "trl_ds plan: Qwen/Qwen2.5-7B (7.62B parameters, largest module 545.00M), bf16, sequence 64 tokens"
+    assert lines[0] == ("trl_ds plan: Qwen/Qwen2.5-7B (7.62B parameters, largest module 545.00M), bf16, sequence "
+                        "64 tokens")
     assert lines[1].startswith("architecture: qwen2, 28 layers, hidden 3584, from config.json of hub model "
                                "Qwen/Qwen2.5-7B (") and lines[1].endswith("count exact, from the dimensions")
     assert lines[-1] == "[]"  # neither torch, nor deepspeed, nor transformers
