@@ -12,6 +12,7 @@ from typing import Optional
 
 from trl_ds.errors import ConfigError
 
+DIM_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 FIX = ("Give a folder written by save_pretrained (model.name_or_path=/path/to/model) or the model's config.json "
        "(model.config_path=/path/to/config.json).")
 
@@ -38,6 +39,15 @@ def display_name(model_cfg) -> str:
     if uses_preset(model_cfg):
         return model_cfg.name
     return model_cfg.get("name_or_path") or model_cfg.config_path
+
+
+def preset_config(model_cfg) -> dict:
+    """A preset's dimensions as the config.json they stand for (its `extra` block adds family keys)."""
+    raw = {k: model_cfg[k] for k in ("model_type", *DIM_KEYS, "num_key_value_heads", "tie_word_embeddings",
+                                     "attention_bias")}
+    extra = model_cfg.get("extra") or {}
+    return {**raw, **{k: (list(v) if hasattr(v, "__iter__") and not isinstance(v, str) else v)
+                      for k, v in extra.items()}}
 
 
 def model_source(model_cfg) -> ModelSource:

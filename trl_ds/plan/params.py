@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Dict, List, Tuple
 
+from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
 
 FAST_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
               "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2")
-DIM_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3")
 # transformers' config defaults for the keys a config.json may leave out (its configuration_*.py files)
 DEFAULTS = {
@@ -89,8 +89,6 @@ class ParamCounts:
 
 def architecture(model_cfg) -> Architecture:
     """The architecture of the model the config names (trl_ds/config/model_source.py decides which dimensions)."""
-    from trl_ds.config.model_source import model_source
-
     src = model_source(model_cfg)
     raw = src.config if src.config is not None else preset_config(model_cfg)
     arch = replace(from_config(raw, src.where), name=src.name)
@@ -100,19 +98,8 @@ def architecture(model_cfg) -> Architecture:
     return arch
 
 
-def preset_config(model_cfg) -> dict:
-    """A preset's dimensions as the config.json they stand for (its `extra` block adds family keys)."""
-    raw = {k: model_cfg[k] for k in ("model_type", *DIM_KEYS, "num_key_value_heads", "tie_word_embeddings",
-                                     "attention_bias")}
-    extra = model_cfg.get("extra") or {}
-    return {**raw, **{k: (list(v) if hasattr(v, "__iter__") and not isinstance(v, str) else v)
-                      for k, v in extra.items()}}
-
-
 def read_hf_config(path: str) -> Architecture:
     """The architecture of a config.json (a file, or a folder holding one): plain JSON for FAST_TYPES."""
-    from trl_ds.config.model_source import read_json
-
     return from_config(read_json(path, f"model.config_path={path}"), f"config.json at {path}")
 
 

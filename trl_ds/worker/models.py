@@ -11,7 +11,7 @@ def hf_config(model_cfg):
     """A transformers config with exactly the preset's dimensions (no download)."""
     from transformers import AutoConfig
 
-    from .params import preset_config
+    from trl_ds.config.model_source import preset_config
 
     kwargs = {k: model_cfg[k] for k in HF_CONFIG_KEYS}
     extra = {k: v for k, v in preset_config(model_cfg).items() if k != "model_type"}
