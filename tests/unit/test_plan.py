@@ -25,11 +25,13 @@ def test_table_and_recommendation_for_llama3_70b():
     lines = out.stdout.splitlines()
     assert lines[0] == ("trl_ds plan: llama3-70b (70.55B parameters, largest module 1.05B), bf16, "
                         "sequence 2048 tokens")
-    assert lines[1].startswith("cluster 1x8: 1 node(s) x 8 cuda rank(s), 80 GiB per GPU, 1024 GiB host RAM")
-    assert lines[4].split() == ["zero", "offload", "ckpt", "micro", "params", "gradients", "optimizer", "activations",
+    assert lines[1] == ("architecture: llama, 80 layers, hidden 8192, from preset model=llama3-70b; count exact, "
+                        "from the dimensions")
+    assert lines[2].startswith("cluster 1x8: 1 node(s) x 8 cuda rank(s), 80 GiB per GPU, 1024 GiB host RAM")
+    assert lines[5].split() == ["zero", "offload", "ckpt", "micro", "params", "gradients", "optimizer", "activations",
                                 "logits", "buffers", "overhead", "per-rank", "host/node", "nvme/node", "s/step",
                                 "s/sample", "verdict"]
-    rows = lines[6:6 + 90]
+    rows = lines[7:7 + 90]
     # ZeRO-3, optimizer and parameters on CPU, checkpointing, micro 1: 2·L_max + 2·L_max on the GPU
     row = next(r for r in rows if r.split()[:4] == ["3", "opt+param-cpu", "yes", "1"])
     assert row.split()[4:8] == ["2.0", "2.0", "0.0", "3.3"] and row.endswith("does not fit in host RAM")
@@ -108,7 +110,7 @@ def test_mistakes_exit_2_with_one_message(tmp_path):
     assert out.returncode == 2 and "Could not find 'model/nope'" in out.stderr
     out = plan(f"model.config_path={tmp_path}/missing.json")
     assert out.returncode == 2
-    assert f"model.config_path={tmp_path}/missing.json cannot be read as a config.json" in out.stderr
+    assert f"model.config_path={tmp_path}/missing.json cannot be read as a model's config.json" in out.stderr
 
 
 def test_app_refuses_before_spawning_and_names_the_fix(tmp_path):

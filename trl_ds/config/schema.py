@@ -70,8 +70,10 @@ class SequenceParallelName(str, Enum):
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    # Hub id or local folder (save_pretrained); null builds the tiny model in code.
+    # Hub id or local folder (save_pretrained); null builds the tiny model in code. Its config.json is the
+    # architecture everywhere, unless it is `dimensions_of` (the model whose dimensions a preset spells out below).
     name_or_path: Optional[str] = None
+    dimensions_of: Optional[str] = None
     # Architecture, so parameter counts are exact without a download (transformers' config names).
     model_type: str = "llama"
     vocab_size: int = MISSING
@@ -83,6 +85,8 @@ class ModelConfig:
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # q/k/v projections carry a bias (Qwen2)
+    # Further config.json keys of the family (experts, MLA ranks, head_dim, ...), as transformers names them.
+    extra: Dict[str, Any] = field(default_factory=dict)
     # A Hugging Face config.json (file or folder) whose dimensions the memory planner uses instead of the above.
     config_path: Optional[str] = None
 

@@ -7,6 +7,7 @@ import sys
 import yaml
 
 from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SUMMARY, read_json, write_json, write_text
+from trl_ds.config.model_source import display_name
 from trl_ds.config.partial_batch import count_rows, epoch_end_text
 from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 from trl_ds.launch.run import failed_rank_log, tail
@@ -22,7 +23,7 @@ def describe(cfg) -> str:
     where = offloads(cfg)
     return (f"{c.nodes} node(s) × {c.gpus_per_node} {value(c.device)} rank(s) = world {world_size(cfg)}, "
             f"ZeRO stage {cfg.zero.stage}, offload optimizer={where['optimizer']} param={where['param']}, "
-            f"{dtype(cfg)}, model {cfg.model.name}")
+            f"{dtype(cfg)}, model {display_name(cfg.model)}")
 
 
 def print_dry_run(cfg, prepared) -> None:

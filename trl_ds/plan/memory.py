@@ -15,11 +15,14 @@ The params/gradients/optimizer terms of `device` and the model-state term of `ho
 and 1, fp32 and NVMe follow the ZeRO papers with the same conventions. What DeepSpeed's estimators leave out appears
 under `buffers`, itemised in `buffer_items`.
 
+Mixture-of-experts: model states count every expert (each rank holds them all: expert parallelism is out of scope);
+activations count the experts each token is routed to, the shared experts and the router (moe_layer_saved_per_token).
+
 LoRA (peft=lora) counts frozen and trainable parameters apart: parameters are all of them, gradients, fp32 master,
 Adam and everything that follows them only the adapters. Ulysses (sp=ulysses) gives each rank seq_len / sp.size
 tokens, which divides every sequence-dependent term; ZeRO still partitions over the whole world.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict
 
 from trl_ds.config.topology import Topology, topology
@@ -269,6 +272,21 @@ def layer_saved_per_token(arch: Architecture, width: int) -> int:
     return layer_saved(arch, LAYER_SAVED[width])
 
 
+def moe_layer_saved_per_token(arch: Architecture, width: int) -> int:
+    """An MoE layer: the dense coefficients over the MLP width a token passes through (its routed experts and the
+    shared ones), plus each routed copy of the token's hidden state in and out of its expert, and the router's
+    logits (training dtype) with their fp32 softmax and top-k weights and indices."""
+    routed = layer_saved(replace(arch, intermediate_size=arch.routed_width), LAYER_SAVED[width])
+    k = arch.experts_per_token
+    return routed + 2 * k * width * arch.hidden_size + arch.num_experts * (width + 4) + k * (4 + 8)
+
+
+def model_saved_per_token(arch: Architecture, width: int) -> int:
+    """All decoder layers: dense ones and MoE ones."""
+    dense = (arch.num_hidden_layers - arch.moe_layers) * layer_saved_per_token(arch, width)
+    return dense + (arch.moe_layers * moe_layer_saved_per_token(arch, width) if arch.is_moe else 0)
+
+
 def lora_layer_saved_per_token(s: Setup) -> int:
     """A frozen layer with LoRA's adapters on s.lora_targets (see LORA_INPUTS)."""
     w, fan_in = s.width, {name: shape[0] for name, shape in linear_shapes(s.arch).items()}
@@ -287,11 +305,17 @@ def activations(s: Setup) -> int:
     checkpointing each layer keeps only its input, and one layer is recomputed at a time (measured: LoRA too).
     LoRA charges every layer what the last one saves: without checkpointing the first saves a little less, as its
     input needs no gradient."""
-    per_token = lora_layer_saved_per_token(s) if s.uses_lora else layer_saved_per_token(s.arch, s.width)
-    per_layer = per_token * s.tokens
+    layers = s.arch.num_hidden_layers
+    if s.uses_lora:
+        per_token = lora_layer_saved_per_token(s)
+        largest, all_layers = per_token, layers * per_token
+    else:
+        dense = layer_saved_per_token(s.arch, s.width) if s.arch.moe_layers < layers else 0
+        largest = max(dense, moe_layer_saved_per_token(s.arch, s.width) if s.arch.is_moe else 0)
+        all_layers = model_saved_per_token(s.arch, s.width)
     if s.gradient_checkpointing:
-        return s.arch.num_hidden_layers * s.width * s.arch.hidden_size * s.tokens + per_layer
-    return s.arch.num_hidden_layers * per_layer
+        return (layers * s.width * s.arch.hidden_size + largest) * s.tokens
+    return all_layers * s.tokens
 
 
 def logits(s: Setup) -> int:

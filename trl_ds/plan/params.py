@@ -1,61 +1,106 @@
-"""Exact parameter counts from architecture dimensions, without torch and without a download.
+"""Exact parameter counts of any causal LM, from its config.json or a preset's dimensions.
 
-The counts follow transformers' decoder-only causal LMs (Llama, Mistral, Qwen2, Qwen3): token embedding, per layer a
-GQA attention block (q/k/v/o projections, optional biases, Qwen3's per-head q/k norms) and a gated MLP
-(gate/up/down), two RMSNorms per layer, a final norm, and an lm_head that is either tied to the embedding or its own
-matrix. LoRA adapters are counted apart (`count_lora`): PEFT's lora_A and lora_B of each targeted Linear.
-tests/unit/test_params.py holds them to a meta-device instantiation and to peft.get_peft_model, exact to the parameter.
+Fast and torch-free for the families in FAST_TYPES: their transformers modules are written out below (attention
+with optional biases and QK-norm, DeepSeek's MLA, gated or fused MLPs, mixture-of-experts blocks with a router,
+fused experts and shared experts, dense-then-MoE layer mixes, tied embeddings). Every other model_type is counted
+by building the model on the meta device with transformers (imports torch, no weights, no download).
+tests/unit/test_params.py and tests/unit/test_model_families.py hold both to a meta-device instantiation, exact to
+the parameter. LoRA adapters are counted apart (`count_lora`): PEFT's lora_A and lora_B of each targeted Linear.
 """
 import json
-import os
-from dataclasses import dataclass
-from typing import Dict, List
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Dict, List, Tuple
 
+from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
 
-SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-DIM_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+FAST_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
+              "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2")
+MLA_TYPES = ("deepseek_v2", "deepseek_v3")
+# transformers' config defaults for the keys a config.json may leave out (its configuration_*.py files)
+DEFAULTS = {
+    "gemma": {"head_dim": 256, "tie_word_embeddings": True},
+    "gemma2": {"head_dim": 256, "tie_word_embeddings": True},
+    "gemma3_text": {"head_dim": 256, "tie_word_embeddings": True},
+    "mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen2_moe": {"num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                  "shared_expert_intermediate_size": 5632, "qkv_bias": True},
+    "qwen3_moe": {"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
+    "deepseek_v2": {"n_routed_experts": 64, "n_shared_experts": 2, "moe_intermediate_size": 1407,
+                    "first_k_dense_replace": 0, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128},
+    "deepseek_v3": {"n_routed_experts": 256, "n_shared_experts": 1, "moe_intermediate_size": 2048,
+                    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
+}
+COMMON_DEFAULTS = {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "decoder_sparse_step": 1,
+                   "mlp_only_layers": []}
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 @dataclass(frozen=True)
 class Architecture:
+    """The dimensions the estimates use. MoE fields are 0 for dense models; `config_json` is the whole config the
+    model was named by (sorted JSON; empty: these fields are the whole config)."""
     model_type: str
     vocab_size: int
     hidden_size: int
-    intermediate_size: int
+    intermediate_size: int  # a dense layer's MLP width
     num_hidden_layers: int
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
     tie_word_embeddings: bool = False
-    attention_bias: bool = False  # llama/qwen3: bias on q, k, v and o; qwen2 always has q/k/v biases, mistral none
+    attention_bias: bool = False
     mlp_bias: bool = False
+    moe_layers: int = 0  # layers whose MLP is a mixture of experts
+    num_experts: int = 0  # routed experts per MoE layer
+    experts_per_token: int = 0  # routed experts each token goes through (num_experts_per_tok)
+    routed_width: int = 0  # MLP width one token passes through in an MoE layer: routed + shared experts
+    config_json: str = ""
+    source: str = ""  # where the dimensions came from, for the output
+    name: str = ""  # what the output calls the model (hub id, folder or preset)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_layers > 0
+
+    @property
+    def fast(self) -> bool:
+        return self.model_type in FAST_TYPES
 
 
 @dataclass(frozen=True)
 class ParamCounts:
     total: int  # unique parameters (a tied lm_head is counted once, as DeepSpeed counts storages)
+    active: int  # parameters one token passes through: MoE layers count their routed experts only
     embedding: int
     lm_head: int  # 0 when tied to the embedding
-    per_layer: int
     num_layers: int
-    final_norm: int
     largest_module: int  # L_max: params held directly by one module (ZeRO-3 gathers it whole, with its grads)
-    layer_tensors: tuple  # numel of each parameter tensor in one decoder layer
+    tensors: tuple  # numel of every parameter tensor of the model
+    method: str  # "fast" (from dimensions) or "meta" (a meta-device instantiation with transformers)
 
     def persistent(self, threshold: int) -> int:
         """Parameters ZeRO-3 keeps whole on every rank (tensors below stage3_param_persistence_threshold)."""
-        small = sum(n for n in self.layer_tensors if n < threshold) * self.num_layers
-        return small + (self.final_norm if self.final_norm < threshold else 0) + sum(
-            n for n in (self.embedding, self.lm_head) if 0 < n < threshold)
+        return sum(n for n in self.tensors if n < threshold)
 
 
 def architecture(model_cfg) -> Architecture:
-    """The model group's dimensions, or those of `model.config_path` (a Hugging Face config.json) when it is set."""
-    path = getattr(model_cfg, "config_path", None)
-    arch = read_hf_config(path) if path else preset_architecture(model_cfg)
-    check_dimensions(arch, f"model.config_path={path}" if path else f"model={model_cfg.name}")
+    """The architecture of the model the config names (trl_ds/config/model_source.py decides which dimensions)."""
+    src = model_source(model_cfg)
+    raw = src.config if src.config is not None else preset_config(model_cfg)
+    arch = replace(from_config(raw, src.where), name=src.name)
+    key = f"model.config_path={model_cfg.config_path}" if model_cfg.get("config_path") else (
+        f"model.name_or_path={model_cfg.name_or_path}" if model_cfg.get("name_or_path") else f"model={model_cfg.name}")
+    check_dimensions(arch, key)
     return arch
+
+
+def read_hf_config(path: str) -> Architecture:
+    """The architecture of a config.json (a file, or a folder holding one): plain JSON for FAST_TYPES."""
+    return from_config(read_json(path, f"model.config_path={path}"), f"config.json at {path}")
 
 
 def check_dimensions(arch: Architecture, source: str) -> None:
@@ -69,80 +114,277 @@ def check_dimensions(arch: Architecture, source: str) -> None:
         raise ConfigError(problems)
 
 
-def preset_architecture(model_cfg) -> Architecture:
-    heads = model_cfg.num_attention_heads
-    return Architecture(model_type=model_cfg.model_type, vocab_size=model_cfg.vocab_size,
-                        hidden_size=model_cfg.hidden_size, intermediate_size=model_cfg.intermediate_size,
-                        num_hidden_layers=model_cfg.num_hidden_layers, num_attention_heads=heads,
-                        num_key_value_heads=model_cfg.num_key_value_heads,
-                        head_dim=model_cfg.hidden_size // max(heads, 1),
-                        tie_word_embeddings=model_cfg.tie_word_embeddings,
-                        attention_bias=model_cfg.attention_bias)
+def get(raw: dict, key: str):
+    """A config key, else transformers' default for the family."""
+    if raw.get(key) is not None:
+        return raw[key]
+    return DEFAULTS.get(raw["model_type"], {}).get(key, COMMON_DEFAULTS.get(key))
 
 
-def read_hf_config(path: str) -> Architecture:
-    """Read a causal LM's config.json (a file, or a folder holding one) as plain JSON: no torch, no download."""
-    file = os.path.join(path, "config.json") if os.path.isdir(os.path.expanduser(path)) else path
-    try:
-        with open(os.path.expanduser(file)) as f:
-            raw = json.load(f)
-    except (OSError, ValueError) as err:
-        raise ConfigError([f"model.config_path={path} cannot be read as a config.json ({err}). Give the path of a "
-                           f"Hugging Face model's config.json, e.g. model.config_path=/models/my-llama/config.json."]
-                          ) from None
-    missing = [k for k in DIM_KEYS if k not in raw]
-    kind = raw.get("model_type")
-    if kind not in SUPPORTED_TYPES or missing:
-        why = f"model_type {kind!r} is not one of {', '.join(SUPPORTED_TYPES)}" if kind not in SUPPORTED_TYPES \
-            else f"it lacks {', '.join(missing)}"
-        raise ConfigError([f"model.config_path={path} cannot be planned: {why}. Use a Llama, Mistral, Qwen2 or "
-                           f"Qwen3 config.json, or a preset such as model=llama3-8b."])
-    heads = raw["num_attention_heads"]
-    return Architecture(model_type=kind, vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
+def from_config(raw: dict, where: str) -> Architecture:
+    text = json.dumps(raw, sort_keys=True)
+    if raw.get("model_type") not in FAST_TYPES or any(k not in raw for k in DIM_KEYS):
+        return meta_architecture(text, where)
+    t, h, heads = raw["model_type"], raw["hidden_size"], raw["num_attention_heads"]
+    kv = get(raw, "num_key_value_heads") or heads
+    head_dim = get(raw, "head_dim") or h // max(heads, 1)
+    if t in MLA_TYPES:  # the score width; kv heads are as many as heads
+        head_dim, kv = get(raw, "qk_nope_head_dim") + get(raw, "qk_rope_head_dim"), heads
+    moe = [i for i in range(raw["num_hidden_layers"]) if is_moe_layer(raw, i)]
+    experts, per_token = expert_counts(raw) if moe else (0, 0)
+    return Architecture(model_type=t, vocab_size=raw["vocab_size"], hidden_size=h,
                         intermediate_size=raw["intermediate_size"], num_hidden_layers=raw["num_hidden_layers"],
-                        num_attention_heads=heads, num_key_value_heads=raw.get("num_key_value_heads") or heads,
-                        head_dim=raw.get("head_dim") or raw["hidden_size"] // max(heads, 1),
-                        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-                        attention_bias=bool(raw.get("attention_bias", False)),
-                        mlp_bias=bool(raw.get("mlp_bias", False)))
+                        num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
+                        tie_word_embeddings=bool(get(raw, "tie_word_embeddings")),
+                        attention_bias=bool(get(raw, "attention_bias")), mlp_bias=bool(get(raw, "mlp_bias")),
+                        moe_layers=len(moe), num_experts=experts, experts_per_token=per_token,
+                        routed_width=per_token * expert_width(raw) + shared_width(raw) if moe else 0,
+                        config_json=text, source=where)
 
 
-def linear_shapes(arch: Architecture) -> Dict[str, tuple]:
-    """(in, out) of each Linear in one decoder layer."""
-    h, f = arch.hidden_size, arch.intermediate_size
-    q, kv = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
-    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, f),
-            "up_proj": (h, f), "down_proj": (f, h)}
+def expert_counts(raw: dict) -> Tuple[int, int]:
+    experts = next((get(raw, k) for k in EXPERT_COUNT_KEYS if get(raw, k)), 0)
+    return experts, get(raw, "num_experts_per_tok") or experts  # unknown routing: every expert (an upper bound)
 
 
-def layer_modules(arch: Architecture) -> Dict[str, List[int]]:
-    """Each module of one decoder layer -> the numel of the parameter tensors it holds directly."""
-    h = arch.hidden_size
-    configurable = arch.model_type in ("llama", "qwen3") and arch.attention_bias  # Mistral has no biases at all
-    qkv_bias, o_bias = arch.model_type == "qwen2" or configurable, configurable
-    mlp_bias = arch.model_type == "llama" and arch.mlp_bias
-    bias = {"q_proj": qkv_bias, "k_proj": qkv_bias, "v_proj": qkv_bias, "o_proj": o_bias, "gate_proj": mlp_bias,
-            "up_proj": mlp_bias, "down_proj": mlp_bias}
-    modules = {name: [fan_in * fan_out] + ([fan_out] if bias[name] else [])
-               for name, (fan_in, fan_out) in linear_shapes(arch).items()}
-    modules.update(input_layernorm=[h], post_attention_layernorm=[h])
-    if arch.model_type == "qwen3":
-        modules.update(q_norm=[arch.head_dim], k_norm=[arch.head_dim])
-    return modules
+def config_dict(arch: Architecture) -> dict:
+    if arch.config_json:
+        return json.loads(arch.config_json)
+    return {"model_type": arch.model_type, "vocab_size": arch.vocab_size, "hidden_size": arch.hidden_size,
+            "intermediate_size": arch.intermediate_size, "num_hidden_layers": arch.num_hidden_layers,
+            "num_attention_heads": arch.num_attention_heads, "num_key_value_heads": arch.num_key_value_heads,
+            "head_dim": arch.head_dim, "tie_word_embeddings": arch.tie_word_embeddings,
+            "attention_bias": arch.attention_bias, "mlp_bias": arch.mlp_bias}
+
+
+# ---- the fast families' modules, as transformers 5 defines them -------------------------------------------------
+
+class Modules:
+    """Module name -> numel of each tensor it holds directly; Linear shapes by short name, for LoRA."""
+
+    def __init__(self):
+        self.tensors: Dict[str, List[int]] = {}
+        self.linears: Dict[str, tuple] = {}
+
+    def linear(self, name: str, fan_in: int, fan_out: int, bias: bool = False) -> None:
+        self.tensors[name] = [fan_in * fan_out] + ([fan_out] if bias else [])
+        self.linears[name.rsplit(".", 1)[-1]] = (fan_in, fan_out)
+
+    def norm(self, *names_and_sizes) -> None:
+        for name, size in names_and_sizes:
+            self.tensors[name] = [size]
+
+
+def is_moe_layer(raw: dict, i: int) -> bool:
+    t = raw["model_type"]
+    if t == "mixtral":
+        return True
+    if t in ("qwen2_moe", "qwen3_moe"):
+        return (i not in get(raw, "mlp_only_layers") and get(raw, "num_experts") > 0
+                and (i + 1) % get(raw, "decoder_sparse_step") == 0)
+    if t in MLA_TYPES:
+        return i >= get(raw, "first_k_dense_replace")
+    return False
+
+
+def expert_width(raw: dict) -> int:
+    return raw["intermediate_size"] if raw["model_type"] == "mixtral" else get(raw, "moe_intermediate_size")
+
+
+def shared_width(raw: dict) -> int:
+    t = raw["model_type"]
+    if t == "qwen2_moe":
+        return get(raw, "shared_expert_intermediate_size")
+    return get(raw, "moe_intermediate_size") * get(raw, "n_shared_experts") if t in MLA_TYPES else 0
+
+
+def attention(m: Modules, raw: dict, a: Architecture) -> None:
+    t, h, heads, kv, hd = a.model_type, a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.head_dim
+    if t in MLA_TYPES:
+        mla_attention(m, raw, a)
+        return
+    if t == "phi3":
+        m.linear("self_attn.qkv_proj", h, (heads + 2 * kv) * hd)
+        m.linear("self_attn.o_proj", heads * hd, h)
+        return
+    configurable = a.attention_bias and t not in ("mistral", "mixtral", "qwen2", "qwen2_moe")
+    qkv_bias = configurable or t == "qwen2" or (t == "qwen2_moe" and bool(get(raw, "qkv_bias")))
+    for name, fan_out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+        m.linear(f"self_attn.{name}", h, fan_out, qkv_bias)
+    m.linear("self_attn.o_proj", heads * hd, h, configurable)
+    if t in ("qwen3", "qwen3_moe", "gemma3_text"):
+        m.norm(("self_attn.q_norm", hd), ("self_attn.k_norm", hd))
+    elif t == "olmo2":
+        m.norm(("self_attn.q_norm", heads * hd), ("self_attn.k_norm", kv * hd))
+
+
+def mla_attention(m: Modules, raw: dict, a: Architecture) -> None:
+    """DeepSeek's multi-head latent attention: low-rank query and key/value projections with their norms."""
+    h, heads, bias = a.hidden_size, a.num_attention_heads, a.attention_bias
+    nope, rope, v = get(raw, "qk_nope_head_dim"), get(raw, "qk_rope_head_dim"), get(raw, "v_head_dim")
+    q_rank, kv_rank = raw.get("q_lora_rank", get(raw, "q_lora_rank")), get(raw, "kv_lora_rank")
+    if q_rank:
+        m.linear("self_attn.q_a_proj", h, q_rank, bias)
+        m.norm(("self_attn.q_a_layernorm", q_rank))
+        m.linear("self_attn.q_b_proj", q_rank, heads * (nope + rope))
+    else:
+        m.linear("self_attn.q_proj", h, heads * (nope + rope))
+    m.linear("self_attn.kv_a_proj_with_mqa", h, kv_rank + rope, bias)
+    m.norm(("self_attn.kv_a_layernorm", kv_rank))
+    m.linear("self_attn.kv_b_proj", kv_rank, heads * (nope + v))
+    m.linear("self_attn.o_proj", heads * v, h, bias)
+
+
+def gated_mlp(m: Modules, prefix: str, h: int, f: int, bias: bool = False) -> None:
+    for name, fan_in, fan_out in (("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h)):
+        m.linear(f"{prefix}.{name}", fan_in, fan_out, bias)
+
+
+def mlp(m: Modules, raw: dict, a: Architecture, moe: bool) -> int:
+    """The layer's MLP; returns the parameters of its routed experts (0 for a dense MLP)."""
+    t, h = a.model_type, a.hidden_size
+    if not moe:
+        if t == "phi3":
+            m.linear("mlp.gate_up_proj", h, 2 * a.intermediate_size)
+            m.linear("mlp.down_proj", a.intermediate_size, h)
+        else:
+            gated_mlp(m, "mlp", h, a.intermediate_size, a.mlp_bias and t in ("llama", "deepseek_v2"))
+        return 0
+    f, experts = expert_width(raw), a.num_experts
+    m.tensors["mlp.gate"] = [experts * h]  # the router
+    m.tensors["mlp.experts"] = [experts * 2 * f * h, experts * h * f]  # fused gate_up_proj and down_proj
+    if t == "qwen2_moe":
+        gated_mlp(m, "mlp.shared_expert", h, shared_width(raw))
+        m.tensors["mlp.shared_expert_gate"] = [h]
+    elif t in MLA_TYPES:
+        gated_mlp(m, "mlp.shared_experts", h, shared_width(raw), a.mlp_bias and t == "deepseek_v2")
+    return sum(m.tensors["mlp.experts"])
+
+
+def layer_norms(m: Modules, a: Architecture) -> None:
+    h = a.hidden_size
+    names = {"gemma2": ("input", "post_attention", "pre_feedforward", "post_feedforward"),
+             "gemma3_text": ("input", "post_attention", "pre_feedforward", "post_feedforward"),
+             "olmo2": ("post_attention", "post_feedforward")}.get(a.model_type, ("input", "post_attention"))
+    m.norm(*((f"{n}_layernorm", h) for n in names))
+
+
+def decoder_layer(arch: Architecture, i: int) -> Tuple[Modules, int]:
+    raw, m = config_dict(arch), Modules()
+    attention(m, raw, arch)
+    routed = mlp(m, raw, arch, is_moe_layer(raw, i))
+    layer_norms(m, arch)
+    return m, routed
+
+
+# ---- counts -----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Layout:
+    modules: tuple  # per module holding parameters: the numel of each tensor it holds directly
+    embedding: int
+    lm_head: int
+    routed: tuple  # per MoE layer: (parameters of its routed experts, experts, experts per token)
+    method: str
+
+
+def fast_layout(arch: Architecture) -> Layout:
+    embedding = arch.vocab_size * arch.hidden_size
+    lm_head = 0 if arch.tie_word_embeddings else embedding
+    modules, routed = [[embedding], [arch.hidden_size]] + ([[lm_head]] if lm_head else []), []
+    for i in range(arch.num_hidden_layers):
+        layer, experts = decoder_layer(arch, i)
+        modules += layer.tensors.values()
+        if experts:
+            routed.append((experts, arch.num_experts, arch.experts_per_token))
+    return Layout(modules=tuple(tuple(t) for t in modules), embedding=embedding, lm_head=lm_head,
+                  routed=tuple(routed), method="fast")
+
+
+def meta_model(config_json: str):
+    """The model on the meta device (no memory, no weights), or ConfigError when transformers cannot build it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    raw = json.loads(config_json)
+    kind = raw.pop("model_type")
+    try:
+        config = AutoConfig.for_model(kind, **raw)
+        with torch.device("meta"):
+            return config, AutoModelForCausalLM.from_config(config)
+    except (ValueError, KeyError, TypeError, AttributeError, ImportError) as err:
+        raise ConfigError([f"model_type {kind!r} is not a causal LM that transformers can build here "
+                           f"({type(err).__name__}: {str(err).splitlines()[0][:200]}), so its size is unknown. "
+                           f"Name a causal LM's folder or hub id (model.name_or_path=...) or its config.json "
+                           f"(model.config_path=...)."]) from None
+
+
+@lru_cache(maxsize=16)
+def meta_architecture(config_json: str, where: str) -> Architecture:
+    """Dimensions of any family, read from transformers' config object (its attribute_map knows every name)."""
+    config, _model = meta_model(config_json)
+    h, heads = config.hidden_size, config.num_attention_heads
+    layers, experts_per_token = config.num_hidden_layers, getattr(config, "num_experts_per_tok", None) or 0
+    experts = next((getattr(config, k) for k in EXPERT_COUNT_KEYS if getattr(config, k, None)), 0)
+    routed = meta_layout(config_json).routed
+    return Architecture(
+        model_type=config.model_type, vocab_size=config.vocab_size, hidden_size=h,
+        intermediate_size=getattr(config, "intermediate_size", None) or 4 * h, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=getattr(config, "num_key_value_heads", None) or heads,
+        head_dim=getattr(config, "head_dim", None) or h // max(heads, 1),
+        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)), moe_layers=len(routed),
+        num_experts=experts if routed else 0, experts_per_token=(experts_per_token or experts) if routed else 0,
+        routed_width=(experts_per_token or experts) * (getattr(config, "moe_intermediate_size", None)
+                                                         or getattr(config, "intermediate_size", 4 * h))
+        if routed else 0, config_json=config_json, source=where)
+
+
+@lru_cache(maxsize=16)
+def meta_layout(config_json: str) -> Layout:
+    config, model = meta_model(config_json)
+    modules: Dict[str, List[int]] = {}
+    routed: Dict[str, int] = {}
+    for name, p in model.named_parameters():  # already without the tied duplicates
+        owner = name.rsplit(".", 1)[0]
+        modules.setdefault(owner, []).append(p.numel())
+        if ".experts." in name:  # fused experts (one module) or a ModuleList of them: one group per layer
+            group = name[:name.index(".experts") + len(".experts")]
+            routed[group] = routed.get(group, 0) + p.numel()
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    lm_head = 0 if head is None or head.weight is embedding else head.weight.numel()
+    experts = next((getattr(config, k) for k in EXPERT_COUNT_KEYS if getattr(config, k, None)), 0)
+    per_token = getattr(config, "num_experts_per_tok", None) or experts
+    return Layout(modules=tuple(tuple(v) for v in modules.values()), embedding=embedding.numel(), lm_head=lm_head,
+                  routed=tuple((n, experts, per_token) for n in routed.values()) if experts else (), method="meta")
+
+
+def layout(arch: Architecture) -> Layout:
+    return fast_layout(arch) if arch.fast else meta_layout(arch.config_json)
 
 
 def count_params(arch: Architecture) -> ParamCounts:
-    modules = layer_modules(arch)
-    embedding = arch.vocab_size * arch.hidden_size
-    lm_head = 0 if arch.tie_word_embeddings else embedding
-    per_layer = sum(sum(sizes) for sizes in modules.values())
-    # The tied lm_head still holds the embedding matrix as its own module, so L_max sees it either way.
-    largest = max([embedding] + [sum(sizes) for sizes in modules.values()])
-    return ParamCounts(total=embedding + lm_head + per_layer * arch.num_hidden_layers + arch.hidden_size,
-                       embedding=embedding, lm_head=lm_head, per_layer=per_layer,
-                       num_layers=arch.num_hidden_layers, final_norm=arch.hidden_size,
-                       largest_module=largest,
-                       layer_tensors=tuple(n for sizes in modules.values() for n in sizes))
+    lay = layout(arch)
+    total = sum(sum(m) for m in lay.modules)
+    idle = sum(n // experts * (experts - per_token) for n, experts, per_token in lay.routed)
+    return ParamCounts(total=total, active=total - idle, embedding=lay.embedding, lm_head=lay.lm_head,
+                       num_layers=arch.num_hidden_layers, largest_module=max(sum(m) for m in lay.modules),
+                       tensors=tuple(n for m in lay.modules for n in m), method=lay.method)
+
+
+def linear_shapes(arch: Architecture) -> Dict[str, tuple]:
+    """(in, out) of each Linear in the first decoder layer, by the name PEFT targets."""
+    if not arch.fast:
+        h, f = arch.hidden_size, arch.intermediate_size
+        q, kv = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, f),
+                "up_proj": (h, f), "down_proj": (f, h)}
+    return decoder_layer(arch, 0)[0].linears
+
+
+def layer_modules(arch: Architecture) -> Dict[str, tuple]:
+    """Each Linear of one decoder layer by name (the names peft.target_modules may use)."""
+    return linear_shapes(arch)
 
 
 @dataclass(frozen=True)
@@ -160,7 +402,7 @@ class AdapterCounts:
 
 
 def count_lora(arch: Architecture, r: int, targets) -> AdapterCounts:
-    shapes = linear_shapes(arch)
+    shapes = linear_shapes(arch) if targets else {}
     tensors = tuple(n for t in targets for n in (r * shapes[t][0], shapes[t][1] * r))
     return AdapterCounts(total=sum(tensors) * arch.num_hidden_layers, largest=max(tensors, default=0),
                          layer_tensors=tensors, num_layers=arch.num_hidden_layers)
@@ -172,4 +414,3 @@ def describe_count(n: int) -> str:
         if n >= size:
             return f"{n / size:.2f}{unit}"
     return str(n)
-

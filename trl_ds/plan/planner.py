@@ -3,17 +3,20 @@
     trl-ds plan model=llama3-70b cluster=1x8 trainer.max_length=2048
     trl-ds plan model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24 --fits   # only the rows that fit
     trl-ds plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
-    trl-ds plan model.config_path=/models/my-llama/config.json cluster=2x8
+    trl-ds plan model.name_or_path=Qwen/Qwen2.5-7B cluster=1x1 cluster.gpu_memory_gb=24   # cached config
+    trl-ds plan model.name_or_path=/models/my-moe cluster=2x8        # a save_pretrained folder
 
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
-micro-batch around it. No torch, no DeepSpeed, no download: the numbers come from trl_ds/plan/memory.py, and
-the estimated seconds per optimizer step (the rows' order, fitting rows first) from trl_ds/plan/steptime.py with the
-cluster.gpu hardware preset (or a `trl-ds calibrate` file).
+micro-batch around it. The model's config.json (or the preset) gives the architecture (trl_ds/config/model_source.py).
+No DeepSpeed, no weights, and no torch unless the family is counted on the meta device: the numbers come from
+trl_ds/plan/memory.py, and the estimated seconds per optimizer step (the rows' order, fitting rows first) from
+trl_ds/plan/steptime.py with the cluster.gpu hardware preset (or a `trl-ds calibrate` file).
 """
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
+from trl_ds.config.model_source import display_name, uses_preset
 from trl_ds.config.values import value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
@@ -147,7 +150,7 @@ def not_fit_message(cfg, e: Estimate) -> str:
     else:
         what = (f"estimated {size(e.host_total)} GiB of host RAM per node > cluster.cpu_memory_gb={s.cpu_memory_gb:g} "
                 f"(per rank: {parts}).")
-    head = f"model={cfg.model.name} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
+    head = f"{model_label(cfg.model)} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
            f"offload {offload_name(s)}, micro-batch {s.micro_batch}, {s.seq_len} tokens): {what}"
     best = smallest_fitting_change(s, cfg.batch.global_size)
     if best is None:
@@ -157,9 +160,17 @@ def not_fit_message(cfg, e: Estimate) -> str:
                    f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).")
 
 
+def model_label(model_cfg) -> str:
+    """The override that named the model, for messages."""
+    if uses_preset(model_cfg):
+        return f"model={model_cfg.name}"
+    key = "config_path" if model_cfg.get("config_path") else "name_or_path"
+    return f"model.{key}={model_cfg[key]}"
+
+
 def plan_for_run_dir(cfg, current: Estimate, overrides: Sequence[str]) -> dict:
     """plan.json: the current config's estimate, the grid around it and the recommendation."""
-    names = (cfg.cluster.name, cfg.model.config_path or cfg.model.name)
+    names = (cfg.cluster.name, display_name(cfg.model))
     rows = grid(current.setup, cfg.batch.global_size)
     times = times_for(cfg, rows + [current])
     return {**as_json(by_time(rows, times), current, names, overrides, times),
@@ -196,9 +207,26 @@ def seconds(t: StepTime) -> str:
 
 
 def describe_params(s: Setup) -> str:
-    """'8.04B parameters, 6.82M trainable' under LoRA: the optimizer holds only the adapters."""
+    """'8.04B parameters, 6.82M trainable' under LoRA: the optimizer holds only the adapters; MoE adds the active
+    ones."""
     trainable = f", {describe_count(s.trainable)} trainable" if s.uses_lora else ""
-    return f"{describe_count(s.total_params)} parameters{trainable}"
+    active = f", {describe_count(s.counts.active)} active per token" if s.arch.is_moe else ""
+    return f"{describe_count(s.total_params)} parameters{active}{trainable}"
+
+
+def describe_architecture(s: Setup, model_cfg=None) -> List[str]:
+    """Where the dimensions came from and how they were counted; for MoE, what is planned and what is not."""
+    a, counted = s.arch, ("exact, from the dimensions" if s.counts.method == "fast" else
+                          "exact, by a meta-device instantiation with transformers (imports torch)")
+    preset = model_cfg.name if model_cfg is not None else None
+    ignored = f"; preset model={preset}'s dimensions not used" if preset and not uses_preset(model_cfg) else ""
+    lines = [f"architecture: {a.model_type}, {a.num_hidden_layers} layers, hidden {a.hidden_size}, from "
+             f"{a.source or 'the preset'}{ignored}; count {counted}"]
+    if a.is_moe:
+        lines.append(f"mixture of experts: {a.moe_layers} MoE layers x {a.num_experts} experts, {a.experts_per_token} "
+                     f"per token; model states count every expert on every rank (expert parallelism is out of "
+                     f"scope); activations and step time count the experts each token is routed to, and shared experts")
+    return lines
 
 
 def describe_sequence(s: Setup) -> str:
@@ -206,12 +234,13 @@ def describe_sequence(s: Setup) -> str:
     return f"sequence {s.seq_len} tokens{split}"
 
 
-def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str) -> List[str]:
+def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, model_cfg=None) -> List[str]:
     capacity = ("judged against host RAM (CPU ranks)" if s.judged_on_host
                 else f"{s.gpu_memory_gb:g} GiB per GPU")
     lora = f", LoRA r={s.lora_r}" if s.uses_lora else ""
     return [f"trl_ds plan: {model_name} ({describe_params(s)}, largest module "
             f"{describe_count(s.counts.largest_module)}){lora}, {s.dtype}, {describe_sequence(s)}",
+            *describe_architecture(s, model_cfg),
             f"cluster {cluster_name}: {s.nodes} node(s) x {s.gpus_per_node} {s.device} rank(s), {capacity}, "
             f"{s.cpu_memory_gb:g} GiB host RAM per node",
             f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: the peak of "
@@ -228,9 +257,9 @@ def summary_line(e: Estimate) -> str:
 
 
 def render(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str],
-           times: Times, only_fitting: bool = False) -> str:
+           times: Times, only_fitting: bool = False, model_cfg=None) -> str:
     shown = [e for e in rows if e.verdict == "fits"] if only_fitting else rows
-    lines = describe_setup(current.setup, *names, table_unit(rows)[1]) + [
+    lines = describe_setup(current.setup, *names, table_unit(rows)[1], model_cfg) + [
         "", render_table(shown or rows, times), "", f"current:     {summary_line(current)}"]
     best = recommend(rows, times)
     if best is None:
@@ -246,7 +275,15 @@ def render(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], 
 def as_json(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str], overrides: Sequence[str],
             times: Times) -> dict:
     s, best = current.setup, recommend(rows, times)
+    a = s.arch
     return {"model": names[1], "parameters": s.total_params, "trainable_parameters": s.trainable,
+            "active_parameters": s.counts.active + s.adapters.total,
+            "architecture": {"model_type": a.model_type, "source": a.source, "count": s.counts.method,
+                             "num_hidden_layers": a.num_hidden_layers, "hidden_size": a.hidden_size,
+                             "vocab_size": a.vocab_size, "moe_layers": a.moe_layers, "num_experts": a.num_experts,
+                             "experts_per_token": a.experts_per_token,
+                             "expert_parallelism": "out of scope: every rank holds every expert" if a.is_moe
+                             else None},
             "lora_r": s.lora_r, "largest_module": s.counts.largest_module, "dtype": s.dtype, "seq_len": s.seq_len,
             "sp_size": s.sp_size,
             "cluster": {"name": names[0], "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "device": s.device,
@@ -289,12 +326,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"trl-ds plan: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
     rows = by_time(rows, times)
-    names = (cfg.cluster.name, cfg.model.name if not cfg.model.config_path else cfg.model.config_path)
+    names = (cfg.cluster.name, display_name(cfg.model))
     if "--json" in args:
         import json
         print(json.dumps(as_json(rows, current, names, overrides, times), indent=2))
     else:
-        print(render(rows, current, names, overrides, times, only_fitting="--fits" in args))
+        print(render(rows, current, names, overrides, times, only_fitting="--fits" in args, model_cfg=cfg.model))
     return 0
 
 

@@ -109,7 +109,8 @@ def hardware_from_config(cfg) -> Hardware:
 
 def flops_per_token(s: Setup) -> float:
     a, c = s.arch, s.counts
-    matmul_params = s.total_params - (0 if a.tie_word_embeddings else c.embedding)
+    # MoE: a token passes through its routed experts only (counts.active); the router's matmul is in it
+    matmul_params = c.active + s.adapters.total - (0 if a.tie_word_embeddings else c.embedding)
     with_weight_grads = s.adapters.total if s.uses_lora else matmul_params
     attention = 12 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
     recompute = 2 * matmul_params + 4 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
@@ -122,8 +123,7 @@ def compute_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
 
 def gathered_modules(s: Setup) -> int:
     """Modules ZeRO-3 gathers each pass: tensors above the persistence threshold (small ones stay whole)."""
-    big = sum(n >= s.persistence_threshold for n in s.counts.layer_tensors) * s.counts.num_layers
-    return big + sum(n >= s.persistence_threshold for n in (s.counts.embedding, s.counts.lm_head))
+    return sum(n >= s.persistence_threshold for n in s.counts.tensors)
 
 
 def collectives(s: Setup, accumulation: int):

@@ -11,10 +11,11 @@ def hf_config(model_cfg):
     """A transformers config with exactly the preset's dimensions (no download)."""
     from transformers import AutoConfig
 
+    from trl_ds.config.model_source import preset_config
+
     kwargs = {k: model_cfg[k] for k in HF_CONFIG_KEYS}
-    if model_cfg.model_type == "llama":
-        kwargs["attention_bias"] = model_cfg.attention_bias
-    return AutoConfig.for_model(model_cfg.model_type, **kwargs)
+    extra = {k: v for k, v in preset_config(model_cfg).items() if k != "model_type"}
+    return AutoConfig.for_model(model_cfg.model_type, **{**kwargs, **extra})
 
 
 def build_tokenizer():

@@ -28,6 +28,7 @@ from trl_ds.build.layout import (
 from trl_ds.config.values import sp_size
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.measure import measure_rank, peak_memory
+from trl_ds.worker.moe_leaf import leaf_module_names
 from trl_ds.worker.trainers import count_parameters
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
@@ -214,6 +215,7 @@ def summarize(run_dir: str, trainer, metrics: dict, wall: float, state) -> dict:
         "global_batch": trainer.args.per_device_train_batch_size * state.num_processes
         * trainer.args.gradient_accumulation_steps // _sequence_parallel(trainer),
         **count_parameters(trainer.model),
+        "zero3_leaf_modules": leaf_module_names(trainer.model),  # MoE blocks gathered whole (worker/moe_leaf.py)
         "sequence_parallel_size": _sequence_parallel(trainer),
         "gradient_checkpointing": bool(getattr(trainer.model, "is_activation_checkpointing", False)),
         "distributed_type": str(state.distributed_type.value if hasattr(state.distributed_type, "value")

@@ -13,6 +13,7 @@ import yaml
 from trl_ds.build.layout import DS_CONFIG, TRAINER_YAML, read_json
 from trl_ds.build.trainer_config import eval_dataset_path
 from trl_ds.config.values import sp_size, value
+from trl_ds.worker.moe_leaf import mark_moe_leaf_modules
 
 TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTrainer", "reward": "RewardTrainer"}
 
@@ -64,8 +65,12 @@ def load_model(name: str, model_args, training_args):
     if model_args.attn_implementation:
         kwargs["attn_implementation"] = model_args.attn_implementation
     if name == "reward":
-        return AutoModelForSequenceClassification.from_pretrained(model_args.model_name_or_path, num_labels=1, **kwargs)
-    return AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+        model = AutoModelForSequenceClassification.from_pretrained(model_args.model_name_or_path, num_labels=1,
+                                                                   **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+    mark_moe_leaf_modules(model, training_args.deepspeed)  # before the trainer builds the engine
+    return model
 
 
 def import_function(path: str):

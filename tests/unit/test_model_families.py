@@ -1,0 +1,110 @@
+"""Every family's planner count equals a meta-device instantiation with transformers, exact to the parameter, from a
+config.json folder (presets: tests/unit/test_params.py); what transformers builds and trl_ds does not know is
+counted on the meta device (and says so); MoE models count all experts in their total and the routed ones in their
+active parameters."""
+import json
+import os
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from trl_ds.errors import ConfigError
+from trl_ds.plan.params import FAST_TYPES, count_params, read_hf_config
+
+SMALL = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+         "num_attention_heads": 8, "num_key_value_heads": 2, "pad_token_id": 0, "bos_token_id": 1,
+         "eos_token_id": 2}
+MLA = {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12,
+       "moe_intermediate_size": 32, "n_routed_experts": 6, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1}
+# One config per family, each with what makes it differ: biases, head_dim, QK-norm, tied embeddings, MLA,
+# shared experts, dense-then-MoE layer mixes.
+FAMILIES = {
+    "llama": {"attention_bias": True, "mlp_bias": True, "head_dim": 12},
+    "mistral": {"head_dim": 10},
+    "qwen2": {"tie_word_embeddings": True},
+    "qwen3": {"head_dim": 6, "attention_bias": True},
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    "qwen2_moe": {"num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                  "shared_expert_intermediate_size": 40, "mlp_only_layers": [0], "decoder_sparse_step": 1},
+    "qwen3_moe": {"num_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 20, "head_dim": 12,
+                  "decoder_sparse_step": 2},
+    "deepseek_v2": {**MLA, "q_lora_rank": None, "n_shared_experts": 2, "first_k_dense_replace": 1},
+    "deepseek_v3": {**MLA, "n_shared_experts": 1, "first_k_dense_replace": 2},
+    "gemma": {"head_dim": 16},
+    "gemma2": {"head_dim": 16, "attention_bias": True},
+    "gemma3_text": {"head_dim": 16, "tie_word_embeddings": False},
+    "phi3": {},
+    "olmo2": {"attention_bias": True},
+}
+
+
+def instantiate(config):
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def meta_counts(model):
+    """(total, largest module, routed-expert parameters): parameters() already skips tied duplicates; L_max is
+    DeepSpeed's (stage3.model_to_params), the params one module holds directly."""
+    total = sum(p.numel() for p in model.parameters())
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+    return total, largest, experts
+
+
+def write_config(folder, raw):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(raw, f)
+    return str(folder)
+
+
+def test_every_fast_family_has_a_case():
+    assert set(FAMILIES) == set(FAST_TYPES)
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_config_json_folder_counts_exactly(tmp_path, model_type):
+    raw = {"model_type": model_type, **SMALL, **FAMILIES[model_type]}
+    total, largest, experts = meta_counts(instantiate(AutoConfig.for_model(**raw)))
+    counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
+    assert counts.method == "fast"
+    assert (counts.total, counts.largest_module) == (total, largest)
+    arch = read_hf_config(str(tmp_path / "m"))
+    if experts:  # only num_experts_per_tok of the experts' parameters work on a token
+        assert counts.active == total - experts * (arch.num_experts - arch.experts_per_token) // arch.num_experts
+    else:
+        assert counts.active == total
+
+
+def test_mixtral_active_parameters_by_hand(tmp_path):
+    raw = {"model_type": "mixtral", **SMALL, **FAMILIES["mixtral"]}
+    counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
+    h, f, layers = 64, 96, 4
+    attention = 2 * h * h + 2 * h * (2 * 8)  # q and o: 8 heads × 8; k and v: 2 kv heads × 8
+    expert, router, norms = 3 * h * f, 4 * h, 2 * h
+    embeddings = 2 * 300 * h + h  # embedding, untied lm_head, final norm
+    assert counts.total == embeddings + layers * (attention + 4 * expert + router + norms)
+    assert counts.active == embeddings + layers * (attention + 2 * expert + router + norms)
+
+
+@pytest.mark.parametrize("model_type,extra", [("granite", {}), ("starcoder2", {}), ("gpt2", {}),
+                                              ("phimoe", {"num_local_experts": 4, "num_experts_per_tok": 2})])
+def test_other_families_count_exactly_on_the_meta_device(tmp_path, model_type, extra):
+    raw = {"model_type": model_type, **SMALL, **extra}
+    if model_type == "gpt2":
+        raw = {"model_type": "gpt2", "vocab_size": 300, "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 64,
+               "bos_token_id": 1, "eos_token_id": 2}
+    total, largest, experts = meta_counts(instantiate(AutoConfig.for_model(**raw)))
+    counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
+    assert counts.method == "meta"
+    assert (counts.total, counts.largest_module) == (total, largest)
+    assert counts.active == total - experts // 2 if extra else counts.active == total
+
+
+def test_a_model_transformers_cannot_build_is_one_clear_error(tmp_path):
+    folder = write_config(tmp_path / "m", {"model_type": "no_such_family", "hidden_size": 8})
+    with pytest.raises(ConfigError, match=r"model_type 'no_such_family' is not a causal LM that transformers can "
+                                          r"build here .*model.name_or_path=.*model.config_path="):
+        count_params(read_hf_config(folder))
