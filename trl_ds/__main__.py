@@ -4,6 +4,7 @@ Hydra runs here only, once; ranks read the run dir. A user mistake prints one me
 before anything spawns.
 """
 import os
+import signal
 import sys
 import time
 
@@ -12,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from .errors import EXIT_USER_ERROR, ConfigError
+from .history import finished_run
 from .schema import register
 from .short_lived import pause_collection, resume_collection
 from .summary import print_dry_run, print_summary, record_skipped, record_stopped
@@ -27,33 +29,54 @@ _task_started = False
 def app(cfg) -> None:
     global _task_started
     _task_started = True
-    from .app import build, write_run_dir
-    from .launch import start, summarizes_here
-    from .launch.run import Stopped
+    from .launch import summarizes_here
+    from .launch.run import Stopped, raise_stopped
+    from .launch.run_dir_lock import RunDirLock
 
     hydra_cfg = HydraConfig.get()
     run_dir = os.path.abspath(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    lock = RunDirLock(run_dir, cfg.cluster.node_rank)
+    try:
+        lock.acquire()  # before anything is written: one launch per run dir (and node) at a time
+    except ConfigError as err:
+        _refuse(err, run_dir, multirun, hydra_cfg)
+        return
+    previous = signal.signal(signal.SIGTERM, raise_stopped)  # a stop before the launch also releases the lock
+    started = time.time()
+    try:
+        _launch(cfg, run_dir, multirun, hydra_cfg, started)
+    except Stopped as stop:  # a sweep stops too: the signal was for the whole command
+        record_stopped(run_dir, stop, time.time() - started, summarizes_here(cfg))
+        sys.exit(128 + stop.signum)
+    except KeyboardInterrupt:
+        record_stopped(run_dir, Stopped(signal.SIGINT), time.time() - started, summarizes_here(cfg))
+        sys.exit(128 + signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        lock.release()
+        _remove_if_empty(run_dir)
+
+
+def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> None:
+    from .app import build, write_run_dir
+    from .launch import start, summarizes_here
+
     try:
         prepared = build(cfg, run_dir, launching=not cfg.dry_run)
     except ConfigError as err:
-        if multirun:  # an invalid point of a sweep is skipped with its reason; the sweep goes on
-            record_skipped(run_dir, list(hydra_cfg.overrides.task), err)
-            return
-        print(f"trl_ds: {err.render()}", file=sys.stderr)
-        _remove_if_empty(run_dir)
-        sys.exit(EXIT_USER_ERROR)
+        _refuse(err, run_dir, multirun, hydra_cfg)
+        return
+    finished = None if cfg.dry_run else finished_run(cfg, run_dir)
+    if finished:
+        print(f"trl_ds: {finished}")
+        return
     write_run_dir(cfg, prepared, overrides=list(hydra_cfg.overrides.task))
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
     resume_collection()  # the launcher may now wait for hours
-    started = time.time()
-    try:
-        rc = start(cfg, prepared.node_commands)
-    except Stopped as stop:  # a sweep stops too: the signal was for the whole command
-        record_stopped(run_dir, stop, time.time() - started, summarizes_here(cfg))
-        sys.exit(128 + stop.signum)
+    rc = start(cfg, prepared.node_commands)
     if not summarizes_here(cfg):  # a submitted SLURM job, or a node without rank 0: start() said what happened
         if rc != 0 and not multirun:
             sys.exit(rc)
@@ -61,6 +84,15 @@ def app(cfg) -> None:
     print_summary(cfg, prepared, rc, wall_seconds=time.time() - started)
     if rc != 0 and not multirun:
         sys.exit(1)
+
+
+def _refuse(err: ConfigError, run_dir: str, multirun: bool, hydra_cfg) -> None:
+    """A user mistake: one message and exit 2; in a sweep the point is skipped with its reason and the sweep goes on."""
+    if multirun:
+        record_skipped(run_dir, list(hydra_cfg.overrides.task), err)
+        return
+    print(f"trl_ds: {err.render()}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
 
 
 def _remove_if_empty(run_dir: str) -> None:

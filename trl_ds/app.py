@@ -62,7 +62,7 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     os.makedirs(run_dir, exist_ok=True)
     write_text(os.path.join(run_dir, RESOLVED_CONFIG), OmegaConf.to_yaml(cfg, resolve=True))
     write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))
-    write_interop_files(cfg, run_dir, prepared.ds_config, prepared.trainer_args)
+    write_interop_files(cfg, run_dir, prepared.ds_config, prepared.trainer_args, run_dir=True)
     write_launch_files(cfg, run_dir, prepared.node_commands)
     write_json(os.path.join(run_dir, "env.json"), collect_env(nvme_path(cfg, run_dir)))
     write_json(os.path.join(run_dir, "plan.json"), prepared.plan)

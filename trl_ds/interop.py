@@ -10,7 +10,7 @@ from typing import Any, Dict
 import yaml
 
 from .rundir import write_json, write_text
-from .trainer_config import ACCELERATE_YAML, TRAINER_YAML
+from .trainer_config import ACCELERATE_YAML, TRAINER_YAML, relative_to_run_dir, run_dir_relative_args
 from .values import sp_size, value, world_size
 
 # Keys Hugging Face's Trainer fills from its TrainingArguments when they hold "auto" (HfTrainerDeepSpeedConfig).
@@ -89,14 +89,38 @@ def auto_ds_config(ds_config: Dict[str, Any]) -> Dict[str, Any]:
     return auto
 
 
-def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_args: Dict[str, Any]) -> None:
-    """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read."""
+def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_args: Dict[str, Any],
+                        run_dir: bool = False) -> None:
+    """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read.
+
+    run_dir: paths inside the folder are written "./..." (relative to it), so a copied run dir is independent;
+    TRL's CLI and accelerate then run with the run dir as the current folder."""
     command = value(cfg.trainer.name)
     machine_rank = " --machine_rank NODE_RANK" if cfg.cluster.nodes > 1 else ""
+    accelerate = build_accelerate_config(cfg, folder)
+    where = ""
+    if run_dir:
+        ds_config, trainer_args = relative_nvme(ds_config, folder), run_dir_relative_args(trainer_args, folder)
+        block = accelerate["deepspeed_config"]
+        block["deepspeed_config_file"] = relative_to_run_dir(block["deepspeed_config_file"], folder)
+        where = "cd RUN_DIR && "
     write_json(os.path.join(folder, "ds_config.json"), ds_config)
     write_text(os.path.join(folder, TRAINER_YAML),
-               f"# trl {command} --config trainer.yaml   (TRL's own argument names; it launches with accelerate.yaml)\n"
-               + yaml.safe_dump(trainer_args, sort_keys=False))
+               f"# {where}trl {command} --config trainer.yaml   (TRL's own argument names; it launches with "
+               f"accelerate.yaml){RELATIVE_NOTE if run_dir else ''}\n" + yaml.safe_dump(trainer_args, sort_keys=False))
     write_text(os.path.join(folder, ACCELERATE_YAML),
-               f"# accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's "
-               f"DeepSpeed setup)\n" + yaml.safe_dump(build_accelerate_config(cfg, folder), sort_keys=False))
+               f"# {where}accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's "
+               f"DeepSpeed setup)\n" + yaml.safe_dump(accelerate, sort_keys=False))
+
+
+RELATIVE_NOTE = "\n# Paths starting with ./ are relative to the run dir (this file's folder): run TRL's CLI from there."
+
+
+def relative_nvme(ds_config: Dict[str, Any], folder: str) -> Dict[str, Any]:
+    """The JSON with NVMe swap paths inside the run dir written "./..." (trl_ds's ranks resolve them, see in_run_dir)."""
+    ds_config = copy.deepcopy(ds_config)
+    zero = ds_config.get("zero_optimization", {})
+    for block in (zero.get("offload_param"), zero.get("offload_optimizer")):
+        if block and "nvme_path" in block:
+            block["nvme_path"] = relative_to_run_dir(block["nvme_path"], folder)
+    return ds_config

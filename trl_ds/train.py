@@ -11,7 +11,8 @@ import time
 
 from transformers import TrainerCallback
 
-from .checkpoint import latest_complete, mark_complete, rotate
+from .checkpoint import CHECKPOINT_DIR, fallback_line, latest_complete, mark_complete, newest_verified, rotate
+from .checkpoint import set_aside
 from .launch.failure import JOINED_FILE
 from .launch.torchrun import node_log_dir
 from .memory.measure import measure_rank
@@ -31,9 +32,9 @@ def main(argv) -> int:
     mark_joined(run_dir, state)
     if cfg.model.name_or_path is None:
         prepare_tiny_model(cfg, run_dir, state)
-    trainer = build_trainer(cfg, run_dir)
-    trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes))
-    resume_from = latest_complete(trainer.args.output_dir) if cfg.resume == "auto" else None
+    resume_from, universal = choose_resume(cfg, run_dir, state) if cfg.resume == "auto" else (None, False)
+    trainer = build_trainer(cfg, run_dir, load_universal=universal)
+    trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage))
     started = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
     wall = time.time() - started
@@ -68,12 +69,38 @@ def folder_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
 
 
-class MarkComplete(TrainerCallback):
-    """After every rank has saved a checkpoint, rank 0 marks it complete and rotates old ones."""
+def choose_resume(cfg, run_dir: str, state):
+    """(the checkpoint to resume from or None, whether to load it in DeepSpeed's universal format).
 
-    def __init__(self, keep_last: int, world_size: int):
+    Rank 0 sets aside newer checkpoints that fail verification and converts one written by another cluster shape,
+    each said in one line; the other ranks wait, then read the same answer from the run dir.
+    """
+    from .universal import ensure_universal, shape_change
+
+    output_dir = os.path.join(run_dir, CHECKPOINT_DIR)
+    if state.is_main_process:
+        chosen, damaged = newest_verified(output_dir)
+        if damaged:
+            print(fallback_line(chosen, damaged, [set_aside(c) for c, _ in damaged]), flush=True)
+        change = chosen and shape_change(chosen, state.num_processes, cfg.zero.stage)
+        if change:
+            folder, converted = ensure_universal(chosen)
+            done = "converted it to DeepSpeed's universal format in" if converted else "its universal format is in"
+            print(f"trl_ds: {chosen} was {change}: {done} {folder}; resuming from it", flush=True)
+        elif chosen and not damaged:
+            print(f"trl_ds: resuming from {chosen}", flush=True)
+    state.wait_for_everyone()
+    chosen = latest_complete(output_dir)
+    return chosen, bool(chosen and shape_change(chosen, state.num_processes, cfg.zero.stage))
+
+
+class MarkComplete(TrainerCallback):
+    """After every rank has saved a checkpoint, rank 0 marks it complete (its files and sizes) and rotates old ones."""
+
+    def __init__(self, keep_last: int, world_size: int, zero_stage: int):
         self.keep_last = keep_last
         self.world_size = world_size
+        self.zero_stage = zero_stage
 
     def on_save(self, args, state, control, **kwargs):
         import torch.distributed as dist
@@ -81,7 +108,7 @@ class MarkComplete(TrainerCallback):
         dist.barrier()  # every rank's shards are on disk before the marker says so
         if state.is_world_process_zero:
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            mark_complete(checkpoint, state.global_step, self.world_size)
+            mark_complete(checkpoint, state.global_step, self.world_size, self.zero_stage)
             rotate(args.output_dir, self.keep_last)
         dist.barrier()
 
@@ -130,12 +157,12 @@ def prepare_tiny_model(cfg, run_dir: str, state) -> None:
     state.wait_for_everyone()
 
 
-def build_trainer(cfg, run_dir: str):
+def build_trainer(cfg, run_dir: str, load_universal: bool = False):
     """The trainer named by cfg.trainer.name (trl_ds/trainers.py), logging to metrics.jsonl."""
     from .trainers import build_trainer as build_named_trainer
 
     logger = MetricsLogger(os.path.join(run_dir, "metrics.jsonl"), sp_size(cfg))
-    return build_named_trainer(cfg, run_dir, callbacks=[logger])
+    return build_named_trainer(cfg, run_dir, callbacks=[logger], load_universal=load_universal)
 
 
 class MetricsLogger(TrainerCallback):

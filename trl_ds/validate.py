@@ -13,8 +13,8 @@ from typing import Callable, List
 
 from .batch import Batch, resolve_batch
 from .build_ops import stale_locks
-from .checkpoint import CHECKPOINT_DIR, latest_complete, read_marker
 from .errors import ConfigError
+from .history import check_history
 from .reuse import check_run_dir
 from .launch.deepspeed import check_deepspeed_launcher
 from .launch.hostfile import HOST_NAME
@@ -44,7 +44,7 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
         problems += err.problems
     problems += check_run_dir(cfg, run_dir)
     if launching:
-        problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_resume(cfg, run_dir)
+        problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_history(cfg, run_dir)
         problems += check_trainer_here(cfg)
     if problems:
         raise ConfigError(problems)
@@ -195,20 +195,6 @@ def check_checkpoint(cfg) -> List[str]:
         problems.append(f"resume={cfg.resume} is not a choice. Use resume=auto (continue from the newest complete "
                         f"checkpoint in the run dir) or resume=never.")
     return problems
-
-
-def check_resume(cfg, run_dir: str) -> List[str]:
-    """A checkpoint written by another world size cannot be loaded as it is (ZeRO partitions by rank)."""
-    latest = latest_complete(os.path.join(run_dir, CHECKPOINT_DIR)) if cfg.resume == "auto" else None
-    if latest is None:
-        return []
-    saved, now = read_marker(latest)["world_size"], world_size(cfg)
-    if saved == now:
-        return []
-    return [f"resume=auto found {latest} written by world size {saved}, but this launch has world size {now}. "
-            f"Relaunch with the same cluster (world size {saved}), or convert it to a universal checkpoint with "
-            f"`python -m deepspeed.checkpoint.ds_to_universal --input_folder {latest}/global_step"
-            f"{read_marker(latest)['step']} --output_folder <folder>` and load that, or set resume=never to start over."]
 
 
 def check_machine(cfg, run_dir: str) -> List[str]:

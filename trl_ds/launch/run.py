@@ -46,7 +46,7 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool) -> int
                             daemon=True)
     pump.start()
     peers = Peers(node.endpoint) if node.nodes > 1 and tell_peers else None
-    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    previous = signal.signal(signal.SIGTERM, raise_stopped)
     try:
         stopped = _watch(proc, node, attempts_before, peers)
     except KeyboardInterrupt:
@@ -113,7 +113,7 @@ def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
             sys.stderr.write(line)
 
 
-def _raise_stopped(signum, frame):
+def raise_stopped(signum, frame):
     raise Stopped(signum)
 
 
