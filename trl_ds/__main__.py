@@ -75,6 +75,7 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
+    ready_resume(cfg, run_dir)
     resume_collection()  # the launcher may now wait for hours
     rc = start(cfg, prepared.node_commands)
     if not summarizes_here(cfg):  # a submitted SLURM job, or a node without rank 0: start() said what happened
@@ -84,6 +85,19 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
     print_summary(cfg, prepared, rc, wall_seconds=time.time() - started)
     if rc != 0 and not multirun:
         sys.exit(1)
+
+
+def ready_resume(cfg, run_dir: str) -> None:
+    """Set aside damaged checkpoints and convert one of another cluster shape before spawning: the lines reach this
+    terminal (ranks write to their logs). The main node only: it owns the run dir's checkpoints."""
+    if cfg.resume != "auto" or cfg.cluster.node_rank != 0:
+        return
+    from .checkpoint import CHECKPOINT_DIR
+    from .resume import prepare_resume
+    from .values import world_size
+
+    for line in prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage)[2]:
+        print(line, file=sys.stderr, flush=True)
 
 
 def _refuse(err: ConfigError, run_dir: str, multirun: bool, hydra_cfg) -> None:

@@ -11,15 +11,16 @@ import time
 
 from transformers import TrainerCallback
 
-from .checkpoint import CHECKPOINT_DIR, fallback_line, latest_complete, mark_complete, newest_verified, rotate
-from .checkpoint import set_aside
+from .checkpoint import CHECKPOINT_DIR, latest_complete, mark_complete, rotate
 from .launch.failure import JOINED_FILE
 from .launch.torchrun import node_log_dir
 from .memory.measure import measure_rank
+from .resume import prepare_resume
 from .rundir import load_run_config, write_json, write_text
 from .short_lived import skip_final_collection
 from .trainer_config import FINAL_MODEL_DIR, TINY_MODEL_DIR
 from .trainers import count_parameters
+from .universal import shape_change
 from .values import sp_size
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
@@ -72,23 +73,12 @@ def folder_bytes(path: str) -> int:
 def choose_resume(cfg, run_dir: str, state):
     """(the checkpoint to resume from or None, whether to load it in DeepSpeed's universal format).
 
-    Rank 0 sets aside newer checkpoints that fail verification and converts one written by another cluster shape,
-    each said in one line; the other ranks wait, then read the same answer from the run dir.
+    Rank 0 readies it (trl_ds/resume.py); the other ranks wait, then read the same answer from the run dir.
     """
-    from .universal import ensure_universal, shape_change
-
     output_dir = os.path.join(run_dir, CHECKPOINT_DIR)
     if state.is_main_process:
-        chosen, damaged = newest_verified(output_dir)
-        if damaged:
-            print(fallback_line(chosen, damaged, [set_aside(c) for c, _ in damaged]), flush=True)
-        change = chosen and shape_change(chosen, state.num_processes, cfg.zero.stage)
-        if change:
-            folder, converted = ensure_universal(chosen)
-            done = "converted it to DeepSpeed's universal format in" if converted else "its universal format is in"
-            print(f"trl_ds: {chosen} was {change}: {done} {folder}; resuming from it", flush=True)
-        elif chosen and not damaged:
-            print(f"trl_ds: resuming from {chosen}", flush=True)
+        for line in prepare_resume(output_dir, state.num_processes, cfg.zero.stage)[2]:
+            print(line, flush=True)
     state.wait_for_everyone()
     chosen = latest_complete(output_dir)
     return chosen, bool(chosen and shape_change(chosen, state.num_processes, cfg.zero.stage))
