@@ -12,11 +12,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
+from .disk_space import full_disk_line, is_disk_full
 from .errors import EXIT_USER_ERROR, ConfigError
 from .history import finished_run
 from .schema import register
 from .short_lived import pause_collection, resume_collection
-from .summary import print_dry_run, print_summary, record_skipped, record_stopped
+from .summary import print_dry_run, print_summary, record_failed, record_skipped, record_stopped
 from .values import value
 
 CONFIG_DIR = next(p for p in (os.path.join(os.path.dirname(__file__), "conf"),
@@ -42,6 +43,8 @@ def app(cfg) -> None:
     except ConfigError as err:
         _refuse(err, run_dir, multirun, hydra_cfg)
         return
+    except OSError as err:
+        _disk_failure(err, run_dir)
     previous = signal.signal(signal.SIGTERM, raise_stopped)  # a stop before the launch also releases the lock
     started = time.time()
     try:
@@ -52,6 +55,8 @@ def app(cfg) -> None:
     except KeyboardInterrupt:
         record_stopped(run_dir, Stopped(signal.SIGINT), time.time() - started, summarizes_here(cfg))
         sys.exit(128 + signal.SIGINT)
+    except OSError as err:  # the launcher's own writes: the run dir's files, logs, summary.json
+        _disk_failure(err, run_dir)
     finally:
         signal.signal(signal.SIGTERM, previous)
         lock.release()
@@ -100,6 +105,16 @@ def ready_resume(cfg, run_dir: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def _disk_failure(err: OSError, run_dir: str) -> None:
+    """A full or read-only disk under the launcher's own writes: one line and exit 1; other errors are bugs."""
+    if not is_disk_full(err):
+        raise err
+    line = full_disk_line(err.filename or run_dir, run_dir, err)
+    print(f"trl_ds: launch failed: {line}", file=sys.stderr)
+    record_failed(run_dir, {"status": "failed", "reason": line, "run_dir": run_dir})
+    sys.exit(1)
+
+
 def _refuse(err: ConfigError, run_dir: str, multirun: bool, hydra_cfg) -> None:
     """A user mistake: one message and exit 2; in a sweep the point is skipped with its reason and the sweep goes on."""
     if multirun:
@@ -111,8 +126,11 @@ def _refuse(err: ConfigError, run_dir: str, multirun: bool, hydra_cfg) -> None:
 
 def _remove_if_empty(run_dir: str) -> None:
     """A rejected config leaves no run dir behind (Hydra makes an empty one before the app runs)."""
-    if os.path.isdir(run_dir) and not os.listdir(run_dir):
-        os.rmdir(run_dir)
+    try:
+        if os.path.isdir(run_dir) and not os.listdir(run_dir):
+            os.rmdir(run_dir)
+    except OSError:  # a read-only disk: it stays, empty
+        pass
 
 
 def _skip_mode_probe() -> None:

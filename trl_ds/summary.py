@@ -6,12 +6,14 @@ import sys
 
 import yaml
 
+from .disk_space import remove_incomplete
 from .launch.run import failed_rank_log, tail
 from .launch.script import format_command
 from .rundir import OVERRIDES, read_json, write_json, write_text
 from .values import dtype, offloads, sp_size, value, world_size
 
 MiB = 2 ** 20
+DISK_FULL = "DiskFullError: "  # how trl_ds.train reports a write that found the disk full or read-only
 # The exception a rank died of, as Python prints it last ("[rank0]: ConnectionError: Couldn't reach ...").
 ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$")
 
@@ -56,14 +58,26 @@ def record_stopped(run_dir: str, stop, wall_seconds: float, writes_summary: bool
           f"checkpoint, rerun the command with hydra.run.dir={run_dir}", file=sys.stderr)
 
 
+def record_failed(run_dir: str, summary: dict) -> None:
+    """summary.json says failed; on a disk that cannot take even that, one line says so instead of a traceback."""
+    path = os.path.join(run_dir, "summary.json")
+    try:
+        write_json(path, summary)
+    except OSError as err:
+        print(f"trl_ds: could not write {path}: {err.strerror}", file=sys.stderr)
+
+
 def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
     run_dir = prepared.run_dir
     path = os.path.join(run_dir, "summary.json")
     if returncode != 0 or not os.path.exists(path):
         log = failed_rank_log(run_dir)
         reason = failure_reason(log, returncode)
-        write_json(path, {"status": "failed", "reason": reason, "log": log, "run_dir": run_dir,
-                          "wall_seconds": round(wall_seconds, 3)})
+        if DISK_FULL in reason:  # a save cut short: its files only take the space a rerun needs
+            removed = remove_incomplete(run_dir)
+            reason += f"; removed the incomplete {removed}" if removed else ""
+        record_failed(run_dir, {"status": "failed", "reason": reason, "log": log, "run_dir": run_dir,
+                                "wall_seconds": round(wall_seconds, 3)})
         print(f"trl_ds: run FAILED ({reason}); {describe(cfg)}")
         if log:
             print(f"  first failing rank's log: {log}\n{tail(log)}")

@@ -11,7 +11,8 @@ import time
 
 from transformers import TrainerCallback
 
-from .checkpoint import CHECKPOINT_DIR, latest_complete, mark_complete, rotate
+from .checkpoint import CHECKPOINT_DIR, checkpoints, latest_complete, mark_complete, rotate
+from .disk_space import full_disk_line, is_disk_full
 from .launch.failure import JOINED_FILE
 from .launch.torchrun import node_log_dir
 from .memory.measure import measure_rank
@@ -26,8 +27,27 @@ from .values import sp_size
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
 
 
+class DiskFullError(OSError):
+    """A write found the run dir's disk full or read-only; the message names the path, the free space, what was kept."""
+
+
 def main(argv) -> int:
     run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank")][0])
+    try:
+        return train(run_dir)
+    except Exception as err:
+        if not is_disk_full(err):
+            raise
+        path = getattr(err, "filename", None) or newest_checkpoint(run_dir) or run_dir
+        raise DiskFullError(full_disk_line(str(path), run_dir, err)) from None  # its cause is the one line
+
+
+def newest_checkpoint(run_dir: str):
+    found = checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))
+    return found[-1] if found else None
+
+
+def train(run_dir: str) -> int:
     cfg = load_run_config(run_dir)
     state = init_distributed()
     mark_joined(run_dir, state)

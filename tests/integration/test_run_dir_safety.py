@@ -5,6 +5,7 @@ One uninterrupted 2-rank run (6 steps, a checkpoint every 3) is the reference; t
 it (shutil.copytree), some cut back to the state a launch killed between checkpoint-3 and checkpoint-6 leaves.
 """
 import json
+import re
 import os
 import shutil
 import socket
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, read_json, run_app
+from conftest import REPO, read_json, require, run_app
 
 pytestmark = pytest.mark.integration
 
@@ -190,3 +191,54 @@ def test_the_lock_is_released_after_a_user_error(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip() == "trl_ds: checkpoint.keep_last=0 must be at least 1."
     assert not tmp_path.exists() or not (tmp_path / "launch.lock").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 30 MiB tmpfs mounted for the test and unmounted after it."""
+    require(os.geteuid() == 0 and shutil.which("mount") is not None, "mounting a tmpfs needs root and mount(8)")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_full_disk_while_saving_keeps_the_last_checkpoint_and_says_so(reference, small_disk):
+    """The killed copy (about 21 MiB) resumes on a 30 MiB disk: checkpoint-6 (about 17 MiB) cannot be written."""
+    from trl_ds.checkpoint import verify
+
+    run_dir = killed_copy(reference, small_disk / "run")
+    free = shutil.disk_usage(small_disk).free / 2 ** 20
+    one = sum(p.stat().st_size for p in (reference / "trainer" / "checkpoint-3").rglob("*") if p.is_file())
+    out = run_app(BASE, run_dir)
+    assert out.returncode == 1, out.stderr[-3000:]
+    warning = re.search(r"trl_ds: warning: checkpoints and the final model need about ([\d.]+) MiB \(checkpoint."
+                        r"keep_last=2 \+ 1 being written, ([\d.]+) MiB each; final model ([\d.]+) MiB\), but "
+                        rf"{small_disk} has ([\d.]+) MiB free\. ", out.stderr)
+    assert warning, out.stderr[-3000:]
+    need, each, final, said_free = map(float, warning.groups())
+    assert abs(each * 2 ** 20 - one) / one < 0.05  # the estimate against the real checkpoint-3's bytes
+    assert need == pytest.approx(3 * each + final, abs=0.2) and said_free == pytest.approx(free, abs=0.2)
+    line = re.search(r"DiskFullError: the disk is full writing (\S+) \(" + re.escape(str(small_disk)) +
+                     r" has ([\d.]+) MiB free\); complete checkpoints kept: checkpoint-3 \(launcher exited with code "
+                     r"1\); removed the incomplete checkpoint-6", out.stdout)
+    assert line, out.stdout[-3000:]
+    assert line.group(1).startswith(str(run_dir / "trainer" / "checkpoint-6"))
+    summary = read_json(run_dir / "summary.json")
+    assert summary["status"] == "failed" and "complete checkpoints kept: checkpoint-3" in summary["reason"]
+    assert complete_steps(run_dir) == [3] and verify(str(run_dir / "trainer" / "checkpoint-3")) is None
+    assert not (run_dir / "trainer" / "checkpoint-6").exists() and not (run_dir / "launch.lock").exists()
+    assert "Error executing job" not in out.stderr  # no traceback of the launcher's own
+
+
+def test_read_only_run_dir_is_one_line(small_disk):
+    (small_disk / "run").mkdir()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    out = run_app(["dry_run=true"], small_disk / "run")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[0] == (
+        f"trl_ds: launch failed: the disk is read-only writing {small_disk}/run/launch.lock ({small_disk}/run has 30.0 "
+        f"MiB free); no complete checkpoint")

@@ -104,13 +104,18 @@ def _attempts(log_dir: str) -> set:
 
 
 def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
+    """Copy the launcher's output to the terminal and its log; a full disk stops the log, never the copying (an
+    undrained pipe would block the ranks)."""
     with open(path, "a") as log:
         for raw in iter(stream.readline, b""):
             line = raw.decode(errors="replace")
             captured.append(line)
-            log.write(line)
-            log.flush()
             sys.stderr.write(line)
+            try:
+                log.write(line)
+                log.flush()
+            except OSError:
+                pass
 
 
 def raise_stopped(signum, frame):
