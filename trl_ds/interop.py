@@ -10,7 +10,8 @@ from typing import Any, Dict
 import yaml
 
 from .rundir import write_json, write_text
-from .trainer_config import ACCELERATE_YAML, TRAINER_YAML, relative_to_run_dir, run_dir_relative_args
+from .trainer_config import (ACCELERATE_YAML, TRAINER_YAML, nvme_blocks, relative_to_run_dir,
+                             run_dir_relative_args)
 from .values import sp_size, value, world_size
 
 # Keys Hugging Face's Trainer fills from its TrainingArguments when they hold "auto" (HfTrainerDeepSpeedConfig).
@@ -117,10 +118,8 @@ RELATIVE_NOTE = "\n# Paths starting with ./ are relative to the run dir (this fi
 
 
 def relative_nvme(ds_config: Dict[str, Any], folder: str) -> Dict[str, Any]:
-    """The JSON with NVMe swap paths inside the run dir written "./..." (trl_ds's ranks resolve them, see in_run_dir)."""
+    """The JSON with NVMe swap paths inside the run dir written "./..." (ranks resolve them: in_run_dir)."""
     ds_config = copy.deepcopy(ds_config)
-    zero = ds_config.get("zero_optimization", {})
-    for block in (zero.get("offload_param"), zero.get("offload_optimizer")):
-        if block and "nvme_path" in block:
-            block["nvme_path"] = relative_to_run_dir(block["nvme_path"], folder)
+    for block in nvme_blocks(ds_config):
+        block["nvme_path"] = relative_to_run_dir(block["nvme_path"], folder)
     return ds_config

@@ -51,11 +51,16 @@ def run_dir_relative_args(args: Dict[str, Any], run_dir: str) -> Dict[str, Any]:
     return {k: relative_to_run_dir(v, run_dir) if k in RUN_DIR_PATHS else v for k, v in args.items()}
 
 
+def nvme_blocks(ds_config: Dict[str, Any]):
+    """The offload blocks of a DeepSpeed dict that name an NVMe path."""
+    zero = ds_config.get("zero_optimization", {})
+    return [b for b in (zero.get("offload_param"), zero.get("offload_optimizer")) if b and "nvme_path" in b]
+
+
 def in_run_dir(ds_config: Dict[str, Any], run_dir: str) -> Dict[str, Any]:
     """ds_config.json with its "./" NVMe paths made absolute for a rank that runs outside the run dir."""
-    zero = ds_config.get("zero_optimization", {})
-    for block in (zero.get("offload_param"), zero.get("offload_optimizer")):
-        if block and is_run_dir_path(block.get("nvme_path")):
+    for block in nvme_blocks(ds_config):
+        if is_run_dir_path(block["nvme_path"]):
             block["nvme_path"] = os.path.join(run_dir, block["nvme_path"])
     return ds_config
 

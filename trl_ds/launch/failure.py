@@ -54,8 +54,39 @@ def _torchrun_rank(output: str, node: NodeView) -> Optional[Failure]:
         return None
     rank, local, code = (int(g) for g in match.groups())
     log = _latest(os.path.join(node.log_dir, "*", "attempt_*", str(local), "stderr.log"))
+    cause = _cause_elsewhere(log, glob.glob(os.path.join(os.path.dirname(os.path.dirname(log or "")), "*",
+                                                         "stderr.log")))
+    if cause:  # the first rank to exit only saw a peer leave; name the one whose log holds the error
+        local, log = int(os.path.basename(os.path.dirname(cause))), cause
+        return Failure(f"rank {node.rank * node.gpus_per_node + local} (node {node.rank}, local rank {local}) failed: "
+                       f"{last_error(log)}; its log: {log} (rank {rank} exited first, on losing it)", log)
     return Failure(f"rank {rank} (node {node.rank}, local rank {local}) exited with {exit_text(code)}; "
                    f"its log: {log or node.log_dir}", log)
+
+
+# What a rank's last error says when it only noticed that a peer left the process group (gloo over TCP).
+PEER_LEFT = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|DistBackendError|"
+                       r"Socket Timeout|recvBytes|ProcessGroupGloo", re.I)
+# A Python exception line, as a rank's log ends with it ("[rank1]: RuntimeError: ...").
+EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b.*)$")
+
+
+def last_error(log: str) -> Optional[str]:
+    try:
+        with open(log, errors="replace") as f:
+            found = [m.group(1) for m in map(EXCEPTION_LINE.match, f.read().splitlines()) if m]
+    except OSError:
+        return None
+    return found[-1][:300] if found else None
+
+
+def _cause_elsewhere(log: Optional[str], logs) -> Optional[str]:
+    """Another rank's log whose error is a cause, when `log`'s error is only a peer's departure; else None."""
+    first = last_error(log) if log else None
+    if not first or not PEER_LEFT.search(first):
+        return None
+    return next((other for other in sorted(logs) if other != log and (err := last_error(other))
+                 and not PEER_LEFT.search(err)), None)
 
 
 def _deepspeed_rank(output: str, node: NodeView) -> Optional[Failure]:

@@ -155,7 +155,10 @@ def _signal(process, signum: int) -> None:
 
 
 def _report(node: NodeView, failure: Failure) -> None:
-    write_failure(node, failure)
+    try:
+        write_failure(node, failure)
+    except OSError:  # a full or read-only disk: the line below still says what failed
+        pass
     print(f"trl_ds: launch failed: {failure.message}", file=sys.stderr)
 
 
