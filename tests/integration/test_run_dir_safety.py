@@ -115,7 +115,8 @@ def test_copied_run_dir_with_a_damaged_checkpoint_resumes_in_the_copy(reference,
         f.truncate(size // 2)
     outside = snapshot(tmp_path.parent, skip=run_dir) | snapshot(reference.parent)
     out = subprocess.run(["bash", str(run_dir / "launch.sh"), "0"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+                         timeout=900, env={**os.environ, "PYTHONPATH": str(REPO),  # as in the venv's shell:
+                                           "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"})
     assert out.returncode == 0, out.stderr[-3000:]
     rel = shard.relative_to(run_dir / "trainer" / "checkpoint-6")
     damaged = [p.name for p in (run_dir / "trainer").glob("checkpoint-6.damaged-*")]
