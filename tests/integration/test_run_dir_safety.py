@@ -52,6 +52,10 @@ def snapshot(root, skip=None):
     return found
 
 
+def newest(paths):
+    return max(paths, key=lambda p: p.stat().st_mtime)
+
+
 def killed_copy(reference, dest):
     """The reference as a launch killed between checkpoint-3 and checkpoint-6 leaves it."""
     shutil.copytree(reference, dest)
@@ -121,7 +125,7 @@ def test_copied_run_dir_with_a_damaged_checkpoint_resumes_in_the_copy(reference,
     rel = shard.relative_to(run_dir / "trainer" / "checkpoint-6")
     damaged = [p.name for p in (run_dir / "trainer").glob("checkpoint-6.damaged-*")]
     assert len(damaged) == 1
-    rank0 = next((run_dir / "logs" / "node_0").glob("*/attempt_0/0/stdout.log")).read_text()  # torchrun --redirects
+    rank0 = newest(run_dir.glob("logs/node_0/*/attempt_0/0/stdout.log")).read_text()  # torchrun --redirects
     assert (f"trl_ds: checkpoint-6 fails verification ({rel} has {size // 2} bytes, its marker says {size}), set aside "
             f"as {damaged[0]}; resuming from {run_dir}/trainer/checkpoint-3\n") in rank0
     assert_continues_reference(run_dir, reference)
@@ -243,3 +247,21 @@ def test_read_only_run_dir_is_one_line(small_disk):
     assert out.stderr.strip().splitlines()[0] == (
         f"trl_ds: launch failed: the disk is read-only writing {small_disk}/run/launch.lock ({small_disk}/run has 30.0 "
         f"MiB free); no complete checkpoint")
+
+
+def test_a_load_that_fails_names_the_rank_with_the_cause(reference, tmp_path):
+    """A checkpoint marked by an older trl_ds (no file list) with rank 1's optimizer shard truncated: rank 1's load
+    fails, rank 0 only loses its peer. The failure names rank 1 and its error, whichever rank exited first."""
+    run_dir = killed_copy(reference, tmp_path / "run")
+    marker = run_dir / "trainer" / "checkpoint-3" / "trl_ds_complete.json"
+    marker.write_text(json.dumps({k: v for k, v in json.loads(marker.read_text()).items() if k != "files"}))
+    shard = run_dir / "trainer" / "checkpoint-3" / "global_step3" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    with open(shard, "r+b") as f:
+        f.truncate(shard.stat().st_size // 2)
+    out = run_app(BASE, run_dir)
+    assert out.returncode == 1
+    log = newest(run_dir.glob("logs/node_0/*/attempt_0/1/stderr.log"))  # the copied run's logs are there too
+    said = (r"trl_ds: launch failed: rank 1 \(node 0, local rank 1\) (exited with code 1|failed: RuntimeError: "
+            rf"PytorchStreamReader failed reading zip archive.*); its log: {re.escape(str(log))}")
+    assert re.search(said, out.stderr), out.stderr[-3000:]
+    assert "your checkpoint file is corrupted" in read_json(run_dir / "summary.json")["reason"]
