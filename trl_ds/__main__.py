@@ -5,6 +5,7 @@ before anything spawns.
 """
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -41,8 +42,10 @@ def app(cfg) -> None:
     try:
         lock.acquire()  # before anything is written: one launch per run dir (and node) at a time
     except ConfigError as err:
-        _refuse(err, run_dir, multirun, hydra_cfg)
-        return
+        print(f"trl_ds: {err.render()}", file=sys.stderr)  # a sweep point too: its run dir is another launch's
+        if multirun:
+            return
+        sys.exit(EXIT_USER_ERROR)
     except OSError as err:
         _disk_failure(err, run_dir)
     previous = signal.signal(signal.SIGTERM, raise_stopped)  # a stop before the launch also releases the lock
@@ -101,7 +104,13 @@ def ready_resume(cfg, run_dir: str) -> None:
     from .resume import prepare_resume
     from .values import world_size
 
-    for line in prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage)[2]:
+    try:
+        lines = prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage)[2]
+    except subprocess.CalledProcessError as err:  # ds_to_universal failed: its own output above says why
+        print(f"trl_ds: launch failed: converting to DeepSpeed's universal format failed ({' '.join(err.cmd)} "
+              f"exited with {err.returncode}); the checkpoints are unchanged", file=sys.stderr)
+        sys.exit(1)
+    for line in lines:
         print(line, file=sys.stderr, flush=True)
 
 
