@@ -101,7 +101,7 @@ def failure_reason(log, returncode: int) -> str:
         return exit_text
     with open(log, errors="replace") as f:
         errors = [m.group(1) for m in map(ERROR_LINE.match, f.read().splitlines()) if m]
-    return f"{errors[-1][:300]} ({exit_text})" if errors else exit_text
+    return f"{errors[-1][:500]} ({exit_text})" if errors else exit_text  # room for a path or two
 
 
 def format_memory(m: dict) -> str:

@@ -154,7 +154,7 @@ def write_failure(node: NodeView, failure: Failure) -> None:
 
 
 def failed_rank_log(run_dir: str) -> Optional[str]:
-    """The log named by a node's failure.json, else the first rank log holding a traceback."""
+    """The log named by a node's failure.json, else the first rank log holding a traceback of its own."""
     for path in sorted(glob.glob(os.path.join(run_dir, "logs", "node_*", FAILURE_FILE))):
         with open(path) as f:
             log = json.load(f).get("log")
@@ -162,11 +162,13 @@ def failed_rank_log(run_dir: str) -> Optional[str]:
             return log
     rank_logs = glob.glob(os.path.join(run_dir, "logs", "**", "stderr.log"), recursive=True)
     rank_logs += glob.glob(os.path.join(run_dir, "logs", "**", "*_rank*.log"), recursive=True)
+    failed = []
     for path in sorted(rank_logs):
         with open(path, errors="replace") as f:
             if "Traceback" in f.read():
-                return path
-    return None
+                failed.append(path)
+    # A rank whose error is its own comes before one that only saw a peer leave.
+    return next((p for p in failed if not PEER_LEFT.search(last_error(p) or "")), failed[0] if failed else None)
 
 
 def tail(path: str, lines: int = 15) -> str:
