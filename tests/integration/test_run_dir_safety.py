@@ -154,6 +154,17 @@ def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage,
     assert snapshot(reference.parent) == outside
 
 
+def test_zero3_after_another_shape_is_refused_before_spawning(reference):
+    before = snapshot(reference)
+    out = run_app([*BASE, "zero=stage3"], reference)
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"trl_ds: resume=auto found {reference}/trainer/checkpoint-6 written by world size 2 with ZeRO stage 2; trl_ds "
+        f"cannot resume it under zero.stage=3 with world size 2 (DeepSpeed's universal checkpoint does not load into "
+        f"ZeRO stage 3 here). Relaunch with zero=stage2 (any world size), or use a new hydra.run.dir to start over.")
+    assert snapshot(reference) == before
+
+
 def test_a_second_launch_on_a_busy_run_dir_is_refused(tmp_path):
     import psutil
 
