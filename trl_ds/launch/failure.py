@@ -156,8 +156,11 @@ def write_failure(node: NodeView, failure: Failure) -> None:
 def failed_rank_log(run_dir: str) -> Optional[str]:
     """The log named by a node's failure.json, else the first rank log holding a traceback of its own."""
     for path in sorted(glob.glob(os.path.join(run_dir, "logs", "node_*", FAILURE_FILE))):
-        with open(path) as f:
-            log = json.load(f).get("log")
+        try:
+            with open(path) as f:
+                log = json.load(f).get("log")
+        except ValueError:  # cut short by a full disk
+            continue
         if log:
             return log
     rank_logs = glob.glob(os.path.join(run_dir, "logs", "**", "stderr.log"), recursive=True)
