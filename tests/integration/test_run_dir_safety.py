@@ -231,7 +231,7 @@ def test_full_disk_while_saving_keeps_the_last_checkpoint_and_says_so(reference,
     assert out.returncode == 1, out.stderr[-3000:]
     warning = re.search(r"trl_ds: warning: checkpoints and the final model need about ([\d.]+) MiB \(checkpoint."
                         r"keep_last=2 \+ 1 being written, ([\d.]+) MiB each; final model ([\d.]+) MiB\), but "
-                        rf"{small_disk} has ([\d.]+) MiB free\. ", out.stderr)
+                        rf"{run_dir} has ([\d.]+) MiB free\. ", out.stderr)
     assert warning, out.stderr[-3000:]
     need, each, final, said_free = map(float, warning.groups())
     assert abs(each * 2 ** 20 - one) / one < 0.05  # the estimate against the real checkpoint-3's bytes
