@@ -122,13 +122,12 @@ def _show(progress, method: str) -> None:
 
 
 def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
-    """Copy the launcher's output to the terminal and its log; a full disk stops the log, never the copying (an
-    undrained pipe would block the ranks)."""
+    """Copy the launcher's output to its log; a full disk stops the log, never the reading (an undrained pipe would
+    block the ranks)."""
     with open(path, "a") as log:
         for raw in iter(stream.readline, b""):
             line = raw.decode(errors="replace")
             captured.append(line)
-            sys.stderr.write(line)
             try:
                 log.write(line)
                 log.flush()
