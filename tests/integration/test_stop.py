@@ -71,6 +71,7 @@ def test_stopping_a_launch_ends_every_rank_with_one_line(launcher, signum, tmp_p
     wait_for(lambda: not processes_of(tmp_path), 10, "no launcher or rank of this run is left")
     summary = read_json(tmp_path / "summary.json")
     assert (summary["status"], summary["reason"]) == ("stopped", f"stopped by {name}")
+    assert not (tmp_path / "launch.lock").exists()  # released: the next launch in this run dir is not refused
 
 
 def test_rerun_after_a_stop_resumes_from_the_newest_checkpoint(tmp_path):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, read_json, run_app
+from conftest import read_json, run_app
 
 pytestmark = pytest.mark.integration
 
@@ -136,9 +136,10 @@ def test_accelerate_launch_runs_the_run_dir(tmp_path):
     out = run_app(["zero=stage3", "trainer.max_steps=2", "dry_run=true"], run_dir)
     assert out.returncode == 0, out.stderr
     accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
+    # Launched in the run dir: accelerate.yaml's paths are relative to it.
     launched = subprocess.run([*accelerate, "--config_file", str(run_dir / "accelerate.yaml"),
                                "-m", "trl_ds.worker.train", str(run_dir)],
-                              cwd=REPO, capture_output=True, text=True, timeout=900)
+                              cwd=run_dir, capture_output=True, text=True, timeout=900)
     assert launched.returncode == 0, launched.stderr[-3000:]
     summary = read_json(run_dir / "summary.json")
     assert (summary["world_size"], summary["distributed_type"], summary["steps"]) == (2, "DEEPSPEED", 2)

@@ -3,6 +3,7 @@
 The parse goes through the same steps as TRL's CLI (trl/cli/commands/training.py): the command's own parser, then
 the leftover `accelerate_config` key becomes `accelerate launch --config_file accelerate.yaml`.
 """
+import contextlib
 import importlib
 
 import pytest
@@ -13,13 +14,15 @@ CONFIG_CLASSES = {"sft": "SFTConfig", "dpo": "DPOConfig", "grpo": "GRPOConfig", 
 
 
 def parse_like_trl_cli(command, path):
-    """What `trl COMMAND --config PATH` does before it launches: (dataclasses..., accelerate launch args)."""
+    """What `trl COMMAND --config trainer.yaml` does, run in the run dir, before it launches: (dataclasses...,
+    accelerate launch args). trainer.yaml's paths are relative to the run dir."""
     from trl.cli.accelerate_config import resolve_accelerate_config_argument
 
     parser = importlib.import_module(f"trl.scripts.{command}").make_parser()
-    *parsed, config_rest, cli_rest = parser.parse_args_and_config(
-        ["--config", str(path)], return_remaining_strings=True, separate_remaining_strings=True)
-    return parsed, resolve_accelerate_config_argument(config_rest + cli_rest)
+    with contextlib.chdir(path.parent):
+        *parsed, config_rest, cli_rest = parser.parse_args_and_config(
+            ["--config", path.name], return_remaining_strings=True, separate_remaining_strings=True)
+        return parsed, resolve_accelerate_config_argument(config_rest + cli_rest)
 
 
 @pytest.mark.parametrize("trainer", list(CONFIG_CLASSES))
@@ -30,17 +33,17 @@ def test_trl_cli_parses_trainer_yaml_into_its_config_class(tmp_path, trainer):
     assert out.returncode == 0, out.stderr
     (script, training, model, _), launch_args = parse_like_trl_cli(trainer, run_dir / "trainer.yaml")
     assert type(training).__name__ == CONFIG_CLASSES[trainer]
-    assert launch_args == ["--config_file", str(run_dir / "accelerate.yaml")]
-    assert script.dataset_name == str(run_dir / "data")
-    assert model.model_name_or_path == str(run_dir / "model")
+    assert launch_args == ["--config_file", "./accelerate.yaml"]  # relative to the run dir: a copy is independent
+    assert script.dataset_name == "./data"
+    assert model.model_name_or_path == "./model"
     assert (training.learning_rate, training.gradient_accumulation_steps) == (2e-4, 2)
     assert training.activation_checkpointing is True and training.gradient_checkpointing is True
     assert training.report_to == ["tensorboard"]
-    assert training.deepspeed == str(run_dir / "ds_config.json")
+    assert training.deepspeed == "./ds_config.json"
     assert training.hf_deepspeed_config.config["zero_optimization"]["stage"] == 3
     saved = yaml.safe_load((run_dir / "trainer.yaml").read_text())
     assert saved["per_device_train_batch_size"] * 2 * saved["gradient_accumulation_steps"] == 8
-    assert (run_dir / "trainer.yaml").read_text().startswith(f"# trl {trainer} --config trainer.yaml")
+    assert (run_dir / "trainer.yaml").read_text().startswith(f"# cd RUN_DIR && trl {trainer} --config trainer.yaml")
     # CPU ranks: without use_cpu, transformers gives accelerate no backend and each rank counts itself alone.
     assert training.use_cpu is True and training.dataloader_drop_last is False
     # A dry run writes no model folder: the header says what writes it.

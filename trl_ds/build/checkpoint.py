@@ -1,17 +1,20 @@
-"""Checkpoints that are complete or clearly not: write, then mark; resume from the newest marked one.
+"""Checkpoints that are complete or clearly not: write, then mark; resume from the newest one that verifies.
 
 No transformers import here: the launcher reads checkpoints before anything spawns. transformers writes
 `checkpoint-N/` (DeepSpeed's shards from every rank, trainer state, RNG states). Only after every rank has finished
-does rank 0 write the marker, atomically; a crash while saving leaves a checkpoint without a marker, which resume
-ignores and the next rotation deletes.
+does rank 0 write the marker, atomically, listing every file and its size; a crash while saving leaves a checkpoint
+without a marker, which resume ignores and the next rotation deletes. A checkpoint whose files no longer match its
+marker (a truncated or deleted shard) is set aside under another name, never loaded and never rotated away.
 """
 import json
 import os
 import re
 import shutil
-from typing import List, Optional
+import time
+from typing import Dict, List, Optional, Tuple
 
 from trl_ds.build.layout import CHECKPOINT_MARKER as MARKER
+from trl_ds.build.layout import DAMAGED_SUFFIX
 
 _STEP = re.compile(r"^checkpoint-(\d+)$")
 
@@ -38,8 +41,59 @@ def read_marker(checkpoint: str) -> dict:
         return json.load(f)
 
 
-def mark_complete(checkpoint: str, step: int, world_size: int) -> None:
-    _write_atomic(os.path.join(checkpoint, MARKER), {"step": step, "world_size": world_size})
+def mark_complete(checkpoint: str, step: int, world_size: int, zero_stage: int) -> None:
+    _write_atomic(os.path.join(checkpoint, MARKER), {"step": step, "world_size": world_size,
+                                                     "zero_stage": zero_stage, "files": file_sizes(checkpoint)})
+
+
+def file_sizes(folder: str) -> Dict[str, int]:
+    """Every file under folder (relative path -> bytes), the marker itself excepted."""
+    sizes = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder)
+            if rel != MARKER:
+                sizes[rel] = os.path.getsize(path)
+    return dict(sorted(sizes.items()))
+
+
+def verify(checkpoint: str) -> Optional[str]:
+    """None if every file the marker lists is there with its size, else the first difference, in words."""
+    for rel, size in read_marker(checkpoint).get("files", {}).items():
+        path = os.path.join(checkpoint, rel)
+        if not os.path.isfile(path):
+            return f"{rel} is missing"
+        have = os.path.getsize(path)
+        if have != size:
+            return f"{rel} has {have} bytes, its marker says {size}"
+    return None
+
+
+def newest_verified(output_dir: str) -> Tuple[Optional[str], List[Tuple[str, str]]]:
+    """(the newest complete checkpoint that verifies, [(newer damaged checkpoint, why), ...])."""
+    damaged = []
+    for checkpoint in reversed([c for c in checkpoints(output_dir) if is_complete(c)]):
+        problem = verify(checkpoint)
+        if problem is None:
+            return checkpoint, damaged
+        damaged.append((checkpoint, problem))
+    return None, damaged
+
+
+def set_aside(checkpoint: str) -> str:
+    """Rename a damaged checkpoint so nothing loads, overwrites or rotates it; return its new path."""
+    target = f"{checkpoint}{DAMAGED_SUFFIX}-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.replace(checkpoint, target)
+    return target
+
+
+def fallback_line(chosen: Optional[str], damaged: List[Tuple[str, str]], moved: List[str]) -> str:
+    """One line: which checkpoint resume takes, and why not the newer ones."""
+    why = "; ".join(f"{os.path.basename(c)} fails verification ({problem}), set aside as {os.path.basename(m)}"
+                    for (c, problem), m in zip(damaged, moved))
+    target = f"resuming from {chosen}" if chosen else "no other complete checkpoint: starting from step 0"
+    return f"trl_ds: {why}; {target}"
 
 
 def rotate(output_dir: str, keep_last: int) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Dict
 import yaml
 
 from trl_ds.build.layout import ACCELERATE_YAML, DS_CONFIG, TINY_MODEL_DIR, TRAINER_YAML, write_json, write_text
+from trl_ds.build.trainer_config import nvme_blocks, relative_to_run_dir, run_dir_relative_args
 from trl_ds.config.topology import topology
 from trl_ds.config.values import sp_size, value, world_size
 
@@ -98,14 +99,37 @@ def model_note(cfg) -> str:
             f"the model folder {TINY_MODEL_DIR}/ named below.\n")
 
 
-def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_args: Dict[str, Any]) -> None:
-    """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read."""
+def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_args: Dict[str, Any],
+                        run_dir: bool = False) -> None:
+    """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read.
+
+    run_dir: paths inside the folder are written "./..." (relative to it), so a copied run dir is independent;
+    TRL's CLI and accelerate then run with the run dir as the current folder."""
     command = value(cfg.trainer.name)
     machine_rank = " --machine_rank NODE_RANK" if cfg.cluster.nodes > 1 else ""
+    accelerate = build_accelerate_config(cfg, folder)
+    where = ""
+    if run_dir:
+        ds_config, trainer_args = relative_nvme(ds_config, folder), run_dir_relative_args(trainer_args, folder)
+        block = accelerate["deepspeed_config"]
+        block["deepspeed_config_file"] = relative_to_run_dir(block["deepspeed_config_file"], folder)
+        where = "cd RUN_DIR && "
     write_json(os.path.join(folder, DS_CONFIG), ds_config)
     write_text(os.path.join(folder, TRAINER_YAML),
-               f"# trl {command} --config trainer.yaml   (TRL's own argument names; it launches with accelerate.yaml)\n"
-               + model_note(cfg) + yaml.safe_dump(trainer_args, sort_keys=False))
+               f"# {where}trl {command} --config trainer.yaml   (TRL's own argument names; it launches with "
+               f"accelerate.yaml){RELATIVE_NOTE if run_dir else ''}\n" + model_note(cfg)
+               + yaml.safe_dump(trainer_args, sort_keys=False))
     write_text(os.path.join(folder, ACCELERATE_YAML),
-               f"# accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's "
-               f"DeepSpeed setup)\n" + yaml.safe_dump(build_accelerate_config(cfg, folder), sort_keys=False))
+               f"# {where}accelerate launch --config_file accelerate.yaml{machine_rank} YOUR_SCRIPT.py   (this run's "
+               f"DeepSpeed setup)\n" + yaml.safe_dump(accelerate, sort_keys=False))
+
+
+RELATIVE_NOTE = "\n# Paths starting with ./ are relative to the run dir (this file's folder): run TRL's CLI from there."
+
+
+def relative_nvme(ds_config: Dict[str, Any], folder: str) -> Dict[str, Any]:
+    """The JSON with NVMe swap paths inside the run dir written "./..." (ranks resolve them: in_run_dir)."""
+    ds_config = copy.deepcopy(ds_config)
+    for block in nvme_blocks(ds_config):
+        block["nvme_path"] = relative_to_run_dir(block["nvme_path"], folder)
+    return ds_config

@@ -30,6 +30,9 @@ SUMMARY = "summary.json"  # rank 0 at the end; the launching process when a run 
 FINAL_MODEL_DIR = "final_model"  # the trained weights, loadable with from_pretrained
 CHECKPOINT_DIR = "trainer"  # transformers' output_dir: checkpoint-N folders
 CHECKPOINT_MARKER = "trl_ds_complete.json"  # in a checkpoint-N folder once every rank has saved it
+DAMAGED_SUFFIX = ".damaged"  # checkpoint-N.damaged-<time>: failed verification; kept, never loaded or rotated
+UNIVERSAL_MARKER = "trl_ds_universal_complete.json"  # in checkpoint-N/global_stepN_universal once converted
+LATEST_UNIVERSAL = "latest_universal"  # in checkpoint-N: the universal tag DeepSpeed's load_universal reads
 
 # Written per node under logs/node_N by the launcher and the ranks
 LOGS_DIR = "logs"
@@ -37,6 +40,13 @@ PROGRESS_DIR = "progress"  # every rank: progress/rank_K.json, its peak memory s
 SLURM_JOB_ID = "slurm_job_id"  # launcher=slurm: the submitted job, so `trl-ds watch` can follow it
 FAILURE_FILE = "failure.json"  # why this node's launch failed
 JOINED_FILE = "joined"  # written by a node's first rank once the process group formed (every rank joined)
+
+# Written by the launching process while it runs, removed when it exits
+LAUNCH_LOCK = "launch.lock"  # node 0's; launch.nodeN.lock on node N
+
+
+def launch_lock(node_rank: int) -> str:
+    return LAUNCH_LOCK if node_rank == 0 else f"launch.node{node_rank}.lock"
 
 
 def node_log_dir(run_dir: str, node_rank: int) -> str:

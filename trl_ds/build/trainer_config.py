@@ -25,6 +25,39 @@ TRAINER_ONLY: Dict[str, Tuple[str, ...]] = {
     "reward_funcs": ("grpo",),
 }
 
+# trainer.yaml keys that may name a place inside the run dir; there they are written "./..." (relative to the run dir,
+# never a hub name), so a copied run dir points at its own files.
+RUN_DIR_PATHS = ("model_name_or_path", "dataset_name", "output_dir", "deepspeed", "accelerate_config")
+HERE = "./"
+
+
+def is_run_dir_path(path: Any) -> bool:
+    return isinstance(path, str) and path.startswith(HERE)
+
+
+def relative_to_run_dir(path: Any, run_dir: str) -> Any:
+    """A path inside run_dir as "./rel"; anything else as it is."""
+    if isinstance(path, str) and path.startswith(run_dir.rstrip("/") + "/"):
+        return HERE + os.path.relpath(path, run_dir)
+    return path
+
+
+def run_dir_relative_args(args: Dict[str, Any], run_dir: str) -> Dict[str, Any]:
+    return {k: relative_to_run_dir(v, run_dir) if k in RUN_DIR_PATHS else v for k, v in args.items()}
+
+
+def nvme_blocks(ds_config: Dict[str, Any]):
+    """The offload blocks of a DeepSpeed dict that name an NVMe path."""
+    zero = ds_config.get("zero_optimization", {})
+    return [b for b in (zero.get("offload_param"), zero.get("offload_optimizer")) if b and "nvme_path" in b]
+
+
+def in_run_dir(ds_config: Dict[str, Any], run_dir: str) -> Dict[str, Any]:
+    """ds_config.json with its "./" NVMe paths made absolute for a rank that runs outside the run dir."""
+    for block in nvme_blocks(ds_config):
+        if is_run_dir_path(block["nvme_path"]):
+            block["nvme_path"] = os.path.join(run_dir, block["nvme_path"])
+    return ds_config
 
 
 def model_path(cfg, run_dir: str) -> str:

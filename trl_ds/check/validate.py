@@ -11,8 +11,8 @@ import subprocess
 import tempfile
 from typing import Callable, List
 
-from trl_ds.build.checkpoint import latest_complete, read_marker
-from trl_ds.build.layout import CHECKPOINT_DIR, nvme_path
+from trl_ds.build.layout import nvme_path
+from trl_ds.check.history import check_history
 from trl_ds.check.reuse import check_run_dir
 from trl_ds.check.trainer_rules import (
     check_eval,
@@ -24,7 +24,7 @@ from trl_ds.check.trainer_rules import (
     check_trainer_options,
 )
 from trl_ds.config.batch import Batch, resolve_batch
-from trl_ds.config.values import data_parallel_world, dtype, is_local_path, micro_batch, offloads, value, world_size
+from trl_ds.config.values import data_parallel_world, dtype, is_local_path, micro_batch, offloads, value
 from trl_ds.config.zero_offload import zero_offload_problems
 from trl_ds.errors import ConfigError
 from trl_ds.launch.build_ops import stale_locks
@@ -53,7 +53,7 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
         problems += err.problems
     problems += check_run_dir(cfg, run_dir)
     if launching:
-        problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_resume(cfg, run_dir)
+        problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_history(cfg, run_dir)
         problems += check_trainer_here(cfg)
     if problems:
         raise ConfigError(problems)
@@ -199,21 +199,6 @@ def check_checkpoint(cfg) -> List[str]:
         problems.append(f"resume={cfg.resume} is not a choice. Use resume=auto (continue from the newest complete "
                         f"checkpoint in the run dir) or resume=never.")
     return problems
-
-
-def check_resume(cfg, run_dir: str) -> List[str]:
-    """A checkpoint written by another world size cannot be loaded as it is (ZeRO partitions by rank)."""
-    latest = latest_complete(os.path.join(run_dir, CHECKPOINT_DIR)) if cfg.resume == "auto" else None
-    if latest is None:
-        return []
-    saved, now = read_marker(latest)["world_size"], world_size(cfg)
-    if saved == now:
-        return []
-    return [f"resume=auto found {latest} written by world size {saved}, but this launch has world size {now}. "
-            f"Relaunch with the same cluster (world size {saved}), or convert it to a universal checkpoint with "
-            f"`python -m deepspeed.checkpoint.ds_to_universal --input_folder {latest}/global_step"
-            f"{read_marker(latest)['step']} --output_folder <folder>` and load that, "
-            f"or set resume=never to start over."]
 
 
 def check_machine(cfg, run_dir: str) -> List[str]:

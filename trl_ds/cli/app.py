@@ -8,6 +8,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from trl_ds.build.deepspeed_config import build_ds_config
+from trl_ds.build.disk_space import space_warning
 from trl_ds.build.interop import write_interop_files
 from trl_ds.build.layout import ENV, OVERRIDES, PLAN, RESOLVED_CONFIG, TINY_DATA_DIR, nvme_path, write_json, write_text
 from trl_ds.build.trainer_config import build_trainer_args
@@ -34,6 +35,7 @@ class Prepared:
     node_commands: List[List[str]]
     plan: Dict[str, Any] = field(default_factory=dict)  # plan.json: the memory estimate and the grid around it
     memory_warning: Optional[str] = None  # preflight.memory=warn and the estimate does not fit
+    disk_warning: Optional[str] = None  # the checkpoints and final model may not fit on the run dir's disk
     autofit_text: Optional[str] = None  # zero=auto / offload=auto: the ranking and the choice, printed
     recipe_text: Optional[str] = None  # trainer.from_trl_config: each recipe argument and where it went, printed
 
@@ -49,7 +51,8 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
         raise ConfigError(recipe_problems + err.problems) from None
     if recipe_problems:
         raise ConfigError(recipe_problems)
-    memory = estimate(setup_from_config(cfg))
+    setup = setup_from_config(cfg)
+    memory = estimate(setup)
     warning = check_fit(cfg, memory, launching)
     plan = plan_for_run_dir(cfg, memory, task_overrides())
     plan["training"] = training_steps(cfg, batch)
@@ -58,6 +61,7 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
     return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),
                     trainer_args=build_trainer_args(cfg, batch, run_dir),
                     node_commands=build_commands(cfg, run_dir), plan=plan, memory_warning=warning,
+                    disk_warning=space_warning(cfg, setup, run_dir) if launching else None,
                     autofit_text=autofit["text"] if autofit else None, recipe_text="\n".join(recipe) or None)
 
 
@@ -73,7 +77,7 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     os.makedirs(run_dir, exist_ok=True)
     write_text(os.path.join(run_dir, RESOLVED_CONFIG), OmegaConf.to_yaml(cfg, resolve=True))
     write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))
-    write_interop_files(cfg, run_dir, prepared.ds_config, prepared.trainer_args)
+    write_interop_files(cfg, run_dir, prepared.ds_config, prepared.trainer_args, run_dir=True)
     write_launch_files(cfg, run_dir, prepared.node_commands)
     write_json(os.path.join(run_dir, ENV), collect_env(nvme_path(cfg, run_dir)))
     write_json(os.path.join(run_dir, PLAN), prepared.plan)
@@ -81,7 +85,8 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
         print(prepared.recipe_text)
     if prepared.autofit_text:
         print(prepared.autofit_text)
-    if prepared.memory_warning:
-        print(f"trl_ds: warning: {prepared.memory_warning}", file=sys.stderr)
+    for warning in (prepared.memory_warning, prepared.disk_warning):
+        if warning:
+            print(f"trl_ds: warning: {warning}", file=sys.stderr)
     if "tiny" in (cfg.trainer.dataset_name, cfg.trainer.eval_dataset_name):
         write_tiny_dataset(os.path.join(run_dir, TINY_DATA_DIR), value(cfg.trainer.name))

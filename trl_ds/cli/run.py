@@ -4,6 +4,8 @@ Hydra runs here only, once; ranks read the run dir. A user mistake prints one me
 before anything spawns.
 """
 import os
+import signal
+import subprocess
 import sys
 import time
 from typing import Optional, Sequence
@@ -12,10 +14,20 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
+from trl_ds.build.disk_space import full_disk_line, is_disk_full
+from trl_ds.check.history import finished_run
 from trl_ds.config.compose import CONFIG_DIR, CONFIG_NAME, HYDRA_VERSION_BASE
 from trl_ds.config.schema import register
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
-from trl_ds.launch.summary import batch_line, describe, print_dry_run, print_summary, record_skipped, record_stopped
+from trl_ds.launch.summary import (
+    batch_line,
+    describe,
+    print_dry_run,
+    print_summary,
+    record_failed,
+    record_skipped,
+    record_stopped,
+)
 from trl_ds.short_lived import pause_collection, resume_collection
 
 _task_started = False
@@ -25,34 +37,62 @@ _task_started = False
 def app(cfg) -> None:
     global _task_started
     _task_started = True
-    from trl_ds.cli.app import build, write_run_dir
-    from trl_ds.launch import start, summarizes_here
-    from trl_ds.launch.run import Stopped
+    from trl_ds.launch import summarizes_here
+    from trl_ds.launch.run import Stopped, raise_stopped
+    from trl_ds.launch.run_dir_lock import RunDirLock
 
     hydra_cfg = HydraConfig.get()
     run_dir = os.path.abspath(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    lock = RunDirLock(run_dir, cfg.cluster.node_rank)
+    try:
+        lock.acquire()  # before anything is written: one launch per run dir (and node) at a time
+    except ConfigError as err:
+        print(f"trl_ds: {err.render()}", file=sys.stderr)  # a sweep point too: its run dir is another launch's
+        if multirun:
+            return
+        sys.exit(EXIT_USER_ERROR)
+    except OSError as err:
+        _disk_failure(err, run_dir)
+    previous = signal.signal(signal.SIGTERM, raise_stopped)  # a stop before the launch also releases the lock
+    started = time.time()
+    try:
+        _launch(cfg, run_dir, multirun, hydra_cfg, started)
+    except Stopped as stop:  # a sweep stops too: the signal was for the whole command
+        record_stopped(run_dir, stop, time.time() - started, summarizes_here(cfg))
+        sys.exit(128 + stop.signum)
+    except KeyboardInterrupt:
+        record_stopped(run_dir, Stopped(signal.SIGINT), time.time() - started, summarizes_here(cfg))
+        sys.exit(128 + signal.SIGINT)
+    except OSError as err:  # the launcher's own writes: the run dir's files, logs, summary.json
+        _disk_failure(err, run_dir)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        lock.release()
+        _remove_if_empty(run_dir)
+
+
+def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> None:
+    from trl_ds.cli.app import build, write_run_dir
+    from trl_ds.launch import start, summarizes_here
+
     try:
         prepared = build(cfg, run_dir, launching=not cfg.dry_run)
     except ConfigError as err:
-        if multirun:  # an invalid point of a sweep is skipped with its reason; the sweep goes on
-            record_skipped(run_dir, list(hydra_cfg.overrides.task), err)
-            return
-        print(f"trl_ds: {err.render()}", file=sys.stderr)
-        _remove_if_empty(run_dir)
-        sys.exit(EXIT_USER_ERROR)
+        _refuse(err, run_dir, multirun, hydra_cfg)
+        return
+    finished = None if cfg.dry_run else finished_run(cfg, run_dir)
+    if finished:
+        print(f"trl_ds: {finished}")
+        return
     write_run_dir(cfg, prepared, overrides=list(hydra_cfg.overrides.task))
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
     print(f"trl_ds: launching: {describe(cfg)}\n{batch_line(cfg, prepared)}")
+    ready_resume(cfg, run_dir)
     resume_collection()  # the launcher may now wait for hours
-    started = time.time()
-    try:
-        rc = start(cfg, prepared.node_commands)
-    except Stopped as stop:  # a sweep stops too: the signal was for the whole command
-        record_stopped(run_dir, stop, time.time() - started, summarizes_here(cfg))
-        sys.exit(128 + stop.signum)
+    rc = start(cfg, prepared.node_commands)
     if not summarizes_here(cfg):  # a submitted SLURM job, or a node without rank 0: start() said what happened
         if rc != 0 and not multirun:
             sys.exit(rc)
@@ -62,10 +102,51 @@ def app(cfg) -> None:
         sys.exit(1)
 
 
+def ready_resume(cfg, run_dir: str) -> None:
+    """Set aside damaged checkpoints and convert one of another cluster shape before spawning: the lines reach this
+    terminal (ranks write to their logs). The main node only: it owns the run dir's checkpoints."""
+    if cfg.resume != "auto" or cfg.cluster.node_rank != 0:
+        return
+    from trl_ds.build.layout import CHECKPOINT_DIR
+    from trl_ds.build.resume import prepare_resume
+    from trl_ds.config.values import world_size
+
+    try:
+        lines = prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage)[2]
+    except subprocess.CalledProcessError as err:  # ds_to_universal failed: its own output above says why
+        print(f"trl_ds: launch failed: converting to DeepSpeed's universal format failed ({' '.join(err.cmd)} "
+              f"exited with {err.returncode}); the checkpoints are unchanged", file=sys.stderr)
+        sys.exit(1)
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _disk_failure(err: OSError, run_dir: str) -> None:
+    """A full or read-only disk under the launcher's own writes: one line and exit 1; other errors are bugs."""
+    if not is_disk_full(err):
+        raise err
+    line = full_disk_line(err.filename or run_dir, run_dir, err)
+    print(f"trl_ds: launch failed: {line}", file=sys.stderr)
+    record_failed(run_dir, {"status": "failed", "reason": line, "run_dir": run_dir})
+    sys.exit(1)
+
+
+def _refuse(err: ConfigError, run_dir: str, multirun: bool, hydra_cfg) -> None:
+    """A user mistake: one message and exit 2; in a sweep the point is skipped with its reason and the sweep goes on."""
+    if multirun:
+        record_skipped(run_dir, list(hydra_cfg.overrides.task), err)
+        return
+    print(f"trl_ds: {err.render()}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
+
+
 def _remove_if_empty(run_dir: str) -> None:
     """A rejected config leaves no run dir behind (Hydra makes an empty one before the app runs)."""
-    if os.path.isdir(run_dir) and not os.listdir(run_dir):
-        os.rmdir(run_dir)
+    try:
+        if os.path.isdir(run_dir) and not os.listdir(run_dir):
+            os.rmdir(run_dir)
+    except OSError:  # a read-only disk: it stays, empty
+        pass
 
 
 def _skip_mode_probe() -> None:

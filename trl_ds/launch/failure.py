@@ -61,8 +61,39 @@ def _torchrun_rank(output: str, node: NodeView) -> Optional[Failure]:
         return None
     rank, local, code = (int(g) for g in match.groups())
     log = _latest(os.path.join(node.log_dir, "*", "attempt_*", str(local), "stderr.log"))
+    cause = _cause_elsewhere(log, glob.glob(os.path.join(os.path.dirname(os.path.dirname(log or "")), "*",
+                                                         "stderr.log")))
+    if cause:  # the first rank to exit only saw a peer leave; name the one whose log holds the error
+        local, log = int(os.path.basename(os.path.dirname(cause))), cause
+        return Failure(f"rank {node.rank * node.gpus_per_node + local} (node {node.rank}, local rank {local}) failed: "
+                       f"{last_error(log)}; its log: {log} (rank {rank} exited first, on losing it)", log)
     return Failure(f"rank {rank} (node {node.rank}, local rank {local}) exited with {exit_text(code)}; "
                    f"its log: {log or node.log_dir}", log)
+
+
+# What a rank's last error says when it only noticed that a peer left the process group (gloo over TCP).
+PEER_LEFT = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|DistBackendError|"
+                       r"Socket Timeout|recvBytes|ProcessGroupGloo", re.I)
+# A Python exception line, as a rank's log ends with it ("[rank1]: RuntimeError: ...").
+EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b.*)$")
+
+
+def last_error(log: str) -> Optional[str]:
+    try:
+        with open(log, errors="replace") as f:
+            found = [m.group(1) for m in map(EXCEPTION_LINE.match, f.read().splitlines()) if m]
+    except OSError:
+        return None
+    return found[-1][:300] if found else None
+
+
+def _cause_elsewhere(log: Optional[str], logs) -> Optional[str]:
+    """Another rank's log whose error is a cause, when `log`'s error is only a peer's departure; else None."""
+    first = last_error(log) if log else None
+    if not first or not PEER_LEFT.search(first):
+        return None
+    return next((other for other in sorted(logs) if other != log and (err := last_error(other))
+                 and not PEER_LEFT.search(err)), None)
 
 
 def _deepspeed_rank(output: str, node: NodeView) -> Optional[Failure]:
@@ -130,19 +161,24 @@ def write_failure(node: NodeView, failure: Failure) -> None:
 
 
 def failed_rank_log(run_dir: str) -> Optional[str]:
-    """The log named by a node's failure.json, else the first rank log holding a traceback."""
+    """The log named by a node's failure.json, else the first rank log holding a traceback of its own."""
     for path in sorted(glob.glob(os.path.join(run_dir, LOGS_DIR, "node_*", FAILURE_FILE))):
-        with open(path) as f:
-            log = json.load(f).get("log")
+        try:
+            with open(path) as f:
+                log = json.load(f).get("log")
+        except ValueError:  # cut short by a full disk
+            continue
         if log:
             return log
     rank_logs = glob.glob(os.path.join(run_dir, LOGS_DIR, "**", "stderr.log"), recursive=True)
     rank_logs += glob.glob(os.path.join(run_dir, LOGS_DIR, "**", "*_rank*.log"), recursive=True)
+    failed = []
     for path in sorted(rank_logs):
         with open(path, errors="replace") as f:
             if "Traceback" in f.read():
-                return path
-    return None
+                failed.append(path)
+    # A rank whose error is its own comes before one that only saw a peer leave.
+    return next((p for p in failed if not PEER_LEFT.search(last_error(p) or "")), failed[0] if failed else None)
 
 
 def tail(path: str, lines: int = 15) -> str:

@@ -48,7 +48,7 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
                             daemon=True)
     pump.start()
     peers = Peers(node.endpoint) if node.nodes > 1 and tell_peers else None
-    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    previous = signal.signal(signal.SIGTERM, raise_stopped)
     try:
         stopped = _watch(proc, node, attempts_before, peers, progress)
     except KeyboardInterrupt:
@@ -122,15 +122,20 @@ def _show(progress, method: str) -> None:
 
 
 def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
+    """Copy the launcher's output to its log; a full disk stops the log, never the reading (an undrained pipe would
+    block the ranks)."""
     with open(path, "a") as log:
         for raw in iter(stream.readline, b""):
             line = raw.decode(errors="replace")
             captured.append(line)
-            log.write(line)
-            log.flush()
+            try:
+                log.write(line)
+                log.flush()
+            except OSError:
+                pass
 
 
-def _raise_stopped(signum, frame):
+def raise_stopped(signum, frame):
     raise Stopped(signum)
 
 
@@ -167,7 +172,10 @@ def _signal(process, signum: int) -> None:
 
 
 def _report(node: NodeView, failure: Failure) -> None:
-    write_failure(node, failure)
+    try:
+        write_failure(node, failure)
+    except OSError:  # a full or read-only disk: the line below still says what failed
+        pass
     print(f"trl_ds: launch failed: {failure.message}", file=sys.stderr)
     print(f"  launcher output: {os.path.join(node.log_dir, 'launcher.log')}", file=sys.stderr)
 

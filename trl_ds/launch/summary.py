@@ -3,9 +3,11 @@ import glob
 import os
 import re
 import sys
+from typing import Optional
 
 import yaml
 
+from trl_ds.build.disk_space import remove_incomplete
 from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SUMMARY, read_json, write_json, write_text
 from trl_ds.config.model_source import display_name
 from trl_ds.config.partial_batch import count_rows, epoch_end_text
@@ -14,6 +16,7 @@ from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
 
 MiB = 2 ** 20
+DISK_FULL = "DiskFullError: "  # how trl_ds.worker.train reports a write that found the disk full or read-only
 # The exception a rank died of, as Python prints it last ("[rank0]: ConnectionError: Couldn't reach ...").
 ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b.*)$")
 
@@ -66,25 +69,40 @@ def record_stopped(run_dir: str, stop, wall_seconds: float, writes_summary: bool
           f"checkpoint, rerun the command with hydra.run.dir={run_dir}", file=sys.stderr)
 
 
+def record_failed(run_dir: str, summary: dict) -> None:
+    """summary.json says failed; on a disk that cannot take even that, one line says so instead of a traceback."""
+    path = os.path.join(run_dir, SUMMARY)
+    try:
+        write_json(path, summary)
+    except OSError as err:
+        print(f"trl_ds: could not write {path}: {err.strerror}", file=sys.stderr)
+
+
 def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
     run_dir = prepared.run_dir
     path = os.path.join(run_dir, SUMMARY)
     if returncode != 0 or not os.path.exists(path):
         log = failed_rank_log(run_dir)
-        write_json(path, {"status": "failed", "reason": failure_reason(log, returncode), "log": log,
-                          "run_dir": run_dir, "wall_seconds": round(wall_seconds, 3), "exit_code": returncode or 1})
-    else:
-        s = {**read_json(path), "wall_seconds": round(wall_seconds, 3)}
-        epoch_end = epoch_end_of(cfg, prepared.batch.global_size)
-        if epoch_end:
-            s["epoch_end"] = epoch_end
-        write_json(path, s)
+        reason = failure_reason(log, returncode)
+        if DISK_FULL in reason:  # a save cut short: its files only take the space a rerun needs
+            removed = remove_incomplete(run_dir)
+            reason += f"; removed the incomplete {removed}" if removed else ""
+        failed = {"status": "failed", "reason": reason, "log": log, "run_dir": run_dir,
+                  "wall_seconds": round(wall_seconds, 3), "exit_code": returncode or 1}
+        record_failed(run_dir, failed)
+        print_outcome(cfg, run_dir, failed)  # from memory: a full disk may have kept summary.json from being written
+        return
+    s = {**read_json(path), "wall_seconds": round(wall_seconds, 3)}
+    epoch_end = epoch_end_of(cfg, prepared.batch.global_size)
+    if epoch_end:
+        s["epoch_end"] = epoch_end
+    write_json(path, s)
     print_outcome(cfg, run_dir)
 
 
-def print_outcome(cfg, run_dir: str) -> None:
-    """The run's outcome from its summary.json: what `python -m trl_ds` prints at the end, and `watch` too."""
-    s = read_json(os.path.join(run_dir, "summary.json"))
+def print_outcome(cfg, run_dir: str, s: Optional[dict] = None) -> None:
+    """The run's outcome from its summary.json (or `s`): what `python -m trl_ds` prints at the end, and `watch` too."""
+    s = s or read_json(os.path.join(run_dir, SUMMARY))
     if s["status"] != "completed":
         print(f"trl_ds: run {s['status'].upper()} ({s.get('reason', '')}); {describe(cfg)}")
         if s.get("log"):
@@ -109,7 +127,7 @@ def failure_reason(log, returncode: int) -> str:
         return exit_text
     with open(log, errors="replace") as f:
         errors = [m.group(1) for m in map(ERROR_LINE.match, f.read().splitlines()) if m]
-    return f"{errors[-1][:300]} ({exit_text})" if errors else exit_text
+    return f"{errors[-1][:500]} ({exit_text})" if errors else exit_text  # room for a path or two
 
 
 def format_memory(m: dict) -> str:

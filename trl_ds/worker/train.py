@@ -11,8 +11,10 @@ import time
 
 from transformers import TrainerCallback
 
-from trl_ds.build.checkpoint import latest_complete, mark_complete, rotate
+from trl_ds.build.checkpoint import checkpoints, latest_complete, mark_complete, rotate
+from trl_ds.build.disk_space import full_disk_line, is_disk_full
 from trl_ds.build.layout import (
+    CHECKPOINT_DIR,
     FINAL_MODEL_DIR,
     JOINED_FILE,
     METRICS,
@@ -25,6 +27,8 @@ from trl_ds.build.layout import (
     write_json,
     write_text,
 )
+from trl_ds.build.resume import prepare_resume
+from trl_ds.build.universal import shape_change
 from trl_ds.config.values import sp_size
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.measure import measure_rank, peak_memory
@@ -34,17 +38,36 @@ from trl_ds.worker.trainers import count_parameters
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
 
 
+class DiskFullError(OSError):
+    """A write found the run dir's disk full or read-only; the message names the path, the free space, what was kept."""
+
+
 def main(argv) -> int:
     run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank")][0])
+    try:
+        return train(run_dir)
+    except Exception as err:
+        if not is_disk_full(err):
+            raise
+        path = getattr(err, "filename", None) or newest_checkpoint(run_dir) or run_dir
+        raise DiskFullError(full_disk_line(str(path), run_dir, err)) from None  # its cause is the one line
+
+
+def newest_checkpoint(run_dir: str):
+    found = checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))
+    return found[-1] if found else None
+
+
+def train(run_dir: str) -> int:
     cfg = load_run_config(run_dir)
     state = init_distributed()
     mark_joined(run_dir, state)
     if cfg.model.name_or_path is None:
         prepare_tiny_model(cfg, run_dir, state)
-    trainer = build_trainer(cfg, run_dir)
-    trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes))
+    resume_from, universal = choose_resume(cfg, run_dir, state) if cfg.resume == "auto" else (None, False)
+    trainer = build_trainer(cfg, run_dir, load_universal=universal)
+    trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage))
     trainer.add_callback(LiveMemory(run_dir, state.process_index))
-    resume_from = latest_complete(trainer.args.output_dir) if cfg.resume == "auto" else None
     started = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
     wall = time.time() - started
@@ -79,12 +102,27 @@ def folder_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
 
 
-class MarkComplete(TrainerCallback):
-    """After every rank has saved a checkpoint, rank 0 marks it complete and rotates old ones."""
+def choose_resume(cfg, run_dir: str, state):
+    """(the checkpoint to resume from or None, whether to load it in DeepSpeed's universal format).
 
-    def __init__(self, keep_last: int, world_size: int):
+    Rank 0 readies it (trl_ds/build/resume.py); the other ranks wait, then read the same answer from the run dir.
+    """
+    output_dir = os.path.join(run_dir, CHECKPOINT_DIR)
+    if state.is_main_process:
+        for line in prepare_resume(output_dir, state.num_processes, cfg.zero.stage)[2]:
+            print(line, flush=True)
+    state.wait_for_everyone()
+    chosen = latest_complete(output_dir)
+    return chosen, bool(chosen and shape_change(chosen, state.num_processes, cfg.zero.stage))
+
+
+class MarkComplete(TrainerCallback):
+    """After every rank has saved a checkpoint, rank 0 marks it complete (its files and sizes) and rotates old ones."""
+
+    def __init__(self, keep_last: int, world_size: int, zero_stage: int):
         self.keep_last = keep_last
         self.world_size = world_size
+        self.zero_stage = zero_stage
 
     def on_save(self, args, state, control, **kwargs):
         import torch.distributed as dist
@@ -92,7 +130,7 @@ class MarkComplete(TrainerCallback):
         dist.barrier()  # every rank's shards are on disk before the marker says so
         if state.is_world_process_zero:
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            mark_complete(checkpoint, state.global_step, self.world_size)
+            mark_complete(checkpoint, state.global_step, self.world_size, self.zero_stage)
             rotate(args.output_dir, self.keep_last)
         dist.barrier()
 
@@ -160,12 +198,12 @@ def prepare_tiny_model(cfg, run_dir: str, state) -> None:
     state.wait_for_everyone()
 
 
-def build_trainer(cfg, run_dir: str):
+def build_trainer(cfg, run_dir: str, load_universal: bool = False):
     """The trainer named by cfg.trainer.name (trl_ds/worker/trainers.py), logging to metrics.jsonl."""
     from trl_ds.worker.trainers import build_trainer as build_named_trainer
 
     logger = MetricsLogger(os.path.join(run_dir, METRICS), sp_size(cfg))
-    return build_named_trainer(cfg, run_dir, callbacks=[logger])
+    return build_named_trainer(cfg, run_dir, callbacks=[logger], load_universal=load_universal)
 
 
 class MetricsLogger(TrainerCallback):

@@ -11,21 +11,21 @@ from typing import List
 import yaml
 
 from trl_ds.build.layout import DS_CONFIG, TRAINER_YAML, read_json
-from trl_ds.build.trainer_config import eval_dataset_path
+from trl_ds.build.trainer_config import RUN_DIR_PATHS, eval_dataset_path, in_run_dir, is_run_dir_path
 from trl_ds.config.values import sp_size, value
 from trl_ds.worker.moe_leaf import mark_moe_leaf_modules
 
 TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTrainer", "reward": "RewardTrainer"}
 
 
-def build_trainer(cfg, run_dir: str, callbacks: List):
+def build_trainer(cfg, run_dir: str, callbacks: List, load_universal: bool = False):
     import trl
     from transformers import AutoTokenizer, set_seed
 
     from trl_ds.worker.data import load_split
 
     name = value(cfg.trainer.name)
-    script_args, training_args, model_args = parse_trainer_yaml(cfg, run_dir)
+    script_args, training_args, model_args = parse_trainer_yaml(cfg, run_dir, load_universal)
     set_seed(cfg.seed)  # before the model, so new heads (reward's score) start the same on every run
     model = load_model(name, model_args, training_args)
     kwargs = dict(model=model, args=training_args, processing_class=AutoTokenizer.from_pretrained(
@@ -38,13 +38,21 @@ def build_trainer(cfg, run_dir: str, callbacks: List):
     return getattr(trl, TRAINER_CLASSES[name])(**kwargs)
 
 
-def parse_trainer_yaml(cfg, run_dir: str):
+def parse_trainer_yaml(cfg, run_dir: str, load_universal: bool = False):
     """(script args, trainer config, model config) as `trl <cmd> --config trainer.yaml` builds them, plus what only a
-    rank of this run knows: the DeepSpeed dict, the configured accelerate state and, with Ulysses, its groups."""
+    rank of this run knows: the DeepSpeed dict, the configured accelerate state and, with Ulysses, its groups.
+
+    trainer.yaml's paths are relative to the run dir (TRL's CLI runs there); a rank may run anywhere, so they are
+    resolved against the run dir this rank was given."""
     with open(os.path.join(run_dir, TRAINER_YAML)) as f:
         args = yaml.safe_load(f)
     args.pop("accelerate_config")  # read by `trl <cmd>` to launch; this rank is already launched
-    args["deepspeed"] = read_json(os.path.join(run_dir, DS_CONFIG))
+    for key in RUN_DIR_PATHS:
+        if key in args and is_run_dir_path(args[key]):
+            args[key] = os.path.join(run_dir, args[key])
+    args["deepspeed"] = in_run_dir(read_json(os.path.join(run_dir, DS_CONFIG)), run_dir)
+    if load_universal:  # a checkpoint of another cluster shape, converted (trl_ds/build/universal.py)
+        args["deepspeed"]["checkpoint"] = {**args["deepspeed"].get("checkpoint", {}), "load_universal": True}
     args["accelerator_config"] = {"use_configured_state": True}  # see train.init_distributed
     if sp_size(cfg) > 1:
         from trl_ds.build.interop import parallelism_config
