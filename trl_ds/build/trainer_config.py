@@ -14,7 +14,8 @@ from trl_ds.config.values import dtype, sp_size, value
 # Fields of the trainer group that every TRL trainer takes, passed through unchanged.
 PASSTHROUGH = ("max_steps", "per_device_train_batch_size", "learning_rate", "weight_decay", "adam_beta1",
                "adam_beta2", "adam_epsilon", "max_grad_norm", "lr_scheduler_type", "warmup_steps", "logging_steps",
-               "dataloader_num_workers", "dataloader_drop_last", "report_to")
+               "dataloader_num_workers", "dataloader_drop_last", "report_to", "num_train_epochs", "eval_strategy",
+               "eval_steps", "per_device_eval_batch_size", "dataset_test_split")
 # Fields only some trainers take (their TRL config classes have no such argument otherwise).
 TRAINER_ONLY: Dict[str, Tuple[str, ...]] = {
     "max_length": ("sft", "dpo", "reward"),
@@ -69,6 +70,12 @@ def dataset_path(cfg, run_dir: str) -> str:
     return os.path.join(run_dir, TINY_DATA_DIR) if name == "tiny" else name
 
 
+def eval_dataset_path(cfg, run_dir: str) -> str:
+    """The evaluation data: trainer.eval_dataset_name, or the training dataset (its dataset_test_split)."""
+    name = cfg.trainer.eval_dataset_name or cfg.trainer.dataset_name
+    return os.path.join(run_dir, TINY_DATA_DIR) if name == "tiny" else name
+
+
 def trainer_keys(name: str) -> Tuple[str, ...]:
     return PASSTHROUGH + tuple(k for k, owners in TRAINER_ONLY.items() if name in owners)
 
@@ -96,7 +103,8 @@ def build_trainer_args(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
         # Trainer still engages DeepSpeed. The worker passes its own configured state either way.
         args["use_cpu"] = True
     name = value(t.name)
-    args.update({k: _plain(t[k]) for k in trainer_keys(name)})
+    args.update({k: _plain(value(t[k])) for k in trainer_keys(name)})
+    args.update(passthrough_args(cfg))
     # transformers 5 renamed gradient_checkpointing (a deprecated alias now); the group keeps the familiar name.
     args["activation_checkpointing"] = t.gradient_checkpointing
     args.update(peft_args(cfg))
@@ -104,6 +112,13 @@ def build_trainer_args(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
     # Not a TRL argument: `trl <cmd>` hands it to `accelerate launch --config_file`.
     args["accelerate_config"] = os.path.join(run_dir, ACCELERATE_YAML)
     return args
+
+
+def passthrough_args(cfg) -> Dict[str, Any]:
+    """trainer.args: TRL's own names, checked before launch (trl_ds/check/trl_arguments.py), as plain YAML values."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg.trainer.args) if cfg.trainer.args else {}
 
 
 def peft_args(cfg) -> Dict[str, Any]:

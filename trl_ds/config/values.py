@@ -7,7 +7,7 @@ from trl_ds.config.topology import topology
 from trl_ds.errors import ConfigError
 
 LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-TINY_SIZE = 512  # rows of the built-in dataset (trainer.dataset_name=tiny)
+TINY_SIZE = 512  # rows of the built-in tiny training split: the worker writes them, the step count counts them
 
 
 def value(x: Any) -> Any:

@@ -11,6 +11,7 @@ from trl_ds.build.disk_space import remove_incomplete
 from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SUMMARY, read_json, write_json, write_text
 from trl_ds.config.model_source import display_name
 from trl_ds.config.partial_batch import count_rows, epoch_end_text
+from trl_ds.config.training_steps import describe as describe_steps
 from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
@@ -30,12 +31,9 @@ def describe(cfg) -> str:
 
 
 def print_dry_run(cfg, prepared) -> None:
-    b = prepared.batch
     print(f"trl_ds dry run: {describe(cfg)}")
-    world = f"world {b.world}" if sp_size(cfg) == 1 else \
-        f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
-    print(f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}")
-    epoch_end = epoch_end_of(cfg, b.global_size)
+    print(batch_line(cfg, prepared))
+    epoch_end = epoch_end_of(cfg, prepared.batch.global_size)
     if epoch_end:
         print(f"  epoch end: {epoch_end}")
     print(f"  run dir: {prepared.run_dir}")
@@ -49,6 +47,15 @@ def print_dry_run(cfg, prepared) -> None:
 def epoch_end_of(cfg, global_batch: int):
     """What happens to the rows left over at each epoch's end, when the data is not a multiple of the batch."""
     return epoch_end_text(count_rows(cfg.trainer.dataset_name), global_batch, cfg.trainer.dataloader_drop_last)
+
+
+def batch_line(cfg, prepared) -> str:
+    """The batch arithmetic and the optimizer steps it makes, printed before launch (dry run or not)."""
+    b = prepared.batch
+    world = f"world {b.world}" if sp_size(cfg) == 1 else \
+        f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
+    return (f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}; "
+            f"{describe_steps(prepared.plan['training'])}")
 
 
 def record_skipped(run_dir: str, overrides, err) -> None:
@@ -111,6 +118,8 @@ def print_outcome(cfg, run_dir: str, s: Optional[dict] = None) -> None:
         return
     print(f"trl_ds: run {s['status']}: {describe(cfg)}")
     print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
+    if s.get("eval_loss") is not None:
+        print(f"  eval loss      {s['eval_loss']:.4f} at step {s['eval_step']} ({s['evaluations']} evaluations)")
     print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")
     print(f"  world size     {s['world_size']} ({s['distributed_type']}, {s['device']})")
     if s.get("epoch_end"):

@@ -15,6 +15,7 @@ NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight
 WORDS = ["question", ":", "what", "is", "plus", "?", "answer", "the", "sum", "of", "and", "."]
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
 VOCABULARY = SPECIAL_TOKENS + NUMBERS + WORDS
+TINY_TEST_SIZE = 64  # examples of the held-out "test" split, drawn with another seed
 
 
 def tiny_sft_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]:
@@ -62,16 +63,18 @@ TINY_EXAMPLES = {"sft": tiny_sft_examples, "dpo": tiny_preference_examples, "rew
 
 
 def write_tiny_dataset(folder: str, trainer: str = "sft") -> str:
-    """Write the trainer's train.jsonl into folder, so `datasets.load_dataset(folder)` and TRL's CLI both read it."""
+    """Write the trainer's train.jsonl and test.jsonl into folder, so `datasets.load_dataset(folder)` and TRL's CLI
+    both read them as the splits "train" and "test"."""
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "train.jsonl")
-    with open(path, "w") as f:
-        for example in TINY_EXAMPLES[trainer]():
-            f.write(json.dumps(example) + "\n")
+    for split, n, seed in (("test", TINY_TEST_SIZE, 1), ("train", TINY_SIZE, 0)):
+        path = os.path.join(folder, f"{split}.jsonl")
+        with open(path, "w") as f:
+            for example in TINY_EXAMPLES[trainer](n, seed):
+                f.write(json.dumps(example) + "\n")
     return path
 
 
-def load_train_dataset(name: str, split: str):
+def load_split(name: str, split: str):
     """A local file by its suffix, a local folder, or a hub dataset name."""
     from datasets import load_dataset
 
