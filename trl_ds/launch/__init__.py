@@ -12,7 +12,7 @@ from typing import Dict, List
 from ..errors import ConfigError
 from ..rundir import write_text
 from ..values import value
-from .deepspeed import HOSTFILE, build_deepspeed_commands, load_hosts
+from .deepspeed import ENV_FILE, HOSTFILE, build_deepspeed_commands, load_hosts, render_env_file, ssh_hosts
 from .failure import NodeView
 from .hostfile import render_hostfile
 from .script import render_launch_script
@@ -33,11 +33,14 @@ def build_commands(cfg, run_dir: str) -> List[List[str]]:
 
 def render_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> Dict[str, str]:
     """File name in the run dir -> text: launch.sh always, the hostfile or sbatch.sh for their launchers. Pure."""
-    files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes)}
     name = value(cfg.launcher.name)
+    env_file = ENV_FILE if name == "deepspeed" else None
+    files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes,
+                                                 env_file)}
     if name == "deepspeed":
         hosts, origin, _ = load_hosts(cfg)
         files[HOSTFILE] = render_hostfile(hosts, origin)
+        files[ENV_FILE] = render_env_file(launch_env(cfg))
     if name == "slurm":
         files[SBATCH_SCRIPT] = render_sbatch(cfg, run_dir)
     return files
@@ -86,7 +89,7 @@ def start(cfg, node_commands: List[List[str]]) -> int:
     main_addr = main_addr_from_slurm() if from_slurm else cfg.cluster.master_addr
     node = NodeView(rank=rank, nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node,
                     log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr}:{cfg.cluster.master_port}",
-                    rdzv_timeout=cfg.launcher.rdzv_timeout)
+                    rdzv_timeout=cfg.launcher.rdzv_timeout, ssh_hosts=ssh_hosts(cfg))
     rc = run_node(script, env, node, tell_peers=value(cfg.launcher.name) == "torchrun")
     if rc == 0 and rank != 0:
         print(f"trl_ds: node {rank} done; rank 0 on node 0 writes summary.json and metrics.jsonl in its run dir")

@@ -4,8 +4,8 @@ import json
 import os
 import re
 import signal
-from dataclasses import asdict, dataclass
-from typing import Optional
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional
 
 FAILURE_FILE = "failure.json"
 JOINED_FILE = "joined"  # written by a node's first rank once the process group formed (every rank joined)
@@ -13,6 +13,8 @@ JOINED_FILE = "joined"  # written by a node's first rank once the process group 
 TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
 # deepspeed.launcher.launch: "[... '--local_rank=1', ...] exits with return code = 7"
 DEEPSPEED_RANK = re.compile(r"--local_rank=(\d+).*? exits with return code = (-?\d+)")
+# The same line from a node started over ssh: pdsh puts "HOST: " before each line of a node's output.
+REMOTE_RANK = re.compile(r"^(\S+): .*?--local_rank=(\d+).*? exits with return code = (-?\d+)", re.M)
 START_EVERY_NODE = ("Start every node (bash launch.sh NODE_RANK, or python -m trl_ds ... cluster.node_rank=N), "
                     "or raise launcher.rdzv_timeout.")
 CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
@@ -35,11 +37,12 @@ class NodeView:
     log_dir: str
     endpoint: str  # main address:port
     rdzv_timeout: int
+    ssh_hosts: List[str] = field(default_factory=list)  # deepspeed over ssh: every node's host, by node rank
 
 
 def describe(output: str, returncode: int, node: NodeView) -> Failure:
     """The failing rank (torchrun, deepspeed), a rendezvous that timed out, or else the node's launcher log."""
-    for reader in (_torchrun_rank, _deepspeed_rank, _rendezvous, _main_unreachable):
+    for reader in (remote_rank_failure, _torchrun_rank, _deepspeed_rank, _rendezvous, _main_unreachable):
         found = reader(output, node)
         if found:
             return found
@@ -67,6 +70,21 @@ def _deepspeed_rank(output: str, node: NodeView) -> Optional[Failure]:
     log = _latest(os.path.join(node.log_dir, f"*_rank{rank}.log"))
     return Failure(f"rank {rank} (node {node.rank}, local rank {local}) exited with {exit_text(code)}; "
                    f"its log: {log or node.log_dir}", log)
+
+
+def remote_rank_failure(output: str, node: NodeView) -> Optional[Failure]:
+    """A rank that died on a node the deepspeed runner started over ssh (node 0 included): the node from its host."""
+    for match in REMOTE_RANK.finditer(output) if node.ssh_hosts else ():
+        host, local, code = match.group(1), int(match.group(2)), int(match.group(3))
+        if host not in node.ssh_hosts:
+            continue
+        node_rank = node.ssh_hosts.index(host)
+        rank = node_rank * node.gpus_per_node + local
+        folder = os.path.join(os.path.dirname(node.log_dir), f"node_{node_rank}")
+        log = _latest(os.path.join(folder, f"*_rank{rank}.log"))
+        return Failure(f"rank {rank} (node {node_rank}, host {host}, local rank {local}) exited with "
+                       f"{exit_text(code)}; its log: {log or folder}", log)
+    return None
 
 
 def _rendezvous(output: str, node: NodeView) -> Optional[Failure]:
