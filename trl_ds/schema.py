@@ -276,6 +276,8 @@ class LauncherConfig:
 class PreflightConfig:
     """Checks before launch; the memory estimate is also written to plan.json in the run dir."""
     memory: PreflightMode = PreflightMode.auto
+    # Host and network checks on every node before launch (python -m trl_ds.doctor runs them alone); false: skip.
+    hosts: bool = True
 
 
 @dataclass
