@@ -1,0 +1,71 @@
+"""Multi-host pieces without hosts: the deepspeed runner's .deepspeed_env, per-node rank logs over pdsh, the values
+a remote shell would change, reading a remote rank's death from pdsh's output, and the interfaces preflight checks.
+(tests/integration/test_hosts_*.py runs them across two real test hosts.)"""
+import pytest
+
+from tests.conftest import REPO
+from trl_ds.errors import ConfigError
+from trl_ds.launch import build_commands, render_launch_files
+from trl_ds.launch.deepspeed import ssh_hosts
+from trl_ds.launch.failure import NodeView, describe
+from trl_ds.launch.host_checks import interface_names
+from trl_ds.validate import validate
+
+RUN = "/runs/r1"
+TWO_HOSTS = ["cluster=2x8", "launcher=deepspeed", "cluster.hostfile=hostfiles/2x8.txt"]
+
+
+def test_env_file_holds_cluster_and_launcher_env_and_launch_sh_points_deepspeed_at_it(compose_cfg, monkeypatch):
+    monkeypatch.chdir(REPO)
+    cfg = compose_cfg(TWO_HOSTS + ["+cluster.env.GLOO_SOCKET_IFNAME=eth1", "+cluster.env.HF_HOME=/shared/hf",
+                                   "+launcher.env.HF_HOME=/fast/hf", "+launcher.env.MY_MARKER=a b"])
+    files = render_launch_files(cfg, RUN, build_commands(cfg, RUN))
+    # launcher.env wins on a clash, as in launch.sh; DeepSpeed splits each line at its first '='.
+    assert files[".deepspeed_env"] == "GLOO_SOCKET_IFNAME=eth1\nHF_HOME=/fast/hf\nMY_MARKER=a b\n"
+    assert 'export DS_ENV_FILE="$RUN_DIR"/.deepspeed_env\n' in files["launch.sh"]
+    # pdsh writes each node's rank in place of %n: one rank-log folder per node
+    assert '--enable_each_rank_log "$RUN_DIR"/logs/node_%n ' in files["launch.sh"]
+
+
+def test_values_a_remote_shell_would_change_are_refused_over_ssh_only(compose_cfg, monkeypatch):
+    monkeypatch.chdir(REPO)
+    bad = ["+launcher.env.A=x$HOME", "+cluster.env.B='say \"hi\"'"]
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(TWO_HOSTS + bad), RUN, launching=False)
+    assert [p for p in err.value.problems if "remote shell" in p] == [
+        f"launcher.env/cluster.env {name}={val!r}: over ssh the deepspeed runner passes variables through a remote "
+        f"shell, which would change a value holding a quote, $, backquote, backslash, line break or surrounding "
+        f"spaces. Use a plain value, or launcher.no_ssh=true." for name, val in (("A", "x$HOME"), ("B", 'say "hi"'))]
+    validate(compose_cfg(TWO_HOSTS + bad + ["launcher.no_ssh=true"]), RUN, launching=False)  # launch.sh quotes them
+
+
+def test_ssh_hosts_follow_the_hostfile_after_exclude(compose_cfg, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("a slots=1\nb slots=1\nc slots=1\n")
+    cfg = compose_cfg(["launcher=deepspeed", "cluster.nodes=2", "cluster.gpus_per_node=1",
+                       f"cluster.hostfile={hostfile}", "launcher.exclude=b"])
+    assert ssh_hosts(cfg) == ["a", "c"]
+    assert ssh_hosts(compose_cfg(["launcher=deepspeed"])) == []  # one node: no ssh
+
+
+def test_rank_death_on_a_remote_node_names_rank_node_host_and_its_log(tmp_path):
+    log = tmp_path / "logs" / "node_1" / "20261204120000_rank3.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("Traceback ...\n")
+    node = NodeView(rank=0, nodes=2, gpus_per_node=2, log_dir=str(tmp_path / "logs" / "node_0"), endpoint="a:1",
+                    rdzv_timeout=60, ssh_hosts=["10.0.0.1", "10.0.0.2"])
+    output = ("10.0.0.1: [INFO] [launch.py:245:main] process 7 spawned\n"
+              "10.0.0.2: [2026-12-04 12:00:01] [ERROR] [launch.py:259:sigkill_handler] ['/usr/bin/python', '-u', "
+              "'-m', 'trl_ds.train', '--local_rank=1', '/runs/r1'] exits with return code = -9\n"
+              "pdsh@n0: 10.0.0.2: ssh exited with exit code 247\n")
+    failure = describe(output, 1, node)
+    # node 1 (second host) x 2 ranks per node + local rank 1 = global rank 3
+    assert failure.message == (f"rank 3 (node 1, host 10.0.0.2, local rank 1) exited with signal SIGKILL; its log: "
+                               f"{log}")
+    assert failure.log == str(log)
+
+
+def test_interfaces_named_by_socket_ifname_variables():
+    env = {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "=ib0,ib1", "TP_SOCKET_IFNAME": "^docker,lo",
+           "NCCL_DEBUG": "WARN"}
+    assert interface_names(env) == ["eth1", "=ib0", "ib1"]  # an excluding list (^) names none that must exist
