@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .errors import EXIT_USER_ERROR, ConfigError
 from .launch import launch_env, spawn_env, this_node_rank
-from .launch.deepspeed import ssh_hosts
+from .launch.deepspeed import RUNNER_TOOLS, ssh_hosts
 from .launch.host_checks import PACKAGES, interface_names, probe
 from .values import value
 
@@ -33,9 +33,10 @@ def check_hosts(cfg, env: Optional[Dict[str, str]] = None) -> List[str]:
                "interfaces": interface_names(launch_env(cfg))}
     hosts = ssh_hosts(cfg)
     if hosts:
+        runner = RUNNER_TOOLS[value(cfg.launcher.multinode_runner)]
         problems = [f"{tool} is not installed on this node; the deepspeed launcher starts the hosts with it. Install "
-                    f"it (apt-get install {package}), or start each node yourself with launcher.no_ssh=true."
-                    for tool, package in (("ssh", "openssh-client"), ("pdsh", "pdsh"))
+                    f"it ({package}), or start each node yourself with launcher.no_ssh=true."
+                    for tool, package in (("ssh", "openssh-client"), runner)
                     if not shutil.which(tool, path=env.get("PATH"))]
         if problems:
             return problems

@@ -22,8 +22,8 @@ RECORDED = ("GLOO_SOCKET_IFNAME", "MY_MARKER")
 # TRL_DS_TEST_KILL_RANK kills itself (SIGKILL) once started, after noting when.
 SITECUSTOMIZE = """
 import json, os, signal, subprocess, time
-if "LOCAL_RANK" in os.environ and "RANK" in os.environ:
-    rank = os.environ["RANK"]
+rank = os.environ.get("RANK") if "LOCAL_RANK" in os.environ else os.environ.get("OMPI_COMM_WORLD_RANK")
+if rank is not None:  # a rank: from DeepSpeed's per-node launch, or from mpirun
     addr = subprocess.run(["ip", "-4", "-o", "addr", "show", "eth1"], capture_output=True, text=True).stdout.split()
     record = {{name: os.environ.get(name) for name in {names!r}}}
     record["address"] = addr[3].split("/")[0] if len(addr) > 3 else None
@@ -99,3 +99,21 @@ def test_rank_killed_on_node_1_ends_the_launch_within_seconds_naming_rank_node_a
     time.sleep(2)  # the remote launchers' own exit after SIGTERM
     assert not processes_of(run_dir), "a launcher or rank of this run outlived it"
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+
+
+def test_deepspeed_over_openmpi_carries_the_environment_and_trains_to_the_one_host_loss(test_hosts, tmp_path,
+                                                                                      tmp_path_factory):
+    """mpirun (Debian's Open MPI) starts both ranks itself; root needs --allow-run-as-root, and Open MPI's own TCP
+    traffic is kept on eth1 like gloo's."""
+    reference = reference_run(tmp_path_factory)
+    run_dir = tmp_path / "run"
+    mpi_args = "--allow-run-as-root --mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1"
+    done, records, _ = launch_on_node_0(test_hosts, tmp_path, run_dir, [
+        "trainer.max_steps=3", "launcher.multinode_runner=openmpi", f"launcher.launcher_args='{mpi_args}'"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "mpirun -n 2 -hostfile" in (run_dir / "logs" / "node_0" / "launcher.log").read_text()
+    assert records == {0: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.1"},
+                       1: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.2"}}
+    summary = read_json(run_dir / "summary.json")
+    assert (summary["status"], summary["world_size"], summary["global_batch"]) == ("completed", 2, 4)
+    assert losses(run_dir) == pytest.approx(reference["losses"][:3], abs=1e-6)

@@ -69,3 +69,49 @@ def test_interfaces_named_by_socket_ifname_variables():
     env = {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "=ib0,ib1", "TP_SOCKET_IFNAME": "^docker,lo",
            "NCCL_DEBUG": "WARN"}
     assert interface_names(env) == ["eth1", "=ib0", "ib1"]  # an excluding list (^) names none that must exist
+
+
+@pytest.mark.parametrize("runner, starter, exported", [
+    ("openmpi", ["mpirun", "-n", "16", "-hostfile"], ["-x", "GLOO_SOCKET_IFNAME=eth1"]),
+    ("mpich", ["mpirun", "-n", "16", "-ppn", "8"], ["-genv", "GLOO_SOCKET_IFNAME=eth1"]),
+    ("impi", ["mpirun", "-ppn", "8"], ["-genv", "GLOO_SOCKET_IFNAME", "eth1"]),
+    ("slurm", ["srun", "-n", "16"], ["GLOO_SOCKET_IFNAME=eth1"]),
+])
+def test_other_runners_render_through_deepspeeds_own_runner(compose_cfg, monkeypatch, tmp_path, runner, starter,
+                                                            exported):
+    """Our launch.sh arguments, parsed by DeepSpeed's runner, give the MPI/srun command that runner would run, with
+    the config's environment and the main address (which DeepSpeed's per-node launch would otherwise set)."""
+    from deepspeed.launcher import multinode_runner, runner as ds_runner
+
+    monkeypatch.chdir(REPO)
+    cfg = compose_cfg(TWO_HOSTS + ["+cluster.env.GLOO_SOCKET_IFNAME=eth1", f"launcher.multinode_runner={runner}",
+                                   "launcher.launcher_args='--bind-to none'"])
+    cmd = build_commands(cfg, RUN)[0]
+    assert cmd[cmd.index("--launcher") + 1] == runner and cmd[cmd.index("--launcher_args") + 1] == "--bind-to none"
+    args = ds_runner.parse_args([str(a.shown if hasattr(a, "shown") else a) for a in cmd[1:]])
+    pool = ds_runner._parse_hostfile(open(REPO / "hostfiles" / "2x8.txt").read().splitlines())
+    active = ds_runner.parse_inclusion_exclusion(pool, "", "")
+    classes = {"openmpi": multinode_runner.OpenMPIRunner, "mpich": multinode_runner.MPICHRunner,
+               "impi": multinode_runner.IMPIRunner, "slurm": multinode_runner.SlurmRunner}
+    backend = classes[runner](args, ds_runner.encode_world_info(active), pool)
+    env_file = render_launch_files(cfg, RUN, [cmd])[".deepspeed_env"]
+    assert env_file == "GLOO_SOCKET_IFNAME=eth1\nMASTER_ADDR=node-0\nMASTER_PORT=29500\n"
+    for line in env_file.splitlines():  # as the runner reads .deepspeed_env
+        backend.add_export(*line.split("=", 1))
+    full = backend.get_cmd({}, active)
+    assert full[:len(starter)] == starter, full
+    assert "--bind-to" in full and full[-2:] == ["trl_ds.train", RUN], full
+    assert " ".join(exported) in " ".join(full), full
+
+
+def test_runner_choice_is_checked(compose_cfg, monkeypatch):
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(TWO_HOSTS + ["launcher.multinode_runner=openmpi", "launcher.exclude=node-1:7"]), RUN,
+                 launching=False)
+    assert ("launcher.multinode_runner=openmpi cannot pick hosts or slots (DeepSpeed refuses --include/--exclude "
+            "with it). List the hosts in cluster.hostfile instead.") in err.value.problems
+    with pytest.raises(ConfigError, match=r"launcher.multinode_runner=mpich is how the deepspeed launcher starts "
+                                          r"several nodes from node 0"):
+        validate(compose_cfg(TWO_HOSTS + ["launcher.multinode_runner=mpich", "launcher.no_ssh=true"]), RUN,
+                 launching=False)

@@ -40,7 +40,16 @@ def load_hosts(cfg) -> Tuple[List[Host], str, List[str]]:
 def check_deepspeed_launcher(cfg) -> List[str]:
     if value(cfg.launcher.name) != "deepspeed":
         return []
+    launcher = cfg.launcher
     problems = load_hosts(cfg)[2]
+    runner = value(launcher.multinode_runner)
+    if runner != "pdsh" and not uses_ssh(cfg):
+        problems.append(f"launcher.multinode_runner={runner} is how the deepspeed launcher starts several nodes from "
+                        f"node 0 (launcher=deepspeed, cluster.nodes > 1, launcher.no_ssh=false). Remove it, or "
+                        f"set those.")
+    if runner not in ("pdsh", "slurm") and (launcher.include or launcher.exclude):
+        problems.append(f"launcher.multinode_runner={runner} cannot pick hosts or slots (DeepSpeed refuses "
+                        f"--include/--exclude with it). List the hosts in cluster.hostfile instead.")
     if uses_ssh(cfg):
         env = {**cfg.cluster.env, **cfg.launcher.env}
         problems += [f"launcher.env/cluster.env {name}={val!r}: over ssh the deepspeed runner passes variables "
@@ -64,6 +73,10 @@ def build_deepspeed_command(cfg, run_dir: str, node_rank: int, per_node: bool) -
         cmd += ["--no_ssh", "--node_rank", str(node_rank)]
     elif c.nodes == 1:
         cmd += ["--no_ssh_check"]  # one host: DeepSpeed launches locally, so it needs no ssh to check
+    elif value(launcher.multinode_runner) != "pdsh":
+        cmd += ["--launcher", value(launcher.multinode_runner)]
+    if launcher.launcher_args and uses_ssh(cfg):
+        cmd += ["--launcher_args", launcher.launcher_args]
     # Rank logs are named by global rank; one folder per node (over ssh pdsh fills in each node's rank).
     log_dir = node_log_dir(run_dir, NODE_PLACEHOLDER if uses_ssh(cfg) else node_rank)
     return cmd + ["--enable_each_rank_log", log_dir, "--module", WORKER_MODULE, run_dir]
@@ -87,6 +100,23 @@ def ssh_hosts(cfg) -> List[str]:
         return []
     hosts, origin, _ = load_hosts(cfg)
     return list(select_slots(hosts, cfg.launcher.include, cfg.launcher.exclude, origin)[0])
+
+
+def env_file_values(cfg, env: Dict[str, str]) -> Dict[str, str]:
+    """What every rank gets through .deepspeed_env: the config's env, and for the runners that start ranks without
+    DeepSpeed's per-node launch (MPI, srun) the main address, which that launch would have set."""
+    if uses_ssh(cfg) and value(cfg.launcher.multinode_runner) != "pdsh":
+        env = {"MASTER_ADDR": cfg.cluster.master_addr, "MASTER_PORT": str(cfg.cluster.master_port), **env}
+    return env
+
+
+def pdsh_hosts(cfg) -> List[str]:
+    """The hosts whose per-node launchers node 0 watches and stops (pdsh); MPI runners and srun do that themselves."""
+    return ssh_hosts(cfg) if value(cfg.launcher.multinode_runner) == "pdsh" else []
+
+
+RUNNER_TOOLS = {"pdsh": ("pdsh", "pdsh"), "openmpi": ("mpirun", "openmpi-bin"), "mpich": ("mpirun", "mpich"),
+                "impi": ("mpirun", "Intel MPI"), "mvapich": ("mpirun_rsh", "MVAPICH2"), "slurm": ("srun", "slurm-client")}
 
 
 def render_env_file(env: Dict[str, str]) -> str:
