@@ -2,8 +2,8 @@
 
 On every node the launch will use (each host over ssh for the deepspeed launcher's ssh mode, else this node):
 cluster.master_addr resolves and answers, the master port is free on node 0, every interface named by a
-*_SOCKET_IFNAME variable exists, /dev/shm has room for the node's ranks, and torch, deepspeed, transformers and trl
-are the same versions as on node 0. Each problem is one line naming the node, its host and the fix; exit code 2.
+*_SOCKET_IFNAME variable exists, /dev/shm has room for the node's ranks, and torch, deepspeed, transformers, trl and
+the trl_ds commit are the same as on node 0. Each problem is one line naming the node, its host and the fix; exit code 2.
 """
 import json
 import os
@@ -36,7 +36,7 @@ def check_hosts(cfg, env: Optional[Dict[str, str]] = None) -> List[str]:
         runner = RUNNER_TOOLS[value(cfg.launcher.multinode_runner)]
         problems = [f"{tool} is not installed on this node; the deepspeed launcher starts the hosts with it. Install "
                     f"it ({package}), or start each node yourself with launcher.no_ssh=true."
-                    for tool, package in (("ssh", "openssh-client"), runner)
+                    for tool, package in (("ssh", "apt-get install openssh-client"), runner)
                     if not shutil.which(tool, path=env.get("PATH"))]
         if problems:
             return problems
@@ -114,13 +114,15 @@ def _version_problems(views: Dict[int, Tuple[str, dict]]) -> List[str]:
     host0, base = views[first][0], views[first][1]["versions"]
     problems = []
     for rank, (host, view) in sorted(views.items()):
-        diff = [name for name in PACKAGES if view["versions"].get(name) != base.get(name)]
+        diff = [name for name in ("trl_ds",) + PACKAGES if view["versions"].get(name) != base.get(name)]
         if rank != first and diff:
             theirs = ", ".join(f"{n} {view['versions'].get(n)}" for n in diff)
             ours = ", ".join(f"{n} {base.get(n)}" for n in diff)
-            pins = " ".join(f"{n}=={base.get(n)}" for n in diff)
+            pins = " ".join(f"{n}=={base.get(n)}" for n in diff if n != "trl_ds")
+            fix = [f"pip install {pins} there"] if pins else []
+            fix += [f"check out trl_ds {base.get('trl_ds')} there"] if "trl_ds" in diff else []
             problems.append(f"node {rank} ({host}) has {theirs} where node {first} ({host0}) has {ours}. Install the "
-                            f"same versions on every node (pip install {pins} there).")
+                            f"same versions on every node ({'; '.join(fix)}).")
     return problems
 
 

@@ -115,8 +115,10 @@ def pdsh_hosts(cfg) -> List[str]:
     return ssh_hosts(cfg) if value(cfg.launcher.multinode_runner) == "pdsh" else []
 
 
-RUNNER_TOOLS = {"pdsh": ("pdsh", "pdsh"), "openmpi": ("mpirun", "openmpi-bin"), "mpich": ("mpirun", "mpich"),
-                "impi": ("mpirun", "Intel MPI"), "mvapich": ("mpirun_rsh", "MVAPICH2"), "slurm": ("srun", "slurm-client")}
+# The command node 0 needs for each runner, and where it comes from.
+RUNNER_TOOLS = {"pdsh": ("pdsh", "apt-get install pdsh"), "openmpi": ("mpirun", "apt-get install openmpi-bin"),
+                "mpich": ("mpirun", "apt-get install mpich"), "impi": ("mpirun", "Intel MPI"),
+                "mvapich": ("mpirun_rsh", "MVAPICH2"), "slurm": ("srun", "apt-get install slurm-client")}
 
 
 def render_env_file(env: Dict[str, str]) -> str:

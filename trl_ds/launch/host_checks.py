@@ -11,7 +11,7 @@ import sys
 from importlib import metadata
 from typing import Dict, List, Optional
 
-PACKAGES = ("torch", "deepspeed", "transformers", "trl")
+PACKAGES = ("torch", "deepspeed", "transformers", "trl")  # and trl_ds: its git commit
 CONNECT_TIMEOUT_S = 3
 
 
@@ -82,13 +82,28 @@ def shm_free() -> Optional[int]:
 
 
 def versions() -> Dict[str, Optional[str]]:
-    found = {}
+    found = {"trl_ds": trl_ds_commit()}
     for name in PACKAGES:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             found[name] = None
     return found
+
+
+def trl_ds_commit() -> Optional[str]:
+    """The git commit of the trl_ds source this Python imports (None outside a git checkout)."""
+    import subprocess
+
+    import trl_ds
+
+    source = os.path.dirname(os.path.dirname(os.path.abspath(trl_ds.__file__)))
+    try:
+        done = subprocess.run(["git", "-C", source, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def interface_names(env: Dict[str, str]) -> List[str]:
