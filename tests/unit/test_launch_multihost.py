@@ -7,7 +7,7 @@ from tests.conftest import REPO
 from trl_ds.errors import ConfigError
 from trl_ds.launch import build_commands, render_launch_files
 from trl_ds.launch.deepspeed import ssh_hosts
-from trl_ds.launch.failure import NodeView, describe
+from trl_ds.launch.failure import NodeView, describe, never_reached
 from trl_ds.launch.host_checks import interface_names
 from trl_ds.validate import validate
 
@@ -115,3 +115,14 @@ def test_runner_choice_is_checked(compose_cfg, monkeypatch):
                                           r"several nodes from node 0"):
         validate(compose_cfg(TWO_HOSTS + ["launcher.multinode_runner=mpich", "launcher.no_ssh=true"]), RUN,
                  launching=False)
+
+
+def test_a_launch_that_started_every_node_never_advises_starting_nodes_by_hand(tmp_path):
+    node = NodeView(rank=0, nodes=2, gpus_per_node=1, log_dir=str(tmp_path / "logs" / "node_0"),
+                    endpoint="10.0.0.1:29500", rdzv_timeout=60, ssh_hosts=["10.0.0.1", "10.0.0.2"],
+                    starts_every_node=True)
+    failure = never_reached(node)
+    assert failure.message.startswith(
+        f"the ranks did not form the process group at 10.0.0.1:29500 within launcher.rdzv_timeout=60 s, though this "
+        f"launch started every node. Read the rank logs under {tmp_path / 'logs'}/ (one folder per node)")
+    assert "cluster.node_rank" not in failure.message and "launch.sh" not in failure.message

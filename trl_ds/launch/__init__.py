@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from ..rundir import write_text
 from ..values import value
 from .deepspeed import ENV_FILE, HOSTFILE, build_deepspeed_commands, env_file_values, load_hosts, render_env_file
-from .deepspeed import pdsh_hosts
+from .deepspeed import pdsh_hosts, uses_ssh
 from .failure import NodeView
 from .hostfile import render_hostfile
 from .script import render_launch_script
@@ -90,7 +90,8 @@ def start(cfg, node_commands: List[List[str]]) -> int:
     main_addr = main_addr_from_slurm() if from_slurm else cfg.cluster.master_addr
     node = NodeView(rank=rank, nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node,
                     log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr}:{cfg.cluster.master_port}",
-                    rdzv_timeout=cfg.launcher.rdzv_timeout, ssh_hosts=pdsh_hosts(cfg))
+                    rdzv_timeout=cfg.launcher.rdzv_timeout, ssh_hosts=pdsh_hosts(cfg),
+                    starts_every_node=uses_ssh(cfg))
     rc = run_node(script, env, node, tell_peers=value(cfg.launcher.name) == "torchrun")
     if rc == 0 and rank != 0:
         print(f"trl_ds: node {rank} done; rank 0 on node 0 writes summary.json and metrics.jsonl in its run dir")

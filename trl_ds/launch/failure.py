@@ -37,7 +37,8 @@ class NodeView:
     log_dir: str
     endpoint: str  # main address:port
     rdzv_timeout: int
-    ssh_hosts: List[str] = field(default_factory=list)  # deepspeed over ssh: every node's host, by node rank
+    ssh_hosts: List[str] = field(default_factory=list)  # deepspeed over pdsh: every node's host, by node rank
+    starts_every_node: bool = False  # this launch starts the other nodes too (deepspeed over ssh, pdsh or MPI)
 
 
 def describe(output: str, returncode: int, node: NodeView) -> Failure:
@@ -111,7 +112,14 @@ def missing_nodes(total: int, joined: Optional[int] = None) -> str:
 def never_reached(node: NodeView) -> Failure:
     """The watch's own deadline passed before torchrun said more (node 0), or node 0 never answered (others)."""
     log = os.path.join(node.log_dir, "launcher.log")
-    if node.rank == 0:
+    if node.starts_every_node:
+        logs = os.path.dirname(node.log_dir)
+        text = (f"the ranks did not form the process group at {node.endpoint} within launcher.rdzv_timeout="
+                f"{node.rdzv_timeout} s, though this launch started every node. Read the rank logs under {logs}/ "
+                f"(one folder per node) and check the hosts with python -m trl_ds.doctor and the same overrides "
+                f"(a missing GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME is a common cause), or raise "
+                f"launcher.rdzv_timeout.")
+    elif node.rank == 0:
         text = (f"{missing_nodes(node.nodes)} never joined: the rendezvous at {node.endpoint} was not complete "
                 f"within launcher.rdzv_timeout={node.rdzv_timeout} s. {START_EVERY_NODE}")
     else:
