@@ -3,7 +3,8 @@
 On every node the launch will use (each host over ssh for the deepspeed launcher's ssh mode, else this node):
 cluster.master_addr resolves and answers, the master port is free on node 0, every interface named by a
 *_SOCKET_IFNAME variable exists, /dev/shm has room for the node's ranks, and torch, deepspeed, transformers, trl and
-the trl_ds commit are the same as on node 0. Each problem is one line naming the node, its host and the fix; exit code 2.
+the trl_ds commit are the same as on node 0. Each problem is one line naming the node, its host and the fix;
+exit code 2.
 """
 import json
 import os

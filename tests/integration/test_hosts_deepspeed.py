@@ -36,7 +36,7 @@ if rank is not None:  # a rank: from DeepSpeed's per-node launch, or from mpirun
 """
 
 
-def launch_on_node_0(test_hosts, tmp_path, run_dir, extra, timeout=1200):
+def launch_on_node_0(test_hosts, tmp_path_factory, tmp_path, run_dir, extra, timeout=1200):
     """python -m trl_ds on node 0 (10.88.0.1), as a user there would type it; returns (CompletedProcess, records)."""
     records = tmp_path / "records"
     site = tmp_path / "site"
@@ -46,7 +46,7 @@ def launch_on_node_0(test_hosts, tmp_path, run_dir, extra, timeout=1200):
     hostfile = test_hosts.write_hostfile(tmp_path / "hosts.txt")
     args = ["launcher=deepspeed", "cluster.nodes=2", "cluster.gpus_per_node=1", f"cluster.hostfile={hostfile}",
             f"cluster.master_addr={test_hosts.addresses[0]}", "+cluster.env.GLOO_SOCKET_IFNAME=eth1",
-            "+launcher.env.MY_MARKER=hello", f"model.name_or_path={tiny_model_dir_cached[0]}",
+            "+launcher.env.MY_MARKER=hello", f"model.name_or_path={tiny_model_dir(tmp_path_factory)}",
             "launcher.rdzv_timeout=900", *extra, f"hydra.run.dir={run_dir}"]
     env = test_hosts.env(PYTHONPATH=f"{site}{os.pathsep}{REPO}")
     cmd = test_hosts.in_node(0, [sys.executable, "-m", "trl_ds", *args])
@@ -55,20 +55,11 @@ def launch_on_node_0(test_hosts, tmp_path, run_dir, extra, timeout=1200):
     return done, found, records
 
 
-tiny_model_dir_cached = []
-
-
-@pytest.fixture(autouse=True)
-def _tiny_model(tmp_path_factory):
-    if not tiny_model_dir_cached:
-        tiny_model_dir_cached.append(tiny_model_dir(tmp_path_factory))
-
-
 def test_deepspeed_over_pdsh_carries_the_environment_and_trains_to_the_one_host_loss(test_hosts, tmp_path,
                                                                                     tmp_path_factory):
     reference = reference_run(tmp_path_factory)  # 1 node x 2 ranks, global batch 4, as here (2 nodes x 1 rank)
     run_dir = tmp_path / "run"
-    done, records, _ = launch_on_node_0(test_hosts, tmp_path, run_dir, ["trainer.max_steps=3"])
+    done, records, _ = launch_on_node_0(test_hosts, tmp_path_factory, tmp_path, run_dir, ["trainer.max_steps=3"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # Each rank saw every configured variable in its own environment, on its own host.
     assert records == {0: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.1"},
@@ -83,9 +74,10 @@ def test_deepspeed_over_pdsh_carries_the_environment_and_trains_to_the_one_host_
             f"rank{node}.log"]
 
 
-def test_rank_killed_on_node_1_ends_the_launch_within_seconds_naming_rank_node_and_log(test_hosts, tmp_path):
+def test_rank_killed_on_node_1_ends_the_launch_within_seconds_naming_rank_node_and_log(test_hosts, tmp_path,
+                                                                                       tmp_path_factory):
     run_dir = tmp_path / "run"
-    done, records, folder = launch_on_node_0(test_hosts, tmp_path, run_dir,
+    done, records, folder = launch_on_node_0(test_hosts, tmp_path_factory, tmp_path, run_dir,
                                              ["+launcher.env.TRL_DS_TEST_KILL_RANK=1"], timeout=300)
     ended = time.time()
     assert done.returncode != 0
@@ -108,7 +100,7 @@ def test_deepspeed_over_openmpi_carries_the_environment_and_trains_to_the_one_ho
     reference = reference_run(tmp_path_factory)
     run_dir = tmp_path / "run"
     mpi_args = "--allow-run-as-root --mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1"
-    done, records, _ = launch_on_node_0(test_hosts, tmp_path, run_dir, [
+    done, records, _ = launch_on_node_0(test_hosts, tmp_path_factory, tmp_path, run_dir, [
         "trainer.max_steps=3", "launcher.multinode_runner=openmpi", f"launcher.launcher_args='{mpi_args}'"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "mpirun -n 2 -hostfile" in (run_dir / "logs" / "node_0" / "launcher.log").read_text()
