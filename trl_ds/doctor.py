@@ -51,7 +51,7 @@ def check_hosts(cfg, env: Optional[Dict[str, str]] = None) -> List[str]:
     else:
         rank = this_node_rank(cfg)
         check_port = rank == 0 and (c.nodes > 1 or value(cfg.launcher.name) == "deepspeed")
-        views = {rank: (socket.gethostname(), probe({**request, "check_port": check_port}))}
+        views = {rank: (socket.gethostname(), probe({**request, "check_port": check_port, "versions": False}))}
         problems = []
     for rank, (host, view) in sorted(views.items()):
         problems += _node_problems(cfg, f"node {rank} ({host})", view)
@@ -153,7 +153,10 @@ def main(argv: List[str]) -> int:
         print(f"trl_ds doctor: {problem}", file=sys.stderr)
     if problems:
         return EXIT_USER_ERROR
-    print(f"trl_ds doctor: {cfg.cluster.nodes} node(s), launcher={value(cfg.launcher.name)}: ready")
+    scope = f"{cfg.cluster.nodes} node(s)" if ssh_hosts(cfg) else (
+        f"node {this_node_rank(cfg)} (this one; run the doctor on every node with its cluster.node_rank)"
+        if cfg.cluster.nodes > 1 else "1 node(s)")
+    print(f"trl_ds doctor: {scope}, launcher={value(cfg.launcher.name)}: ready")
     return 0
 
 

@@ -16,7 +16,8 @@ CONNECT_TIMEOUT_S = 3
 
 
 def probe(request: dict) -> dict:
-    """request: master_addr, master_port, interfaces (names to find), check_port (this node hosts the rendezvous)."""
+    """request: master_addr, master_port, interfaces (names to find), check_port (this node hosts the rendezvous),
+    versions (false: nothing to compare them with)."""
     addr, port = request["master_addr"], request["master_port"]
     resolved = resolve(addr)
     return {
@@ -26,7 +27,7 @@ def probe(request: dict) -> dict:
         "interfaces": [name for _, name in socket.if_nameindex()],
         "port_busy": port_busy(port) if request.get("check_port") else False,
         "shm_free": shm_free(),
-        "versions": versions(),
+        "versions": versions() if request.get("versions", True) else {},
     }
 
 
