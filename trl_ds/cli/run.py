@@ -34,6 +34,10 @@ def app(cfg) -> None:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         prepared = build(cfg, run_dir, launching=not cfg.dry_run)
+        if not cfg.dry_run:
+            from trl_ds.cli.doctor import preflight
+
+            preflight(cfg)  # the hosts and their network, before anything is written or spawned
     except ConfigError as err:
         if multirun:  # an invalid point of a sweep is skipped with its reason; the sweep goes on
             record_skipped(run_dir, list(hydra_cfg.overrides.task), err)

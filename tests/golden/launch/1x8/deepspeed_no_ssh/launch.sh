@@ -4,6 +4,8 @@ set -euo pipefail
 RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_RANK="${1:-0}"
 export NCCL_SOCKET_IFNAME=ib0
+export DS_ENV_FILE="$RUN_DIR"/.deepspeed_env
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 case "$NODE_RANK" in
   0) exec deepspeed --hostfile "$RUN_DIR"/hostfile --master_addr 127.0.0.1 --master_port 29500 --no_ssh --node_rank 0 --enable_each_rank_log "$RUN_DIR"/logs/node_0 --module trl_ds.worker.train "$RUN_DIR" ;;
   *) echo "trl_ds: NODE_RANK must be 0..0, got $NODE_RANK" >&2; exit 2 ;;

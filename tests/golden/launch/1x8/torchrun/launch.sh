@@ -4,6 +4,7 @@ set -euo pipefail
 RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_RANK="${1:-0}"
 export NCCL_SOCKET_IFNAME=ib0
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 case "$NODE_RANK" in
   0) exec torchrun --nnodes 1 --nproc_per_node 8 --standalone --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_0 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
   *) echo "trl_ds: NODE_RANK must be 0..0, got $NODE_RANK" >&2; exit 2 ;;

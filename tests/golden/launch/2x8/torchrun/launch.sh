@@ -13,6 +13,7 @@ if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
   MAIN_ADDR="${MAIN_ADDR:-$MAIN_NODE}"
 fi
 export NCCL_SOCKET_IFNAME=ib0
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 case "$NODE_RANK" in
   0) exec torchrun --nnodes 2 --nproc_per_node 8 --node_rank 0 --master_addr "$MAIN_ADDR" --master_port 29500 --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_0 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
   1) exec torchrun --nnodes 2 --nproc_per_node 8 --node_rank 1 --master_addr "$MAIN_ADDR" --master_port 29500 --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_1 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;

@@ -17,6 +17,10 @@
 set -euo pipefail
 # sbatch runs a copy of this script, so the run dir is spelled out.
 RUN_DIR=/scratch/runs/2026-12-02/10-00-00
+# Progress lines in this job's .out file while it trains; the watch ends with the job.
+python -m trl_ds.cli.watch "$RUN_DIR" --every 60 --job "${SLURM_JOB_ID:-}" 2>&1 &
+WATCH_PID=$!
+trap 'kill "$WATCH_PID" 2>/dev/null || true' EXIT
 # One task per node; launch.sh finds its node rank and the main node in SLURM's environment.
 # --kill-on-bad-exit: a node whose ranks fail ends the whole job instead of leaving the others waiting.
 srun --nodes=4 --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$RUN_DIR/launch.sh"
