@@ -2,8 +2,8 @@
 # Idempotent setup into .venv: `make run` and `make test` call it. Safe to run again; does nothing when up to date.
 #  - torch: the CPU build (torch==2.13.0) on a machine without an NVIDIA GPU; a CUDA torch already present is kept.
 #  - trl_ds and its pinned dependencies, editable, plus pytest.
-#  - libaio-dev (for NVMe offload), slurm-wlm and munge (the local SLURM test cluster) with apt-get when root and
-#    missing.
+#  - libaio-dev (for NVMe offload), slurm-wlm and munge (the local SLURM test cluster), openssh-server, pdsh and
+#    openmpi-bin (the multi-host tests' test hosts) with apt-get when root and missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
@@ -38,4 +38,12 @@ if { ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; } && [
     && command -v apt-get >/dev/null; then
   echo "setup: installing slurm-wlm and munge (local SLURM cluster for the tests)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+fi
+
+# openssh-server, pdsh, openmpi-bin: tests/integration/hosts.py makes two test hosts (network namespaces, an sshd in
+# each) that the deepspeed launcher reaches over pdsh.
+if { [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null || ! command -v mpirun >/dev/null; } \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "setup: installing openssh-server, pdsh and openmpi-bin (test hosts for the multi-host tests)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server pdsh openmpi-bin >/dev/null
 fi

@@ -63,3 +63,16 @@ def log_tails(run_dir: Path, lines: int = 15) -> str:
 def read_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def test_hosts(tmp_path_factory):
+    """Two test hosts with their own addresses (tests/integration/hosts.py: network namespaces, 10.88.0.1 and .2 on
+    eth1, an sshd in each), torn down after the session."""
+    from tests.integration.hosts import TestHosts, missing_components
+
+    missing = missing_components()
+    require(not missing, f"test hosts need {', '.join(missing)}")
+    hosts = TestHosts(tmp_path_factory.mktemp("test_hosts")).start()
+    yield hosts
+    hosts.stop()

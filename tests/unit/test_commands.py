@@ -16,6 +16,7 @@ EXPECTED = {
     "watch": "usage: trl-ds watch",
     "report": "usage: trl-ds report",
     "export": "usage: trl-ds export",
+    "doctor": "usage: trl-ds doctor",
     "env": "usage: trl-ds env",
     "calibrate": "usage: trl-ds calibrate",
     "check-equivalence": "usage: trl-ds check-equivalence",
@@ -48,7 +49,7 @@ def test_no_command_or_an_unknown_one_is_a_user_mistake():
     typo = trl_ds("paln")
     assert typo.returncode == 2
     assert typo.stderr == ("trl-ds: unknown command 'paln'. Did you mean `trl-ds plan`? Commands: run, plan, watch, "
-                           "report, export, env, calibrate, check-equivalence, build-ops.\n")
+                           "report, export, doctor, env, calibrate, check-equivalence, build-ops.\n")
 
 
 def test_a_command_takes_the_same_overrides_and_exit_codes_as_its_module_form():

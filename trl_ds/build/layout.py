@@ -19,6 +19,7 @@ ENV = "env.json"  # what the launching machine has
 LAUNCH_SCRIPT = "launch.sh"
 SBATCH_SCRIPT = "sbatch.sh"
 HOSTFILE = "hostfile"
+DEEPSPEED_ENV = ".deepspeed_env"  # launcher=deepspeed: NAME=value lines its runner passes to every rank (DS_ENV_FILE)
 TINY_DATA_DIR = "data"  # the built-in dataset, written at build time
 NVME_DIR = "nvme"  # NVMe swap files, unless offload.nvme_path names another place
 

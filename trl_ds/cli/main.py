@@ -28,6 +28,7 @@ COMMANDS = (
     Command("watch", "trl_ds.cli.watch", "follow a run dir (running or finished) to its end; exit with its status"),
     Command("report", "trl_ds.study.report", "a sweep's table and plot: estimated beside measured memory"),
     Command("export", "trl_ds.cli.export", "ds_config.json, trainer.yaml and accelerate.yaml of a run, without it"),
+    Command("doctor", "trl_ds.cli.doctor", "check the hosts and their network before a launch (same overrides as run)"),
     Command("env", "trl_ds.launch.env", "this machine as trl_ds sees it: versions, devices, memory, libaio, SLURM"),
     Command("calibrate", "trl_ds.study.calibrate", "measure this machine's step-time numbers into a hardware file"),
     Command("check-equivalence", "trl_ds.study.equivalence", "do batch shapes and ZeRO stages train the same model?"),

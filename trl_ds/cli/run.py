@@ -78,6 +78,10 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
 
     try:
         prepared = build(cfg, run_dir, launching=not cfg.dry_run)
+        if not cfg.dry_run:
+            from trl_ds.cli.doctor import preflight
+
+            preflight(cfg)  # the hosts and their network, before anything is written or spawned
     except ConfigError as err:
         _refuse(err, run_dir, multirun, hydra_cfg)
         return

@@ -44,6 +44,16 @@ class LauncherName(str, Enum):
     slurm = "slurm"  # sbatch.sh: srun starts launch.sh (torchrun) on every node of the allocation
 
 
+class MultinodeRunner(str, Enum):
+    """How the deepspeed launcher starts the nodes from node 0 (DeepSpeed's --launcher)."""
+    pdsh = "pdsh"  # ssh to every host; DeepSpeed's launch starts each node's ranks (per-rank logs per node)
+    openmpi = "openmpi"  # mpirun (Open MPI) starts every rank
+    mpich = "mpich"  # mpirun (MPICH's hydra)
+    impi = "impi"  # mpirun (Intel MPI)
+    mvapich = "mvapich"  # mpirun_rsh (MVAPICH2)
+    slurm = "slurm"  # srun, inside an allocation
+
+
 class TrainerName(str, Enum):
     sft = "sft"  # SFTTrainer: plain text, or prompt/completion
     dpo = "dpo"  # DPOTrainer: prompt/chosen/rejected preference pairs
@@ -295,6 +305,11 @@ class LauncherConfig:
     progress_every_s: float = 30.0
     # launcher=deepspeed: start each node yourself (bash launch.sh NODE_RANK) instead of over ssh/pdsh.
     no_ssh: bool = False
+    # launcher=deepspeed across nodes over ssh: pdsh, or an MPI launcher / srun that starts every rank itself
+    multinode_runner: MultinodeRunner = MultinodeRunner.pdsh
+    # Extra arguments for that runner (DeepSpeed's --launcher_args), e.g. "--allow-run-as-root --mca
+    # btl_tcp_if_include eth1" for Open MPI (DeepSpeed adds btl_tcp_if_include eth0 unless given).
+    launcher_args: str = ""
     include: str = ""  # launcher=deepspeed --include, e.g. "node-0@node-1:0,1" (hosts, optionally their slots)
     exclude: str = ""  # launcher=deepspeed --exclude, same syntax
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
@@ -304,6 +319,8 @@ class LauncherConfig:
 class PreflightConfig:
     """Checks before launch; the memory estimate is also written to plan.json in the run dir."""
     memory: PreflightMode = PreflightMode.auto
+    # Host and network checks on every node before launch (trl-ds doctor runs them alone); false: skip.
+    hosts: bool = True
 
 
 @dataclass

@@ -9,11 +9,19 @@ import os
 import sys
 from typing import Dict, List
 
-from trl_ds.build.layout import HOSTFILE, JOINED_FILE, LAUNCH_SCRIPT, SBATCH_SCRIPT, node_log_dir, write_text
+from trl_ds.build.layout import (
+    DEEPSPEED_ENV,
+    HOSTFILE,
+    JOINED_FILE,
+    LAUNCH_SCRIPT,
+    SBATCH_SCRIPT,
+    node_log_dir,
+    write_text,
+)
 from trl_ds.config.values import value
 
 from ..errors import ConfigError
-from .deepspeed import build_deepspeed_commands, load_hosts
+from .deepspeed import build_deepspeed_commands, env_file_values, load_hosts, pdsh_hosts, render_env_file, uses_ssh
 from .failure import NodeView
 from .gpu_count import launch_script_checks_gpus
 from .hostfile import render_hostfile
@@ -33,12 +41,15 @@ def build_commands(cfg, run_dir: str) -> List[List[str]]:
 
 def render_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> Dict[str, str]:
     """File name in the run dir -> text: launch.sh always, the hostfile or sbatch.sh for their launchers. Pure."""
-    files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes,
-                                                 cfg.cluster.gpus_per_node, launch_script_checks_gpus(cfg))}
     name = value(cfg.launcher.name)
+    env_file = DEEPSPEED_ENV if name == "deepspeed" else None
+    files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes,
+                                                 cfg.cluster.gpus_per_node, launch_script_checks_gpus(cfg),
+                                                 env_file=env_file)}
     if name == "deepspeed":
         hosts, origin, _ = load_hosts(cfg)
         files[HOSTFILE] = render_hostfile(hosts, origin)
+        files[DEEPSPEED_ENV] = render_env_file(env_file_values(cfg, launch_env(cfg)))
     if name == "slurm":
         files[SBATCH_SCRIPT] = render_sbatch(cfg, run_dir)
     return files
@@ -87,7 +98,8 @@ def start(cfg, node_commands: List[List[str]]) -> int:
     main_addr = main_addr_from_slurm() if from_slurm else cfg.cluster.master_addr
     node = NodeView(rank=rank, nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node,
                     log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr}:{cfg.cluster.master_port}",
-                    rdzv_timeout=cfg.launcher.rdzv_timeout)
+                    rdzv_timeout=cfg.launcher.rdzv_timeout, ssh_hosts=pdsh_hosts(cfg),
+                    starts_every_node=uses_ssh(cfg))
     rc = run_node(script, env, node, tell_peers=value(cfg.launcher.name) == "torchrun",
                   progress=node_progress(cfg, run_dir, node))
     if rc == 0 and rank != 0:

@@ -1,6 +1,12 @@
 """The deepspeed launcher: one command on node 0 that reaches the other hosts over ssh/pdsh, or, with
-launcher.no_ssh, one command per node (each started by hand or by srun) that joins at cluster.master_addr."""
-from typing import List, Tuple
+launcher.no_ssh, one command per node (each started by hand or by srun) that joins at cluster.master_addr.
+
+Over ssh the runner gives remote ranks none of launch.sh's exports, only PYTHON*/NCCL*/UCX*/... variables and the
+`NAME=value` lines of a `.deepspeed_env` file (DS_ENV_FILE names it): so cluster.env and launcher.env go into the
+run dir's .deepspeed_env as well, and launch.sh points DS_ENV_FILE at it.
+"""
+import re
+from typing import Dict, List, Tuple
 
 from trl_ds.build.layout import HOSTFILE, node_log_dir
 from trl_ds.config.values import value
@@ -8,6 +14,11 @@ from trl_ds.config.values import value
 from .hostfile import Host, check_against_cluster, default_hosts, read_hostfile, select_slots
 from .script import main_addr_word
 from .torchrun import WORKER_MODULE
+
+# The runner strips each value and wraps it in double quotes for the remote shell when it holds other characters
+# than these; inside double quotes `"`, `$`, backquote and backslash would still be read by that shell.
+SAFE_OVER_SSH = re.compile(r'^[^"$`\\\n\r]*$')
+NODE_PLACEHOLDER = "%n"  # pdsh writes each node's rank there (the runner's --node_rank=%n)
 
 
 def load_hosts(cfg) -> Tuple[List[Host], str, List[str]]:
@@ -30,7 +41,22 @@ def load_hosts(cfg) -> Tuple[List[Host], str, List[str]]:
 def check_deepspeed_launcher(cfg) -> List[str]:
     if value(cfg.launcher.name) != "deepspeed":
         return []
+    launcher = cfg.launcher
     problems = load_hosts(cfg)[2]
+    runner = value(launcher.multinode_runner)
+    if runner != "pdsh" and not uses_ssh(cfg):
+        problems.append(f"launcher.multinode_runner={runner} is how the deepspeed launcher starts several nodes from "
+                        f"node 0 (launcher=deepspeed, cluster.nodes > 1, launcher.no_ssh=false). Remove it, or "
+                        f"set those.")
+    if runner not in ("pdsh", "slurm") and (launcher.include or launcher.exclude):
+        problems.append(f"launcher.multinode_runner={runner} cannot pick hosts or slots (DeepSpeed refuses "
+                        f"--include/--exclude with it). List the hosts in cluster.hostfile instead.")
+    if uses_ssh(cfg):
+        env = {**cfg.cluster.env, **cfg.launcher.env}
+        problems += [f"launcher.env/cluster.env {name}={val!r}: over ssh the deepspeed runner passes variables "
+                     f"through a remote shell, which would change a value holding a quote, $, backquote, backslash, "
+                     f"line break or surrounding spaces. Use a plain value, or launcher.no_ssh=true."
+                     for name, val in sorted(env.items()) if not SAFE_OVER_SSH.match(val) or val != val.strip()]
     if cfg.cluster.node_rank != 0 and not cfg.launcher.no_ssh:
         problems.append(f"cluster.node_rank={cfg.cluster.node_rank}: the deepspeed launcher starts every node from "
                         f"node 0 over ssh. Run it on node 0 (cluster.node_rank=0), or start each node yourself "
@@ -48,8 +74,13 @@ def build_deepspeed_command(cfg, run_dir: str, node_rank: int, per_node: bool) -
         cmd += ["--no_ssh", "--node_rank", str(node_rank)]
     elif c.nodes == 1:
         cmd += ["--no_ssh_check"]  # one host: DeepSpeed launches locally, so it needs no ssh to check
-    # Rank logs are named by global rank, so one folder per node holds them without clashes.
-    return cmd + ["--enable_each_rank_log", node_log_dir(run_dir, node_rank), "--module", WORKER_MODULE, run_dir]
+    elif value(launcher.multinode_runner) != "pdsh":
+        cmd += ["--launcher", value(launcher.multinode_runner)]
+    if launcher.launcher_args and uses_ssh(cfg):
+        cmd += ["--launcher_args", launcher.launcher_args]
+    # Rank logs are named by global rank; one folder per node (over ssh pdsh fills in each node's rank).
+    log_dir = node_log_dir(run_dir, NODE_PLACEHOLDER if uses_ssh(cfg) else node_rank)
+    return cmd + ["--enable_each_rank_log", log_dir, "--module", WORKER_MODULE, run_dir]
 
 
 def build_deepspeed_commands(cfg, run_dir: str) -> List[List[str]]:
@@ -57,3 +88,40 @@ def build_deepspeed_commands(cfg, run_dir: str) -> List[List[str]]:
     if cfg.launcher.no_ssh:
         return [build_deepspeed_command(cfg, run_dir, rank, per_node=True) for rank in range(cfg.cluster.nodes)]
     return [build_deepspeed_command(cfg, run_dir, 0, per_node=False)]
+
+
+def uses_ssh(cfg) -> bool:
+    """Node 0's runner starts the nodes over ssh (pdsh): the deepspeed launcher, several nodes, no launcher.no_ssh."""
+    return value(cfg.launcher.name) == "deepspeed" and cfg.cluster.nodes > 1 and not cfg.launcher.no_ssh
+
+
+def ssh_hosts(cfg) -> List[str]:
+    """The hosts node 0's runner starts over ssh, in node-rank order (the hostfile's, after include/exclude)."""
+    if not uses_ssh(cfg):
+        return []
+    hosts, origin, _ = load_hosts(cfg)
+    return list(select_slots(hosts, cfg.launcher.include, cfg.launcher.exclude, origin)[0])
+
+
+def env_file_values(cfg, env: Dict[str, str]) -> Dict[str, str]:
+    """What every rank gets through .deepspeed_env: the config's env, and for the runners that start ranks without
+    DeepSpeed's per-node launch (MPI, srun) the main address, which that launch would have set."""
+    if uses_ssh(cfg) and value(cfg.launcher.multinode_runner) != "pdsh":
+        env = {"MASTER_ADDR": cfg.cluster.master_addr, "MASTER_PORT": str(cfg.cluster.master_port), **env}
+    return env
+
+
+def pdsh_hosts(cfg) -> List[str]:
+    """The hosts whose per-node launchers node 0 watches and stops (pdsh); MPI runners and srun do that themselves."""
+    return ssh_hosts(cfg) if value(cfg.launcher.multinode_runner) == "pdsh" else []
+
+
+# The command node 0 needs for each runner, and where it comes from.
+RUNNER_TOOLS = {"pdsh": ("pdsh", "apt-get install pdsh"), "openmpi": ("mpirun", "apt-get install openmpi-bin"),
+                "mpich": ("mpirun", "apt-get install mpich"), "impi": ("mpirun", "Intel MPI"),
+                "mvapich": ("mpirun_rsh", "MVAPICH2"), "slurm": ("srun", "apt-get install slurm-client")}
+
+
+def render_env_file(env: Dict[str, str]) -> str:
+    """DeepSpeed's .deepspeed_env: one NAME=value line each (it splits at the first =; no blank lines)."""
+    return "".join(f"{name}={val}\n" for name, val in sorted(env.items()))

@@ -4,15 +4,17 @@ import json
 import os
 import re
 import signal
-from dataclasses import asdict, dataclass
-from typing import Optional
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional
 
-from trl_ds.build.layout import FAILURE_FILE, LOGS_DIR
+from trl_ds.build.layout import FAILURE_FILE, LOGS_DIR, node_log_dir
 
 # torchrun's "Root Cause (first observed failure)" block.
 TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
 # deepspeed.launcher.launch: "[... '--local_rank=1', ...] exits with return code = 7"
 DEEPSPEED_RANK = re.compile(r"--local_rank=(\d+).*? exits with return code = (-?\d+)")
+# The same line from a node started over ssh: pdsh puts "HOST: " before each line of a node's output.
+REMOTE_RANK = re.compile(r"^(\S+): .*?--local_rank=(\d+).*? exits with return code = (-?\d+)", re.M)
 START_EVERY_NODE = ("Start every node (bash launch.sh NODE_RANK, or python -m trl_ds ... cluster.node_rank=N), "
                     "or raise launcher.rdzv_timeout.")
 CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
@@ -37,11 +39,14 @@ class NodeView:
     log_dir: str
     endpoint: str  # main address:port
     rdzv_timeout: int
+    ssh_hosts: List[str] = field(default_factory=list)  # deepspeed over pdsh: every node's host, by node rank
+    starts_every_node: bool = False  # this launch starts the other nodes too (deepspeed over ssh, pdsh or MPI)
 
 
 def describe(output: str, returncode: int, node: NodeView) -> Failure:
     """The failing rank (torchrun, deepspeed), a rendezvous that timed out, or else the node's launcher log."""
-    for reader in (_too_few_gpus, _torchrun_rank, _deepspeed_rank, _rendezvous, _main_unreachable):
+    for reader in (_too_few_gpus, remote_rank_failure, _torchrun_rank, _deepspeed_rank, _rendezvous,
+                   _main_unreachable):
         found = reader(output, node)
         if found:
             return found
@@ -107,6 +112,21 @@ def _deepspeed_rank(output: str, node: NodeView) -> Optional[Failure]:
                    f"its log: {log or node.log_dir}", log)
 
 
+def remote_rank_failure(output: str, node: NodeView) -> Optional[Failure]:
+    """A rank that died on a node the deepspeed runner started over ssh (node 0 included): the node from its host."""
+    for match in REMOTE_RANK.finditer(output) if node.ssh_hosts else ():
+        host, local, code = match.group(1), int(match.group(2)), int(match.group(3))
+        if host not in node.ssh_hosts:
+            continue
+        node_rank = node.ssh_hosts.index(host)
+        rank = node_rank * node.gpus_per_node + local
+        folder = node_log_dir(os.path.dirname(os.path.dirname(node.log_dir)), node_rank)
+        log = _latest(os.path.join(folder, f"*_rank{rank}.log"))
+        return Failure(f"rank {rank} (node {node_rank}, host {host}, local rank {local}) exited with "
+                       f"{exit_text(code)}; its log: {log or folder}", log)
+    return None
+
+
 def _rendezvous(output: str, node: NodeView) -> Optional[Failure]:
     match = CLIENTS_JOINED.search(output)
     if not match:
@@ -131,7 +151,14 @@ def missing_nodes(total: int, joined: Optional[int] = None) -> str:
 def never_reached(node: NodeView) -> Failure:
     """The watch's own deadline passed before torchrun said more (node 0), or node 0 never answered (others)."""
     log = os.path.join(node.log_dir, "launcher.log")
-    if node.rank == 0:
+    if node.starts_every_node:
+        logs = os.path.dirname(node.log_dir)
+        text = (f"the ranks did not form the process group at {node.endpoint} within launcher.rdzv_timeout="
+                f"{node.rdzv_timeout} s, though this launch started every node. Read the rank logs under {logs}/ "
+                f"(one folder per node) and check the hosts with trl-ds doctor and the same overrides "
+                f"(a missing GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME is a common cause), or raise "
+                f"launcher.rdzv_timeout.")
+    elif node.rank == 0:
         text = (f"{missing_nodes(node.nodes)} never joined: the rendezvous at {node.endpoint} was not complete "
                 f"within launcher.rdzv_timeout={node.rdzv_timeout} s. {START_EVERY_NODE}")
     else:

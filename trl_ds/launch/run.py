@@ -16,8 +16,18 @@ from typing import IO, List, Optional
 
 from trl_ds.build.layout import FAILURE_FILE, JOINED_FILE
 
-from .failure import Failure, NodeView, describe, failed_rank_log, never_reached, tail, write_failure  # noqa: F401  (summary.py imports them from here)
+from .failure import (  # noqa: F401  (summary.py imports them from here)
+    Failure,
+    NodeView,
+    describe,
+    failed_rank_log,
+    never_reached,
+    remote_rank_failure,
+    tail,
+    write_failure,
+)
 from .peers import Peers
+from .remote import end_remote_launchers
 
 POLL_S = 0.5
 GRACE_S = 10  # the launcher's and the ranks' start-up before the rendezvous clock starts
@@ -50,12 +60,12 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
     peers = Peers(node.endpoint) if node.nodes > 1 and tell_peers else None
     previous = signal.signal(signal.SIGTERM, raise_stopped)
     try:
-        stopped = _watch(proc, node, attempts_before, peers, progress)
+        stopped = _watch(proc, node, attempts_before, peers, captured, env, progress)
     except KeyboardInterrupt:
-        _stop(proc)
+        _stop(proc, node, env)
         raise Stopped(signal.SIGINT) from None
     except Stopped:
-        _stop(proc)
+        _stop(proc, node, env)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -71,22 +81,28 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
     return proc.returncode or 1
 
 
-def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: Optional[Peers], progress=None
-           ) -> Optional[Failure]:
-    """Wait for the node's launcher, showing progress; stop it early, with the reason, on a missed rendezvous or a
-    peer's failure."""
+def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: Optional[Peers],
+           captured: List[str], env: dict, progress=None) -> Optional[Failure]:
+    """Wait for the node's launcher, showing progress; stop it early, with the reason, on a missed rendezvous, a
+    peer's failure, or (deepspeed over ssh) a rank that died on any node: pdsh would wait for the other nodes' ranks,
+    which wait in a process group that will never complete."""
     deadline = time.monotonic() + node.rdzv_timeout + GRACE_S
     joined = False
     while not _exited(proc):
         if progress:
             _show(progress, "poll")
+        if node.ssh_hosts:
+            remote = remote_rank_failure("".join(captured), node)
+            if remote:
+                _stop(proc, node, env)
+                return remote
         joined = joined or _joined(node.log_dir, attempts_before)
         if not joined and time.monotonic() > deadline:
-            _stop(proc)
+            _stop(proc, node, env)
             return never_reached(node)
         peer_failure = peers.failure() if peers and joined else None
         if peer_failure:
-            _stop(proc)
+            _stop(proc, node, env)
             return Failure(f"node {node.rank} stopped its ranks because {peer_failure}")
     return None
 
@@ -139,11 +155,13 @@ def raise_stopped(signum, frame):
     raise Stopped(signum)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, node: NodeView, env: dict) -> None:
     """SIGTERM the node's launcher (launch.sh execs it) and everything under it; SIGKILL what outlives STOP_WAIT_S.
 
     The whole tree, not the launcher alone: the deepspeed runner forwards no SIGTERM on one node or with --no_ssh,
-    so deepspeed.launcher.launch and the ranks would outlive it, holding the port and the CPUs.
+    so deepspeed.launcher.launch and the ranks would outlive it, holding the port and the CPUs. Over ssh the runner
+    gets SIGKILL instead (its SIGTERM handler ends every DeepSpeed launch on the hosts, not only this one's), and
+    this run's launchers on the hosts are ended over ssh.
     """
     import psutil
 
@@ -151,8 +169,11 @@ def _stop(proc: subprocess.Popen) -> None:
         children = psutil.Process(proc.pid).children(recursive=True)  # now: once the launcher ends they are orphans
     except psutil.NoSuchProcess:
         children = []
-    for process in [proc, *children]:
+    _signal(proc, signal.SIGKILL if node.ssh_hosts else signal.SIGTERM)
+    for process in children:
         _signal(process, signal.SIGTERM)
+    if node.ssh_hosts:
+        end_remote_launchers(node.ssh_hosts, os.path.dirname(os.path.dirname(node.log_dir)), env)
     try:
         proc.wait(timeout=STOP_WAIT_S)
     except subprocess.TimeoutExpired:

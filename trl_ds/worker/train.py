@@ -179,8 +179,33 @@ def init_distributed():
     import torch
     from accelerate import PartialState
 
+    adopt_launcher_ranks(os.environ)
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
     return PartialState(backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+# Rank variables of launchers that start ranks themselves (mpirun of Open MPI, MPICH/Intel MPI, MVAPICH; srun), for
+# torch.distributed's env:// names; torchrun and DeepSpeed's per-node launch set those names already.
+LAUNCHER_RANKS = {
+    "RANK": ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"),
+    "WORLD_SIZE": ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS"),
+    "LOCAL_RANK": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"),
+    "LOCAL_WORLD_SIZE": ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE",
+                         "SLURM_NTASKS_PER_NODE"),
+}
+
+
+def adopt_launcher_ranks(env) -> None:
+    """Without RANK (an MPI launcher or srun started this rank): take the ranks from its variables, and the node
+    as rank // ranks per node (every node runs as many)."""
+    if "RANK" in env:
+        return
+    for name, sources in LAUNCHER_RANKS.items():
+        found = next((env[s] for s in sources if s in env), None)
+        if found is not None:
+            env[name] = found
+    if "RANK" in env and "LOCAL_WORLD_SIZE" in env:
+        env.setdefault("CROSS_RANK", str(int(env["RANK"]) // int(env["LOCAL_WORLD_SIZE"])))
 
 
 def mark_joined(run_dir: str, state) -> None:

@@ -4,6 +4,7 @@ set -euo pipefail
 RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_RANK="${1:-0}"
 export NCCL_SOCKET_IFNAME=ib0
+export DS_ENV_FILE="$RUN_DIR"/.deepspeed_env
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 # The ranks need this node's GPUs: stop before the launcher starts if there are fewer than it would use.
 if command -v nvidia-smi >/dev/null 2>&1; then

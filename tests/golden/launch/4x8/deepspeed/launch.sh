@@ -13,8 +13,9 @@ if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
   MAIN_ADDR="${MAIN_ADDR:-$MAIN_NODE}"
 fi
 export NCCL_SOCKET_IFNAME=ib0
+export DS_ENV_FILE="$RUN_DIR"/.deepspeed_env
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 case "$NODE_RANK" in
-  0) exec deepspeed --hostfile "$RUN_DIR"/hostfile --master_addr "$MAIN_ADDR" --master_port 29500 --enable_each_rank_log "$RUN_DIR"/logs/node_0 --module trl_ds.worker.train "$RUN_DIR" ;;
+  0) exec deepspeed --hostfile "$RUN_DIR"/hostfile --master_addr "$MAIN_ADDR" --master_port 29500 --enable_each_rank_log "$RUN_DIR"/logs/node_%n --module trl_ds.worker.train "$RUN_DIR" ;;
   *) echo "trl_ds: NODE_RANK must be 0..0, got $NODE_RANK" >&2; exit 2 ;;
 esac

@@ -13,6 +13,7 @@ if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
   MAIN_ADDR="${MAIN_ADDR:-$MAIN_NODE}"
 fi
 export NCCL_SOCKET_IFNAME=ib0
+export DS_ENV_FILE="$RUN_DIR"/.deepspeed_env
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 # The ranks need this node's GPUs: stop before the launcher starts if there are fewer than it would use.
 if command -v nvidia-smi >/dev/null 2>&1; then
