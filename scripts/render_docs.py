@@ -40,7 +40,7 @@ PAGES = ("README.md", "docs/*.md")
 KINDS = ("check", "run", "setup")
 MARKER = re.compile(r"^<!-- sample (\w+): (.+?) -->\n```text\n(.*?)```\n", re.M | re.S)
 FILE = re.compile(r"^<!-- sample file: (\S+) -> (\S+) -->$", re.M)  # a file a run wrote, copied into the repo
-STAMP = re.compile(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d")
+STAMP = re.compile(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d(?:\.\d{3}-[0-9a-f]{4})?")  # run_name.py's milliseconds and tag
 GLOG = re.compile(r"^[WIEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*\n?", re.M)  # torch's log lines: time and pid
 LINKED = ("hostfiles",)  # repo folders the documented commands name by relative path
 

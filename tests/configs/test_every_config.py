@@ -119,7 +119,7 @@ def test_trainer_args_agree_with_ds_config_for_transformers(compose_cfg):
 
     prepared = build(compose_cfg(["zero=stage3", "offload=cpu", "batch.global_size=8"]), "/tmp/run", False)
     keys = [k for k in prepared.trainer_args if k in TrainingArguments.__dataclass_fields__ and k != "deepspeed"]
-    args = TrainingArguments(**{k: prepared.trainer_args[k] for k in keys}, use_cpu=True)
+    args = TrainingArguments(**{**{k: prepared.trainer_args[k] for k in keys}, "use_cpu": True})
     hf = HfTrainerDeepSpeedConfig(dict(prepared.ds_config))
     hf.mismatches = []
     hf.trainer_config_process(args)

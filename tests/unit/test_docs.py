@@ -54,7 +54,7 @@ def test_training_sample_is_rendered_and_its_command_composes(sample):
 
 def test_normalise_removes_the_folder_timestamps_and_torch_log_lines():
     text = ("W1204 13:31:21.671000 8871 torch/distributed/run.py:874] Setting OMP_NUM_THREADS ...\n"
-            "  run dir: /tmp/w/outputs/2026-12-04/13-31-04   \n"
+            "  run dir: /tmp/w/outputs/2026-12-04/13-31-04.123-7f3a   \n"
             f"  wrote {REPO}/docs/x.md\n")
     assert render_docs.normalise(text, "/tmp/w") == "  run dir: outputs/<date>/<time>\n  wrote docs/x.md\n"
 
@@ -95,13 +95,14 @@ def test_readme_memory_study_arithmetic(tmp_path, stage, bytes_per_param):
 
 def documented_launches():
     """`python -m trl_ds ...` lines in the pages' code blocks that are not samples: the commands users copy.
-    Left out: sweeps (-m), lines continued or holding placeholders (<...>, $VAR, N, paths of the reader's)."""
+    Left out: sweeps (-m), lines continued or holding placeholders (<...>, $VAR, N, the reader's paths and recipes)."""
     found = []
     for page in render_docs.pages():
         text = render_docs.MARKER.sub("", page.read_text())
         for line in re.findall(r"^(?:    )?(python -m trl_ds [^#\n]*)", text, flags=re.M):
             line = line.strip()
-            if not re.search(r" -m |\\$|<|\$|=N\b|/models/|/local_nvme|dry_run=", line[len("python -m trl_ds"):]):
+            reader_specific = r" -m |\\$|<|\$|=N\b|/models/|/local_nvme|dry_run=|from_trl_config="
+            if not re.search(reader_specific, line[len("python -m trl_ds"):]):
                 found.append((page.relative_to(REPO), line))
     return found
 

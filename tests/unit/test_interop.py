@@ -90,7 +90,7 @@ def test_auto_ds_config_is_filled_back_by_transformers(compose_cfg, tmp_path):
     assert json.dumps(auto).count('"auto"') == len(AUTO_KEYS)
     trainer_yaml = yaml.safe_load((tmp_path / "trainer.yaml").read_text())
     keys = [k for k in trainer_yaml if k in TrainingArguments.__dataclass_fields__ and k != "deepspeed"]
-    args = TrainingArguments(**{k: trainer_yaml[k] for k in keys}, use_cpu=True)
+    args = TrainingArguments(**{**{k: trainer_yaml[k] for k in keys}, "use_cpu": True})
     filled = HfTrainerDeepSpeedConfig(auto)
     filled.trainer_config_process(args)
     assert filled.config == prepared.ds_config
