@@ -221,6 +221,7 @@ def check_build_locks(cfg) -> List[str]:
     """A killed JIT build leaves torch's lock file, and every run needing that op then waits on it without end."""
     where = offloads(cfg)
     ops = (["cpu_adam"] if set(where.values()) != {"none"} else []) + (["async_io"] if "nvme" in where.values() else [])
+    ops += ["deepspeed_shm_comm"] if value(cfg.cluster.device) == "cpu" else []  # DeepSpeed's CPU collectives
     run = ", ".join(f"offload.{kind}={place}" for kind, place in where.items())
     return [f"{lock} is left by a killed build of a DeepSpeed op (no build is running); this run ({run}) would wait "
             f"on it forever. Run `trl-ds build-ops` (it clears the lock and builds the op)."
