@@ -16,7 +16,7 @@ lint: setup
 
 test: lint
 	$(PY) -m trl_ds.cli build-ops
-	$(PY) -m pytest -q -ra tests
+	$(PY) -m pytest -q -ra --durations=10 tests
 
 test-fast: lint
 	$(PY) -m pytest -q -ra tests/unit tests/configs
