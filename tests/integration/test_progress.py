@@ -24,6 +24,10 @@ def start_app(args, run_dir, **popen):
 
 
 def start_watch(run_dir, every="1"):
+    """As a user would: once the launch has written the run dir (its config.yaml) that it printed."""
+    deadline = time.time() + TIMEOUT_S
+    while not (run_dir / "config.yaml").exists() and time.time() < deadline:
+        time.sleep(0.2)
     return subprocess.Popen([sys.executable, "-m", "trl_ds.cli.watch", str(run_dir), "--every", every], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -145,8 +145,14 @@ class Display:
         if stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=progress.total_steps, file=stream, unit="step", dynamic_ncols=True,
-                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} {postfix}", desc="trl_ds")
+            try:
+                width = os.get_terminal_size(stream.fileno()).columns
+            except OSError:
+                width = 0
+            # a terminal that reports no size (a fresh pseudo-terminal) would get a bar of width 0: nothing drawn
+            self.bar = tqdm(total=progress.total_steps, file=stream, unit="step", dynamic_ncols=width > 0,
+                            ncols=None if width > 0 else 160, desc="trl_ds",
+                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} {postfix}")
 
     def update(self, now: Optional[float] = None) -> None:
         now = time.time() if now is None else now
