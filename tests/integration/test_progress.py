@@ -59,8 +59,8 @@ def test_a_terminal_shows_a_live_bar_and_watch_follows_the_run_to_its_end(tmp_pa
     terminal = read_terminal(master, app)
     assert app.wait(timeout=60) == 0, terminal[-3000:]
     watched, _ = watcher.communicate(timeout=120)
-    # tqdm redraws the bar in place: every "N/40" it drew, in order
-    steps = [int(n) for n in re.findall(r"\|\s*(\d+)/40\b", terminal)]
+    # the status line is redrawn in place (carriage return): every "step N/40" it drew, in order
+    steps = [int(n) for n in re.findall(r"\rtrl_ds: step (\d+)/40 \| ", terminal.replace("\x1b[K", ""))]
     assert len(set(steps)) >= 3 and steps == sorted(steps) and steps[-1] == 40, terminal[-3000:]
     assert "loss" in terminal and "samples/s" in terminal
     assert "OMP_NUM_THREADS" not in terminal and "torch/distributed/run.py" not in terminal

@@ -118,7 +118,7 @@ def watch(run_dir: str, every_s: float, stream=sys.stderr, job: Optional[str] = 
     while running_since(run_dir, job) is not None:
         progress.add(tail.read())
         progress.peaks = read_peaks(run_dir) or progress.peaks
-        if display.bar is None and state(run_dir, progress) != shown:
+        if not display.live and state(run_dir, progress) != shown:
             shown = state(run_dir, progress)
             print(f"trl_ds watch: {shown}", file=stream)
         display.update()

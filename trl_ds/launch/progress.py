@@ -135,34 +135,25 @@ def total_steps(run_dir: str) -> Optional[int]:
 
 
 class Display:
-    """A tqdm bar on a terminal; elsewhere (a SLURM .out file, a CI log) one plain line every `every_s` seconds
-    and one at the first step, so a short run still shows that it trained."""
+    """On a terminal, one status line redrawn in place as steps arrive; elsewhere (a SLURM .out file, a CI log) one
+    plain line every `every_s` seconds and one at the first step, so a short run still shows that it trained."""
 
     def __init__(self, progress: Progress, stream: TextIO, every_s: float, prefix: str = "trl_ds: "):
         self.progress, self.stream, self.every_s, self.prefix = progress, stream, every_s, prefix
-        self.bar = None
+        self.live = stream.isatty()
+        self.drawn = None  # the step of the line on screen (terminal)
         self.last_line = None  # (time, step) of the last plain line
-        if stream.isatty():
-            from tqdm import tqdm
-
-            try:
-                width = os.get_terminal_size(stream.fileno()).columns
-            except OSError:
-                width = 0
-            # a terminal that reports no size (a fresh pseudo-terminal) would get a bar of width 0: nothing drawn
-            self.bar = tqdm(total=progress.total_steps, file=stream, unit="step", dynamic_ncols=width > 0,
-                            ncols=None if width > 0 else 160, desc="trl_ds",
-                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} {postfix}")
 
     def update(self, now: Optional[float] = None) -> None:
         now = time.time() if now is None else now
         p = self.progress
-        if self.bar is not None:
-            self.bar.n = p.step
-            self.bar.set_postfix_str(p.line(now).split(" | ", 1)[-1], refresh=False)
-            self.bar.refresh()
-            return
         if p.step == 0:
+            return
+        if self.live:
+            if p.step != self.drawn:
+                self.stream.write("\r\x1b[K" + self.prefix + p.line(now))  # \x1b[K: clear the rest of the old line
+                self.stream.flush()
+                self.drawn = p.step
             return
         if self.last_line is None or (now - self.last_line[0] >= self.every_s and p.step != self.last_line[1]):
             self.stream.write(self.prefix + p.line(now) + "\n")
@@ -170,8 +161,9 @@ class Display:
             self.last_line = (now, p.step)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        if self.live and self.drawn is not None:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 class RunProgress:
