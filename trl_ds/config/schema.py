@@ -301,7 +301,7 @@ class LauncherConfig:
     # Seconds for every node to reach the rendezvous; past it the launch ends naming the node that is missing.
     rdzv_timeout: int = 900
     max_restarts: int = 0  # torchrun restarts of a failed node's ranks before the launch fails
-    # Live progress on the launching terminal: a bar on a TTY, else one line every this many seconds; 0 turns it off.
+    # Live progress on the launching terminal: one line redrawn in place on a TTY, else a line every this many seconds.
     progress_every_s: float = 30.0
     # launcher=deepspeed: start each node yourself (bash launch.sh NODE_RANK) instead of over ssh/pdsh.
     no_ssh: bool = False
