@@ -307,7 +307,9 @@ def model_folder(check: Check, key: str) -> str:
 
 
 def dataset_path(check: Check) -> str:
-    return os.path.join(check.work, "data", "long.jsonl")
+    """A folder holding train.jsonl: TRL's own CLI passes dataset_name to load_dataset as it is, which reads a
+    folder but not a single .jsonl file."""
+    return os.path.join(check.work, "data", "long")
 
 
 def write_long_dataset(check: Check) -> None:
@@ -316,8 +318,8 @@ def write_long_dataset(check: Check) -> None:
     from trl_ds.worker.data import NUMBERS
 
     max_length = int(next(o for o in check.mode.common if o.startswith("trainer.max_length=")).split("=")[1])
-    os.makedirs(os.path.dirname(dataset_path(check)), exist_ok=True)
-    with open(dataset_path(check), "w") as f:
+    os.makedirs(dataset_path(check), exist_ok=True)
+    with open(os.path.join(dataset_path(check), "train.jsonl"), "w") as f:
         for i in range(DATASET_ROWS):
             a, b = i % 10, (i // 10) % 10
             words = f"question : what is {NUMBERS[a]} plus {NUMBERS[b]} ? answer : {NUMBERS[a + b]} .".split()
