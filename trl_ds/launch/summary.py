@@ -8,7 +8,7 @@ from typing import Optional
 import yaml
 
 from trl_ds.build.disk_space import remove_incomplete
-from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SUMMARY, read_json, write_json, write_text
+from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SBATCH_SCRIPT, SUMMARY, read_json, write_json, write_text
 from trl_ds.config.model_source import display_name
 from trl_ds.config.partial_batch import count_rows, epoch_end_text
 from trl_ds.config.training_steps import describe as describe_steps
@@ -38,7 +38,7 @@ def print_dry_run(cfg, prepared) -> None:
         print(f"  epoch end: {epoch_end}")
     print(f"  run dir: {prepared.run_dir}")
     if value(cfg.launcher.name) == "slurm":
-        print(f"  submit: sbatch {os.path.join(prepared.run_dir, 'sbatch.sh')}   (srun runs launch.sh on every node)")
+        print(f"  submit: sbatch {os.path.join(prepared.run_dir, SBATCH_SCRIPT)}   (srun runs launch.sh on every node)")
     print("  launch commands (bash launch.sh NODE_RANK runs the same):")
     for rank, cmd in enumerate(prepared.node_commands):
         print(f"    node {rank}: {format_command(cmd)}")
