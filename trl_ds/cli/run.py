@@ -37,14 +37,14 @@ _task_started = False
 def app(cfg) -> None:
     global _task_started
     _task_started = True
-    from trl_ds.launch import summarizes_here
+    from trl_ds.launch import summarizes_here, this_node_rank
     from trl_ds.launch.run import Stopped, raise_stopped
     from trl_ds.launch.run_dir_lock import RunDirLock
 
     hydra_cfg = HydraConfig.get()
     run_dir = os.path.abspath(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    lock = RunDirLock(run_dir, cfg.cluster.node_rank)
+    lock = RunDirLock(run_dir, this_node_rank(cfg))  # each node of a SLURM job has its own lock in a shared run dir
     try:
         lock.acquire()  # before anything is written: one launch per run dir (and node) at a time
     except ConfigError as err:
@@ -109,7 +109,9 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
 def ready_resume(cfg, run_dir: str) -> None:
     """Set aside damaged checkpoints and convert one of another cluster shape before spawning: the lines reach this
     terminal (ranks write to their logs). The main node only: it owns the run dir's checkpoints."""
-    if cfg.resume != "auto" or cfg.cluster.node_rank != 0:
+    from trl_ds.launch import this_node_rank
+
+    if cfg.resume != "auto" or this_node_rank(cfg) != 0:
         return
     from trl_ds.build.layout import CHECKPOINT_DIR
     from trl_ds.build.resume import prepare_resume
