@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Tuple
 
 from trl_ds.config.values import value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
-from trl_ds.launch import launch_env, spawn_env, this_node_rank
+from trl_ds.launch import launch_env, main_addr, spawn_env, this_node_rank
 from trl_ds.launch.deepspeed import RUNNER_TOOLS, ssh_hosts
 from trl_ds.launch.host_checks import PACKAGES, interface_names, probe
 
@@ -30,7 +30,7 @@ def check_hosts(cfg, env: Optional[Dict[str, str]] = None) -> List[str]:
     """Every problem on every node, each one line; [] when the hosts are ready."""
     env = env or spawn_env()
     c = cfg.cluster
-    request = {"master_addr": c.master_addr, "master_port": c.master_port,
+    request = {"master_addr": main_addr(cfg), "master_port": c.master_port,
                "interfaces": interface_names(launch_env(cfg))}
     hosts = ssh_hosts(cfg)
     if hosts:

@@ -76,6 +76,14 @@ def this_node_rank(cfg) -> int:
     return cfg.cluster.node_rank
 
 
+def main_addr(cfg) -> str:
+    """Under a SLURM allocation the allocation's first node (as launch.sh computes it); otherwise
+    cluster.master_addr."""
+    if cfg.cluster.nodes > 1 and under_slurm_job():
+        return main_addr_from_slurm()
+    return cfg.cluster.master_addr
+
+
 def summarizes_here(cfg) -> bool:
     """Whether this process ends with the run's summary: not for a submitted job, nor on a node without rank 0."""
     return value(cfg.launcher.name) != "slurm" and this_node_rank(cfg) == 0
@@ -95,9 +103,8 @@ def start(cfg, node_commands: List[List[str]]) -> int:
     from_slurm = cfg.cluster.nodes > 1 and under_slurm_job()
     rank = this_node_rank(cfg)
     script = ["bash", os.path.join(run_dir, LAUNCH_SCRIPT)] + ([] if from_slurm else [str(rank)])
-    main_addr = main_addr_from_slurm() if from_slurm else cfg.cluster.master_addr
     node = NodeView(rank=rank, nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node,
-                    log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr}:{cfg.cluster.master_port}",
+                    log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr(cfg)}:{cfg.cluster.master_port}",
                     rdzv_timeout=cfg.launcher.rdzv_timeout, ssh_hosts=pdsh_hosts(cfg),
                     starts_every_node=uses_ssh(cfg))
     rc = run_node(script, env, node, tell_peers=value(cfg.launcher.name) == "torchrun",
