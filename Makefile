@@ -1,5 +1,6 @@
 # make run   — set up .venv if needed, then train the tiny model on 2 CPU ranks with real DeepSpeed ZeRO-2
-# make test  — set up .venv if needed, lint, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI)
+# make test  — set up .venv if needed, lint, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI):
+#              unit + config tests on both cores, then the integration tests one at a time (scripts/run_tests.sh)
 # make test-fast — lint, then tests/unit and tests/configs only (not tests/integration)
 # make lint  — ruff (rules and line length in pyproject.toml)
 PY := .venv/bin/python
@@ -16,10 +17,10 @@ lint: setup
 
 test: lint
 	$(PY) -m trl_ds.cli build-ops
-	$(PY) -m pytest -q -ra --durations=10 tests
+	bash scripts/run_tests.sh
 
 test-fast: lint
-	$(PY) -m pytest -q -ra tests/unit tests/configs
+	$(PY) -m pytest -q -ra -n 2 tests/unit tests/configs
 
 dry-run: setup
 	$(PY) -m trl_ds cluster=2x8 zero=stage3 model=llama3-8b dry_run=true

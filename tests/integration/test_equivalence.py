@@ -1,12 +1,14 @@
-"""TRL's promise, checked for real: batch shapes and ZeRO stages give the same losses and weights (fp32, CPU)."""
+"""TRL's promise, checked for real: batch shapes give the same losses and weights (fp32, CPU); stages: test_training."""
 import json
 
 import pytest
 
-from trl_ds.study.equivalence import LOSS_RTOL, WEIGHT_RTOL, main
+from trl_ds.study.equivalence import main
 from trl_ds.worker.data import tiny_sft_examples
 
 pytestmark = pytest.mark.integration
+# fp32 on CPU: the same samples through other shapes differ only by summation order, ~1e-7 relative per step.
+LOSS_RTOL = WEIGHT_RTOL = 1e-5
 
 
 def check(tmp_path, *args):
@@ -17,10 +19,11 @@ def check(tmp_path, *args):
 
 
 def test_variable_length_sequences_across_ranks_micro_batches_and_accumulation(tmp_path):
-    """The built-in data mixes two sentence lengths, so padding and per-token normalisation are under test."""
-    code, result = check(tmp_path, "--ranks", "1,2,4")
+    """The built-in data mixes two sentence lengths, so padding and per-token normalisation are under test. Three
+    shapes: accumulation alone (1×2×4), and ranks with accumulation (2×2×2), against one rank, one micro-batch."""
+    code, result = check(tmp_path, "--points", "1x8x1,1x2x4,2x2x2")
     assert code == 0, result
-    assert result["points"] == ["1×8×1", "1×2×4", "2×4×1", "4×2×1", "2×2×2"]
+    assert result["points"] == ["1×8×1", "1×2×4", "2×2×2"]
     assert len(result["losses"]["1×8×1"]) == 4
     assert result["max_loss_deviation"] < LOSS_RTOL and result["max_weight_deviation"] < WEIGHT_RTOL
     assert result["losses"]["1×8×1"][-1] < result["losses"]["1×8×1"][0]
@@ -29,13 +32,6 @@ def test_variable_length_sequences_across_ranks_micro_batches_and_accumulation(t
 def test_equal_length_sequences(tmp_path):
     data = tmp_path / "equal.jsonl"
     data.write_text("".join(json.dumps(e) + "\n" for e in tiny_sft_examples() if " plus " in e["text"]))
-    code, result = check(tmp_path, "--ranks", "1,2", f"trainer.dataset_name={data}")
+    code, result = check(tmp_path, "--points", "1x8x1,2x4x1", f"trainer.dataset_name={data}")
     assert code == 0, result
-    assert result["max_loss_deviation"] < LOSS_RTOL and result["max_weight_deviation"] < WEIGHT_RTOL
-
-
-def test_zero_stages_change_memory_not_the_math(tmp_path):
-    code, result = check(tmp_path, "--zero")
-    assert code == 0, result
-    assert result["points"] == ["stage0", "stage1", "stage2", "stage3", "stage2+cpu", "stage3+cpu"]
     assert result["max_loss_deviation"] < LOSS_RTOL and result["max_weight_deviation"] < WEIGHT_RTOL

@@ -11,7 +11,7 @@ from conftest import REPO, read_json, run_app
 
 pytestmark = pytest.mark.integration
 
-STEPS, EVERY = 60, 10
+STEPS, EVERY = 30, 10
 # A model slow enough on 2 cores that the test can kill a rank mid-run (about 10 steps/s).
 SLOW = ["model.hidden_size=256", "model.intermediate_size=704", "model.num_hidden_layers=6", "trainer.max_length=48"]
 
@@ -43,7 +43,7 @@ def complete_steps(run_dir):
     return sorted(int(p.name.split("-")[1]) for p in marked)
 
 
-def kill_rank_after_checkpoint(run_dir, stage, rank=1, after_step=20):
+def kill_rank_after_checkpoint(run_dir, stage, rank=1, after_step=10):
     cmd = [sys.executable, "-m", "trl_ds", *overrides(stage), f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 600

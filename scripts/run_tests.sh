@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole suite, as `make test` runs it: unit and config tests on both cores (pytest-xdist), then the integration
+# tests one at a time (each spawns 2+ ranks, which already fill both cores). Prints each part's ten slowest tests
+# and the total wall time at the end; exits non-zero if either part failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+start=$(date +%s)
+"$PY" -m pytest -q -ra --durations=10 -n 2 tests/unit tests/configs "$@"
+unit=$?
+unit_s=$(( $(date +%s) - start ))
+"$PY" -m pytest -q -ra --durations=10 tests/integration "$@"
+integration=$?
+total_s=$(( $(date +%s) - start ))
+printf 'make test: unit+configs %dm%02ds (exit %d), integration %dm%02ds (exit %d), total %dm%02ds\n' \
+  $((unit_s / 60)) $((unit_s % 60)) "$unit" $(((total_s - unit_s) / 60)) $(((total_s - unit_s) % 60)) "$integration" \
+  $((total_s / 60)) $((total_s % 60))
+[ "$unit" = 0 ] && [ "$integration" = 0 ]
