@@ -2,11 +2,13 @@
 
 The bar (issue 10): on a small grid of ZeRO stage × offload × micro-batch at a fixed global batch, the model's
 ranking agrees with the measured steady-state step times (Spearman >= 0.8) and its predicted winner is within 10 %
-of the measured fastest. Predictions use the committed calibration of this machine kind
-(trl_ds/plan/hardware/calibrated-cpu.yaml): a calibration taken while the suite loads both cores moves by 2-5× between
-runs (docs/steptime_study.md), which would test the load, not the model. The grid's points lie 1.3-1.8× apart on a quiet
-machine, so one or two neighbours swapped by load still pass (Spearman 0.9 / 0.8 over 5 points). The full 16-point
-study is scripts/steptime_study.py.
+of the measured fastest. The four points are chosen so that ZeRO stage order alone does not rank them (stage 3 at
+micro-batch 4 is faster than stage 2 at micro-batch 1): that baseline scores 0.63 on the quiet-machine figures, and
+the model must score above it. Stage plus a micro-batch-1 penalty ranks these four as well as the model does (1.0):
+the test does not claim the model beats that one. The points lie 1.4-2.3× apart on a quiet machine.
+Predictions use the committed calibration of this machine kind (trl_ds/plan/hardware/calibrated-cpu.yaml): a
+calibration taken while other work loads both cores moves by 2-5× between runs (docs/steptime_study.md). The full
+16-point study is scripts/steptime_study.py.
 """
 import os
 import subprocess
@@ -23,8 +25,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 import steptime_study  # noqa: E402
 
 pytestmark = pytest.mark.integration
-# (stage, offload, micro-batch); quiet-machine s/step 0.150, 0.257, 0.395, 0.709, 0.925 (docs/steptime_study.md)
-SMALL_GRID = [(0, "none", 4), (1, "none", 1), (2, "none", 1), (3, "none", 1), (3, "nvme", 1)]
+# (stage, offload, micro-batch); quiet-machine s/step 0.150, 0.276, 0.395, 0.925 (docs/steptime_study.md)
+SMALL_GRID = [(0, "none", 4), (3, "none", 4), (2, "none", 1), (3, "nvme", 1)]
+STEPS = 12  # 7 steady-state gaps after 4 warm-up steps; the study's 20 give the same median within noise
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +54,16 @@ def test_calibrated_model_ranks_a_small_grid_as_measured(tmp_path):
     measured = []
     for point in SMALL_GRID:
         run_dir = tmp_path / steptime_study.key(point).replace("/", "_")
-        out = run_app([*steptime_study.FIXED, *steptime_study.point_overrides(*point)], run_dir, timeout=600)
+        fixed = [o for o in steptime_study.FIXED if not o.startswith("trainer.max_steps=")]
+        out = run_app([*fixed, f"trainer.max_steps={STEPS}", *steptime_study.point_overrides(*point)], run_dir,
+                      timeout=600)
         assert out.returncode == 0, out.stderr[-2000:]
         measured.append(steady_step_seconds(str(run_dir)))
     predicted = [steptime_study.predict(p, steptime_study.HARDWARE).seconds for p in SMALL_GRID]
+    by_stage = spearman([stage for stage, _, _ in SMALL_GRID], measured)
     table = "\n".join(f"{steptime_study.key(p)}: predicted {a:.3f} s, measured {b:.3f} s"
                       for p, a, b in zip(SMALL_GRID, predicted, measured))
-    assert spearman(predicted, measured) >= 0.8, table
+    table += f"\nSpearman: model {spearman(predicted, measured):.2f}, stage order alone {by_stage:.2f}"
+    print(table)
+    assert spearman(predicted, measured) >= 0.8 and spearman(predicted, measured) > by_stage, table
     assert winner_gap(predicted, measured) <= 0.10, table

@@ -96,10 +96,11 @@ def test_rank_killed_on_node_1_ends_the_launch_within_seconds_naming_rank_node_a
 def test_deepspeed_over_openmpi_carries_the_environment_and_trains_to_the_one_host_loss(test_hosts, tmp_path,
                                                                                       tmp_path_factory):
     """mpirun (Debian's Open MPI) starts both ranks itself; root needs --allow-run-as-root, and Open MPI's own TCP
-    traffic is kept on eth1 like gloo's."""
+    traffic is kept on eth1 like gloo's. --bind-to none: both test hosts share this machine's two cores, and Open
+    MPI's default for 2 processes binds each host's one rank to core 0, the same core."""
     reference = reference_run(tmp_path_factory)
     run_dir = tmp_path / "run"
-    mpi_args = "--allow-run-as-root --mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1"
+    mpi_args = "--allow-run-as-root --bind-to none --mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1"
     done, records, _ = launch_on_node_0(test_hosts, tmp_path_factory, tmp_path, run_dir, [
         "trainer.max_steps=3", "launcher.multinode_runner=openmpi", f"launcher.launcher_args='{mpi_args}'"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -1,4 +1,5 @@
-"""Real training of every trainer on 2 CPU ranks with DeepSpeed ZeRO 2 and 3, LoRA, Ulysses and checkpointing.
+"""Real training of every trainer on 2 CPU ranks with DeepSpeed ZeRO-3 (DPO at ZeRO-2 too), LoRA, Ulysses and
+checkpointing.
 
 Each run is the tiny model for a few steps (15-30 s). Runs are seeded, so the learning checks are deterministic.
 """
@@ -16,9 +17,7 @@ LN2 = math.log(2)  # DPO's and the reward model's loss when chosen and rejected 
 RUNS = {
     "dpo-stage2": ["trainer=dpo", "zero=stage2", "trainer.max_steps=6"],
     "dpo-stage3": ["trainer=dpo", "zero=stage3", "trainer.max_steps=6"],
-    "reward-stage2": ["trainer=reward", "zero=stage2", "trainer.max_steps=8", "trainer.per_device_train_batch_size=8"],
     "reward-stage3": ["trainer=reward", "zero=stage3", "trainer.max_steps=8", "trainer.per_device_train_batch_size=8"],
-    "grpo-stage2": ["trainer=grpo", "zero=stage2", "trainer.max_steps=4"],
     "grpo-stage3": ["trainer=grpo", "zero=stage3", "trainer.max_steps=4"],
     # threshold 0: the small adapter matrices are partitioned too, as a large model's are (a saved adapter must
     # then be gathered from every rank)
@@ -59,7 +58,7 @@ def test_dpo_moves_away_from_its_reference(stage, tmp_path_factory):
     assert read_json(run_dir / "ds_config.json")["zero_optimization"]["stage"] == stage
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [3])  # ZeRO-2 is DPO's (both stages there): one run per behaviour
 def test_reward_model_learns_to_rank_chosen_first(stage, tmp_path_factory):
     _, summary, records = train(f"reward-stage{stage}", tmp_path_factory)
     losses = [r["loss"] for r in records]
@@ -69,7 +68,7 @@ def test_reward_model_learns_to_rank_chosen_first(stage, tmp_path_factory):
     assert summary["total_parameters"] == summary["trainable_parameters"] == 869_504 - 65_536 + 128  # lm_head→score
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [3])  # generation from parameters ZeRO-3 gathers: the hard case
 def test_grpo_generates_scores_and_updates(stage, tmp_path_factory):
     _, summary, records = train(f"grpo-stage{stage}", tmp_path_factory)
     for r in records:
