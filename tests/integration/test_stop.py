@@ -24,7 +24,9 @@ def start(launcher, run_dir):
     port = [f"cluster.master_port={free_port()}"] if launcher == "deepspeed" else []  # deepspeed has no --standalone
     cmd = [sys.executable, "-m", "trl_ds", *LAUNCHERS[launcher], *port, f"trainer.max_steps={STEPS}",
            f"checkpoint.every_steps={EVERY}", f"hydra.run.dir={run_dir}"]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), cmd
+    # SIGINT as a terminal delivers it, even when this suite runs in the background (where the shell ignores it)
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)), cmd
 
 
 def processes_of(run_dir) -> list:
