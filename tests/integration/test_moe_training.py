@@ -14,8 +14,7 @@ DIMS = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 192, "num_hi
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
 FAMILIES = {"mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
             "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 96, "head_dim": 32}}
-# One run per family and stage, the stages crossed: each family once at ZeRO-3 would miss ZeRO-2's bucketed
-# gradient path for MoE's unused experts; each family at both stages adds nothing a family's other run does not cover.
+# Both families at ZeRO-3 (each MoE block gathered whole as a leaf module), one at ZeRO-2 as well.
 RUNS = {"mixtral-stage3": ("mixtral", ["zero=stage3"]), "qwen3_moe-stage2": ("qwen3_moe", ["zero=stage2"]),
         "qwen3_moe-stage3-cpu": ("qwen3_moe", ["zero=stage3", "offload=cpu"])}
 LEAF = {"mixtral": ["MixtralSparseMoeBlock"], "qwen3_moe": ["Qwen3MoeSparseMoeBlock"]}
