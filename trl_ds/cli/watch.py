@@ -74,14 +74,14 @@ def lock_since(run_dir: str) -> Optional[float]:
 
     A lock held on another host cannot be checked from here: it counts as running until a summary newer than the
     lock appears (a shared filesystem)."""
-    from trl_ds.launch.run_dir_lock import _read, lock_path, stale_reason
+    from trl_ds.launch.run_dir_lock import lock_path, read_holder, stale_reason
 
     path = lock_path(run_dir, 0)
     try:
         since = os.path.getmtime(path)
     except OSError:
         return None
-    holder = _read(path)
+    holder = read_holder(path)
     if holder and holder.get("host") != socket.gethostname():
         summary = os.path.join(run_dir, SUMMARY)
         return None if os.path.exists(summary) and os.path.getmtime(summary) > since else since

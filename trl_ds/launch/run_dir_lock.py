@@ -34,16 +34,16 @@ class RunDirLock:
         for _ in range(2):  # a second try after removing a stale lock
             if self._create():
                 return
-            holder = _read(self.path)
+            holder = read_holder(self.path)
             reason = stale_reason(holder, self.run_dir, self.path)
             if reason is None:
                 raise ConfigError([busy_message(self.run_dir, holder, self.path)])
             print(f"trl_ds: taking over {self.path}: {reason}", file=sys.stderr)
             _remove(self.path)
-        raise ConfigError([busy_message(self.run_dir, _read(self.path), self.path)])
+        raise ConfigError([busy_message(self.run_dir, read_holder(self.path), self.path)])
 
     def release(self) -> None:
-        if self.held and (_read(self.path) or {}).get("pid") == os.getpid():
+        if self.held and (read_holder(self.path) or {}).get("pid") == os.getpid():
             _remove(self.path)
         self.held = False
 
@@ -97,7 +97,7 @@ def _start_time(pid) -> Optional[float]:
         return None
 
 
-def _read(path: str) -> Optional[dict]:
+def read_holder(path: str) -> Optional[dict]:
     try:
         with open(path) as f:
             return json.load(f)
