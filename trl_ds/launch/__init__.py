@@ -69,9 +69,15 @@ def launch_env(cfg) -> Dict[str, str]:
     return {**cfg.cluster.env, **cfg.launcher.env}
 
 
+def placed_by_slurm(cfg) -> bool:
+    """A multi-node launch inside a SLURM allocation: SLURM, not the config, says which node this is and which is
+    the main one."""
+    return cfg.cluster.nodes > 1 and under_slurm_job()
+
+
 def this_node_rank(cfg) -> int:
     """Under a SLURM allocation SLURM says which node this is; otherwise cluster.node_rank."""
-    if cfg.cluster.nodes > 1 and under_slurm_job():
+    if placed_by_slurm(cfg):
         return int(os.environ["SLURM_NODEID"])
     return cfg.cluster.node_rank
 
@@ -79,7 +85,7 @@ def this_node_rank(cfg) -> int:
 def main_addr(cfg) -> str:
     """Under a SLURM allocation the allocation's first node (as launch.sh computes it); otherwise
     cluster.master_addr."""
-    if cfg.cluster.nodes > 1 and under_slurm_job():
+    if placed_by_slurm(cfg):
         return main_addr_from_slurm()
     return cfg.cluster.master_addr
 
@@ -100,9 +106,8 @@ def start(cfg, node_commands: List[List[str]]) -> int:
         return submit_job(run_dir, env)
     from .run import run_node
 
-    from_slurm = cfg.cluster.nodes > 1 and under_slurm_job()
     rank = this_node_rank(cfg)
-    script = ["bash", os.path.join(run_dir, LAUNCH_SCRIPT)] + ([] if from_slurm else [str(rank)])
+    script = ["bash", os.path.join(run_dir, LAUNCH_SCRIPT)] + ([] if placed_by_slurm(cfg) else [str(rank)])
     node = NodeView(rank=rank, nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node,
                     log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr(cfg)}:{cfg.cluster.master_port}",
                     rdzv_timeout=cfg.launcher.rdzv_timeout, ssh_hosts=pdsh_hosts(cfg),
