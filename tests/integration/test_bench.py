@@ -24,5 +24,9 @@ def test_bench_quick_runs(tmp_path):
     latency = result["latency"]
     assert latency["trl_ds dry run (llama3-70b, 2x8, stage 3)"]["wall"]["median"] < 3.0, latency
     assert latency["trl_ds.plan (llama3-70b, 1x8, default grid)"]["wall"]["median"] < 3.0, latency
-    assert "| batch size mismatch |" in out_md.read_text()
+    md = out_md.read_text()
+    assert "| batch size mismatch |" in md and "load average (1/5/15 min)" in md
+    # the goals are evaluated and printed (met or not: the bounds above are what the suite holds)
+    assert set(result["goals"]) == {"config error < 1 s", "config error >= 10x sooner", "dry run and planner < 1 s"}
+    assert all(f"- {goal}: " in md for goal in result["goals"])
     assert set(result["latency"]) >= {"deepspeed --help", "trl_ds.plan (llama3-70b, 1x8, default grid)"}
