@@ -240,18 +240,34 @@ def measure(ranks: int, nvme_path: str, deepspeed_adam: bool = False) -> Dict[st
     numbers["pcie_gbps"] = copy_gbps(torch, device, sync)
     numbers.update(adam_rates(torch, device, sync, deepspeed_adam))
     numbers.update(collective_rates(device, min(ranks, torch.cuda.device_count()) if device == "cuda" else ranks))
-    numbers["inter_node_gbps"] = numbers["intra_node_gbps"]  # one machine: no network measured; override it
-    numbers["comm_overlap"] = 0.8 if device == "cuda" else 0.0  # CPU ranks compute and communicate on one core set
     numbers.update(nvme_rates(nvme_path))
     numbers["memory_gb"] = torch.cuda.get_device_properties(0).total_memory / 2 ** 30 if device == "cuda" else 0
+    numbers.update(unmeasured(numbers, device))
     return {k: float(f"{v:.4g}") for k, v in numbers.items()}
 
 
+def unmeasured(numbers: Dict[str, float], device: str) -> Dict[str, float]:
+    """The numbers calibrate cannot measure on one machine, set to defaults (DEFAULT_WHY says which and why)."""
+    return {"inter_node_gbps": numbers["intra_node_gbps"], "comm_overlap": 0.8 if device == "cuda" else 0.0}
+
+
+DEFAULT_WHY = {
+    "inter_node_gbps": "default, not measured: one machine has no network link; set to intra_node_gbps",
+    "comm_overlap": "default, not measured: 0.8 on cuda (a guess), 0 on cpu (ranks compute and communicate on "
+                    "the same cores)",
+    "memory_gb": "not read by the planner (cluster.gpu_memory_gb decides)",
+}
+
+
 def write(numbers: Dict[str, float], path: str, seconds: float) -> None:
-    head = (f"# Measured by trl-ds calibrate in {seconds:.0f} s on {os.uname().nodename}.\n"
-            f"# python -m trl_ds cluster.gpu={os.path.abspath(path)}\n")
+    """The hardware YAML; every value not measured carries a comment saying so."""
+    lines = [f"# Measured by trl-ds calibrate in {seconds:.0f} s on {os.uname().nodename}, except where a line says",
+             "# otherwise.", f"# python -m trl_ds cluster.gpu={os.path.abspath(path)}"]
+    for key, value in numbers.items():
+        line = yaml.safe_dump({key: value}).rstrip()
+        lines.append(f"{line}  # {DEFAULT_WHY[key]}" if key in DEFAULT_WHY else line)
     with open(path, "w") as f:
-        f.write(head + yaml.safe_dump(numbers, sort_keys=False))
+        f.write("\n".join(lines) + "\n")
 
 
 def main(argv=None) -> int:
