@@ -177,11 +177,12 @@ def test_cpu_cluster_is_judged_against_host_ram(compose_cfg):
 
 def test_preflight_refuses_with_the_smallest_change_that_fits(compose_cfg):
     cfg = compose_cfg(["model=llama3-8b", "cluster=1x8", "zero=stage0", "trainer.max_length=2048"])
+    # 1 GiB + 1.25 x the allocated terms (177.4 and 61.4 GiB; FRAGMENTATION measured on the H200 check, was 1.1)
     with pytest.raises(ConfigError, match=r"model=llama3-8b does not fit on cluster=1x8 \(ZeRO-0, offload none, "
-                                          r"micro-batch 2, 2048 tokens\): estimated 196\.1 GiB per GPU \(params 15\.0, "
+                                          r"micro-batch 2, 2048 tokens\): estimated 222\.7 GiB per GPU \(params 15\.0, "
                                           r"gradients 44\.9, optimizer 89\.7, activations 24\.5, .*\) > "
                                           r"cluster\.gpu_memory_gb=80\. The smallest change that fits: zero=stage2 "
-                                          r"\(estimated 68\.6 GiB per rank, .*\)\. Or set preflight\.memory=warn"):
+                                          r"\(estimated 77\.8 GiB per rank, .*\)\. Or set preflight\.memory=warn"):
         check_fit(cfg, estimate(setup_from_config(cfg)), launching=True)
 
 

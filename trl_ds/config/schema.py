@@ -168,6 +168,8 @@ class HardwareConfig:
     # (bucket copies, hooks, bookkeeping; steptime.zero_seconds)
     zero2_ns_per_param: Optional[float] = None
     zero3_ns_per_param: Optional[float] = None
+    # microseconds per ZeRO-3 gathered module per micro-step, at any world size (fetch/release hooks; GPU presets)
+    zero3_us_per_module: Optional[float] = None
 
 
 @dataclass

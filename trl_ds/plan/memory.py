@@ -41,7 +41,10 @@ GiB, MiB = 2 ** 30, 2 ** 20
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only
 LOAD_BYTES_PER_PARAM = 4  # without zero.Init every rank materialises the model in fp32 (DeepSpeed's assumption)
 CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context, cuBLAS workspace, NCCL buffers per GPU rank (not measured here)
-FRAGMENTATION = 0.10  # caching allocator: reserved is commonly 5-25 % above allocated
+# Caching allocator: reserved above allocated. Measured on the H200 check (docs/gpu_check/results.json): peak reserved
+# over peak allocated 1.16-1.32 in all 7 runs, median 1.27 (the earlier 0.10 left the CPU-offload runs' reserved 2-3 %
+# above the whole estimate)
+FRAGMENTATION = 0.25
 CPU_RANK_BYTES = int(0.55 * GiB)  # measured: peak RSS of a tiny 2-rank CPU run is 509-580 MiB per rank
 HOST_BYTES_PER_GPU_RANK = 2 * GiB  # host RSS of one GPU rank process (Python, torch, CUDA libraries)
 PLACE = {"none": "device", "cpu": "host", "nvme": "nvme"}  # offload device -> where after_step reports it
@@ -91,6 +94,7 @@ class Setup:
     reduce_bucket_size: int = 500_000_000
     overlap_comm: bool = True
     prefetch_bucket_size: int = 50_000_000
+    max_live_parameters: int = 1_000_000_000  # ZeRO-3: gathered parameters kept on a rank (stage3_max_live_parameters)
     persistence_threshold: int = 100_000
     sub_group_size: int = 1_000_000_000
     buffer_count: int = 5
@@ -194,7 +198,7 @@ def setup_from_config(cfg) -> Setup:
                  seq_len=cfg.trainer.max_length, gradient_checkpointing=bool(checkpointing(cfg)),
                  gpu_memory_gb=c.gpu_memory_gb, cpu_memory_gb=c.cpu_memory_gb,
                  reduce_bucket_size=z.reduce_bucket_size, overlap_comm=z.overlap_comm,
-                 prefetch_bucket_size=z.stage3_prefetch_bucket_size,
+                 prefetch_bucket_size=z.stage3_prefetch_bucket_size, max_live_parameters=z.stage3_max_live_parameters,
                  persistence_threshold=z.stage3_param_persistence_threshold, sub_group_size=z.sub_group_size,
                  buffer_count=o.buffer_count, buffer_size=o.buffer_size, zeropp=bool(z.get("zeropp", False)),
                  lora_r=cfg.peft.r if lora else 0, lora_targets=tuple(cfg.peft.target_modules) if lora else (),
@@ -338,14 +342,23 @@ def fused_head_peak(tokens: int, vocab: int, hidden: int, width: int, on_cpu: bo
 
 
 def device_buffers(s: Setup) -> Dict[str, int]:
-    """Per-rank device bytes DeepSpeed's estimators leave out, by name (gradient buffers hold trainable ones only)."""
+    """Per-rank device bytes DeepSpeed's estimators leave out, by name (gradient buffers hold trainable ones only).
+
+    ZeRO-3's live_params: gathered parameters stay on the rank beside their partitions, up to
+    stage3_max_live_parameters of them (prefetches included), beyond the one module model_states counts: a module is
+    released only when its next use is more than stage3_max_reuse_distance parameters away in the trace, so the
+    last layers of the forward stay for the backward, and a tied embedding stays from the first layer to the LM head
+    (partitioned_param_coordinator.py __params_to_release, __all_gather_params_). At any world size; on one rank the
+    partition is the whole tensor and the gathered copy a second one. The H200 check measured ZeRO-3's peak 1.10x
+    (llama3.2-1b) and 1.06x (qwen2.5-0.5b) ZeRO-2's on one GPU, where an estimate without it said 1.00 and 0.98."""
     psi, psi_t, w, n = s.total_params, s.trainable, s.width, s.world
     if s.stage == 0:
         return {}
     copies = 2 if s.overlap_comm and s.stage < 3 else 1  # stages 1-2 double-buffer the reduce bucket
     items = {"reduce_bucket": copies * w * min(s.reduce_bucket_size, psi_t)}
     if s.stage == 3:
-        items["prefetch_bucket"] = w * min(s.prefetch_bucket_size, psi)
+        live = min(s.max_live_parameters, psi - s.persistent_params)
+        items["live_params"] = w * max(live - s.counts.largest_module, 0)
         items["persistent_params"] = w * s.persistent_params
         if s.optimizer_offload == "none":
             items["grad_partition_16bit"] = int(w * psi_t / n)

@@ -42,6 +42,14 @@ Terms per optimizer step, each in `StepTime.terms`:
   fetch/release bookkeeping, and gloo's reduce_scatter_tensor, which costs about an all-reduce (2Ψ, not the
   ring's Ψ). On CPU most of it is the gradient hooks' bucket copy. The rate is measured (trl-ds calibrate); the GPU
   presets' is 12 B per parameter (three read+write passes over 16-bit gradients) at HBM speed.
+  Stage 3 adds zero3_us_per_module per gathered module (gathered_modules) per micro-step, at any world size (one
+  rank too: DeepSpeed partitions and gathers with one rank as with many): each module's pre/post forward and
+  backward hooks fetch it (all_gather_coalesced into a fresh buffer, a fetch event waited on), release it
+  (partition(), trace and reuse-distance bookkeeping) and hand its gradients to the reduce path
+  (partitioned_param_coordinator.py fetch_sub_module/release_sub_module, stage3.py). Host-side work the GPU waits
+  for, so the GPU presets share one value: fitted on the H200 check (docs/gpu_check/results.json: ZeRO-3 minus
+  ZeRO-2 step time, 113 gathered tensors of llama3.2-1b and 169 of qwen2.5-0.5b, 1.48 and 1.22 ms each; least
+  squares 1.3 ms). The CPU presets leave it 0: their measured zero3_ns_per_param already holds it.
 - overhead: micro_step_overhead_ms per micro-step (Python, hooks, data loading; measured, not derived).
 """
 import os
@@ -57,7 +65,7 @@ from trl_ds.plan.memory import Setup
 ADAM_BYTES_PER_PARAM = 28  # fp32 param, grad, exp_avg, exp_avg_sq read; param and both moments written
 NVME_OPTIMIZER_BYTES = 12  # fp32 master + two moments per parameter, swapped in and out each step
 OPTIONAL = ("collective_latency_us", "comm_overlap", "micro_step_overhead_ms", "zero2_ns_per_param",
-            "zero3_ns_per_param")  # may be 0; every rate must not
+            "zero3_ns_per_param", "zero3_us_per_module")  # may be 0; every rate must not
 
 
 Hardware = HardwareConfig  # the same fields, every one a number once hardware_from_config has resolved them
@@ -185,7 +193,8 @@ def zero_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
         return 0.0
     passes = 1 if s.stage == 1 else accumulation  # stage 1 reduces only at the accumulation boundary
     rate = hw.zero3_ns_per_param if s.stage == 3 else hw.zero2_ns_per_param
-    return passes * s.trainable * rate * 1e-9
+    modules = accumulation * gathered_modules(s) * (hw.zero3_us_per_module or 0) * 1e-6 if s.stage == 3 else 0.0
+    return passes * s.trainable * rate * 1e-9 + modules
 
 
 def step_time(s: Setup, hw: Hardware, accumulation: int = 1) -> StepTime:
