@@ -248,7 +248,8 @@ def measure(ranks: int, nvme_path: str, deepspeed_adam: bool = False) -> Dict[st
 
 def unmeasured(numbers: Dict[str, float], device: str) -> Dict[str, float]:
     """The numbers calibrate cannot measure on one machine, set to defaults (DEFAULT_WHY says which and why)."""
-    return {"inter_node_gbps": numbers["intra_node_gbps"], "comm_overlap": 0.8 if device == "cuda" else 0.0}
+    return {"inter_node_gbps": numbers["intra_node_gbps"], "comm_overlap": 0.8 if device == "cuda" else 0.0,
+            "zero3_us_per_module": 0.0}
 
 
 DEFAULT_WHY = {
@@ -256,6 +257,7 @@ DEFAULT_WHY = {
     "comm_overlap": "default, not measured: 0.8 on cuda (a guess), 0 on cpu (ranks compute and communicate on "
                     "the same cores)",
     "memory_gb": "not read by the planner (cluster.gpu_memory_gb decides)",
+    "zero3_us_per_module": "default, not measured: zero3_ns_per_param, measured, holds ZeRO-3's per-module cost",
 }
 
 
