@@ -82,8 +82,8 @@ def test_model_states_per_rank_fall_from_stage_0_to_3_as_estimated(stage_sweep):
     largest = 65536  # the tiny model's embedding: vocab 256 x hidden 256
     peaks = [sum(number(r, f"est_peak_{k}_bytes") for k in ("params", "gradients", "optimizer")) / psi for r in rows]
     assert peaks == pytest.approx([16, 16, 14, 10 + 2 * 4 * largest / psi], abs=1e-3)
-    for row in rows:  # CPU ranks: the estimated peak RSS per rank holds within 15 %
-        assert number(row, "meas_peak_bytes") == pytest.approx(number(row, "est_peak_bytes"), rel=0.15)
+    # No RSS check: on CPU ranks the estimated peak is mostly the rank-process constant (CPU_RANK_BYTES), itself
+    # measured on this tiny run, so agreement here would prove nothing.
     assert "4 points: 4 completed." in printed
     assert (folder / "memory.png").read_bytes()[:4] == b"\x89PNG"
 
