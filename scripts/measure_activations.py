@@ -26,6 +26,13 @@ are tracked with a dispatch mode and storage weak references, and fitted the sam
 trl_ds/plan/memory.py holds the results as constants; tests/unit/test_estimate.py re-measures one shape per
 dtype with these functions and pins the constants.
 
+Every family the planner counts fast (`--family [MODEL_TYPE ...]`, about 20 s a family): each kind of layer (dense,
+moe, a sliding-window layer whose mask reaches attention) is fitted on its own features
+(trl_ds.plan.saved_activations.features: QK-norm's kv heads, MLA's ranks and rope/nope widths, experts, top-k and
+expert widths, per-layer terms such as Gemma's fp32 norm weights), over 24 sampled shapes with transformers' default
+attention and experts implementation; saved_activations.COEFFICIENTS holds the results and
+tests/unit/test_family_activations.py re-measures them.
+
     .venv/bin/python scripts/measure_activations.py --lora   # the LoRA tables and the additivity check
 """
 import argparse
@@ -39,7 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from transformers import AutoConfig, AutoModelForCausalLM
 
-FAMILIES = ("llama", "mistral", "qwen2")
+FAMILIES = ("llama", "mistral", "qwen2")  # the dense fits of the basis below, kept for the LoRA and checkpointing fits
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # (hidden, ffn, heads, kv heads, head_dim): independent enough for the six unknowns of the fit.
 SHAPES = [(64, 160, 4, 2, 16), (128, 160, 4, 2, 32), (64, 320, 4, 2, 16), (64, 160, 8, 2, 8),
@@ -64,6 +71,131 @@ def build(model_type: str, h: int, f: int, a: int, kv: int, d: int, dtype=torch.
     if checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return model
+
+
+# ---- every family the planner counts fast, each kind of layer: a fit on its own features ------------------------
+
+# (model_type, kind): the layers trl_ds.plan.saved_activations distinguishes. "_sliding": a sliding-window layer whose
+# window is shorter than the sequence (its mask reaches attention).
+FAMILY_KINDS = (("llama", "dense"), ("mistral", "dense"), ("qwen2", "dense"), ("qwen3", "dense"),
+                ("gemma", "dense"), ("gemma2", "dense"), ("gemma2", "dense_sliding"), ("gemma3_text", "dense"),
+                ("gemma3_text", "dense_sliding"), ("phi3", "dense"), ("olmo2", "dense"), ("mixtral", "moe"),
+                ("qwen2_moe", "moe"), ("qwen3_moe", "moe"), ("deepseek_v3", "dense"))
+# Not fitted: DeepSeek-V3's MoE layer. The same config saves different bytes from one build to the next (its router's
+# group-limited top-k on a score-correction bias transformers leaves uninitialised), so no exact fit exists yet;
+# trl_ds.plan.saved_activations charges it the measured MLA layer over its routed width plus the router terms.
+WINDOW = 8  # sliding_window of the "_sliding" kinds: below every sampled sequence length
+EXPERT_KEYS = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_experts",
+               "deepseek_v3": "n_routed_experts"}
+
+
+def sample_config(model_type: str, kind: str, rng) -> tuple:
+    """Random small dimensions for one layer of `kind` (both layers of the model are of that kind), batch and
+    sequence: (config.json keys, batch, seq). Heads, kv heads, head_dim, widths, experts, top-k, ranks, batch and
+    sequence all vary apart."""
+    pick = rng.choice
+    kv = pick((1, 2, 4))
+    group = pick((2, 3) if kv == 1 else (1, 2, 3))  # two heads at least: one head's transposes are no-ops
+    raw = {"model_type": model_type, "vocab_size": VOCAB, "hidden_size": pick((48, 72, 96, 144)),
+           "intermediate_size": pick((96, 160, 224, 320)), "num_hidden_layers": 2, "num_attention_heads": kv * group,
+           "num_key_value_heads": kv, "head_dim": pick((8, 16, 24, 32)), "max_position_embeddings": 64,
+           "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    if model_type in ("gemma2", "gemma3_text"):
+        sliding = kind.endswith("_sliding")
+        raw.update(sliding_window=WINDOW, layer_types=["sliding_attention" if sliding else "full_attention"] * 2)
+    if kind.startswith("moe"):
+        experts = pick((4, 6, 8))
+        raw.update({EXPERT_KEYS[model_type]: experts, "num_experts_per_tok": pick((1, 2, 3))})
+        raw["moe_intermediate_size"] = pick((32, 48, 64, 96))
+        if model_type == "mixtral":
+            raw["intermediate_size"] = raw.pop("moe_intermediate_size")
+        if model_type == "qwen2_moe":
+            raw["shared_expert_intermediate_size"] = pick((32, 64, 96))
+    if model_type == "deepseek_v3":
+        nope, rope = pick((8, 12, 16)), pick((4, 8))
+        # v_head_dim = nope + rope: SDPA's CPU flash kernel needs equal widths (else its math kernel saves a·s²)
+        raw.update(num_key_value_heads=raw["num_attention_heads"], q_lora_rank=pick((None, 16, 24, 32)),
+                   kv_lora_rank=pick((16, 20, 32)), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+                   v_head_dim=nope + rope, head_dim=rope, first_k_dense_replace=0 if kind == "moe" else 2)
+        if kind == "moe":
+            groups = pick((1, 2))
+            raw.update(n_shared_experts=pick((1, 2)), n_group=groups, topk_group=groups,
+                       n_routed_experts=pick((4, 8)))
+    return raw, pick((1, 2, 3)), pick((16, 24, 32, 40))
+
+
+def build_family(raw: dict, dtype, checkpointing: bool = False):
+    """The model of a config.json dict, as training builds it: transformers' default attention and experts."""
+    kwargs = dict(raw)
+    config = AutoConfig.for_model(kwargs.pop("model_type"), use_cache=False, **kwargs)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).to(dtype).train()
+    if checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def saved_by_layer(model, batch: int, seq: int) -> list:
+    """Bytes autograd saves in each decoder layer (each storage counted once, in the layer that first saves it;
+    parameters and what the model hands every layer, the rotary cos/sin and the mask, excluded)."""
+    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    layers = list(model.model.layers)
+    seen, current, totals = set(param_ptrs), [None], [0] * len(layers)
+
+    def enter(i):
+        def hook(module, args, kwargs):
+            current[0] = i
+            shared = tree_flatten((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))[0]
+            seen.update(t.untyped_storage().data_ptr() for t in shared if isinstance(t, torch.Tensor))
+        return hook
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in seen:
+            seen.add(ptr)
+            if current[0] is not None:
+                totals[current[0]] += t.untyped_storage().nbytes()
+        return t
+
+    hooks = [layer.register_forward_pre_hook(enter(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    hooks.append(model.model.norm.register_forward_pre_hook(lambda m, args: current.__setitem__(0, None)))
+    ids = torch.randint(0, VOCAB, (batch, seq))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+    for hook in hooks:
+        hook.remove()
+    return totals
+
+
+def family_design(model_type: str, kind: str, samples: int = 0, seed: int = 0) -> list:
+    """Sampled (config.json dict, batch, seq) for one family's kind of layer."""
+    import random
+
+    rng = random.Random(f"{model_type}/{kind}/{seed}")
+    return [sample_config(model_type, kind, rng) for _ in range(samples or 24)]
+
+
+def family_row(raw: dict, batch: int, seq: int, kind: str) -> dict:
+    """The fit's row for one sample: tokens × per-token features, and the per-layer features."""
+    from trl_ds.plan.params import from_config
+    from trl_ds.plan.saved_activations import features
+
+    token, layer = features(from_config(raw, "measure_activations"), seq, kind)
+    return {**{f"token:{k}": batch * seq * v for k, v in token.items()}, **{f"layer:{k}": v for k, v in layer.items()}}
+
+
+def measure_family(model_type: str, kind: str, dtype, samples: int = 0) -> dict:
+    """Fit the last layer's saved bytes over sampled shapes: exact integers, per token and per layer."""
+    design = family_design(model_type, kind, samples)
+    rows = [family_row(raw, batch, seq, kind) for raw, batch, seq in design]
+    unknowns = [k for k in rows[0] if any(row[k] for row in rows)]
+    matrix = [[row[k] for k in unknowns] for row in rows]
+    rank = int(torch.linalg.matrix_rank(torch.tensor(matrix, dtype=torch.float64)))
+    targets = [saved_by_layer(build_family(raw, dtype), batch, seq)[-1] for raw, batch, seq in design]
+    fitted, residual = fit_integers(matrix, targets, unknowns)
+    split = {part: {k.split(":")[1]: c for k, c in fitted.items() if k.startswith(part + ":") and c}
+             for part in ("token", "layer")}
+    return {"coefficients": split, "fit_residual_bytes": residual, "unknowns": len(unknowns), "rank": rank}
 
 
 def with_lora(model, r: int, targets, dropout: float):
@@ -150,8 +282,10 @@ def measure_head(dtype, frozen: bool = False) -> dict:
 
 
 def fit_integers(rows, targets, unknowns=UNKNOWNS):
-    solution = torch.linalg.lstsq(torch.tensor(rows, dtype=torch.float64),
-                                  torch.tensor(targets, dtype=torch.float64).unsqueeze(1)).solution.squeeze(1)
+    matrix = torch.tensor(rows, dtype=torch.float64)
+    scale = matrix.abs().amax(dim=0).clamp(min=1)  # columns of one magnitude: a well-conditioned solve
+    solution = torch.linalg.lstsq(matrix / scale, torch.tensor(targets, dtype=torch.float64).unsqueeze(1),
+                                  driver="gelsd").solution.squeeze(1) / scale
     coefficients = [round(x) for x in solution.tolist()]
     residual = max(abs(sum(c * x for c, x in zip(coefficients, row)) - t) for row, t in zip(rows, targets))
     return dict(zip(unknowns, coefficients)), residual
@@ -206,7 +340,11 @@ def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--lora", action="store_true", help="measure LoRA (frozen base + adapters) instead")
+    parser.add_argument("--family", nargs="*", metavar="MODEL_TYPE",
+                        help="fit these families' layers (all of FAMILY_KINDS when none is named) instead")
     args = parser.parse_args(argv)
+    if args.family is not None:
+        return print_families(args.family, args.json)
     results = {name: measure_lora_sets(dtype) if args.lora else
                {"fused_head": measure_head(dtype), **{family: measure(family, dtype) for family in FAMILIES},
                 "checkpointed": measure("llama", dtype, checkpointing=True)}
@@ -221,6 +359,23 @@ def main(argv) -> int:
             terms = " + ".join(f"{c}·{k}" for k, c in next(iter(r.values())).items() if c)
             additive = "" if "additive" not in r else f", additive: {'yes' if r['additive'] else 'no'}"
             print(f"    {part:12s} {terms}   (fit residual {r['fit_residual_bytes']:.2g} B{additive})")
+    return 0
+
+
+def print_families(names, as_json: bool) -> int:
+    kinds = [(t, k) for t, k in FAMILY_KINDS if not names or t in names]
+    results = {f"{t} {k}": {name: measure_family(t, k, dtype) for name, dtype in DTYPES.items()} for t, k in kinds}
+    if as_json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print("bytes one layer saves: tokens x (per-token terms) + per-layer terms (SDPA, no padding; Gemma-2 eager)")
+    for name, by_dtype in results.items():
+        for dtype_name, r in by_dtype.items():
+            c = r["coefficients"]
+            token = " + ".join(f"{v}·{k}" for k, v in c["token"].items())
+            layer = " + ".join(f"{v}·{k}" for k, v in c["layer"].items()) or "0"
+            print(f"  {name:26s} {dtype_name}: tokens·({token}) + {layer}   (fit residual "
+                  f"{r['fit_residual_bytes']:.2g} B, rank {r['rank']}/{r['unknowns']})")
     return 0
 
 

@@ -14,6 +14,7 @@ from trl_ds.plan import memory as est
 from trl_ds.plan.memory import GiB, estimate, setup_from_config
 from trl_ds.plan.params import count_params
 from trl_ds.plan.planner import check_fit
+from trl_ds.plan.saved_activations import layer_bytes
 
 sys.path.insert(0, "scripts")
 import measure_activations  # noqa: E402  (scripts/ is not a package)
@@ -100,7 +101,7 @@ def test_after_step_keeps_device_and_host_apart(compose_cfg):
 def test_activation_coefficients_are_the_measured_ones(dtype, width):
     arch = architecture_of(96, 224, 6, 3)
     model = measure_activations.build("llama", 96, 224, 6, 3, 16, dtype)
-    assert measure_activations.saved_per_layer_token(model) == est.layer_saved_per_token(arch, width)
+    assert measure_activations.saved_per_layer_token(model) == layer_bytes(arch, width, 1, 32, "dense")
     checkpointed = measure_activations.build("qwen2", 96, 224, 6, 3, 16, dtype, checkpointing=True)
     assert measure_activations.saved_per_layer_token(checkpointed) == width * 96
 

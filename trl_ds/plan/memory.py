@@ -16,13 +16,14 @@ and 1, fp32 and NVMe follow the ZeRO papers with the same conventions. What Deep
 under `buffers`, itemised in `buffer_items`.
 
 Mixture-of-experts: model states count every expert (each rank holds them all: expert parallelism is out of scope);
-activations count the experts each token is routed to, the shared experts and the router (moe_layer_saved_per_token).
+activations count the experts each token is routed to, the shared experts and the router (measured per family:
+trl_ds/plan/saved_activations.py).
 
 LoRA (peft=lora) counts frozen and trainable parameters apart: parameters are all of them, gradients, fp32 master,
 Adam and everything that follows them only the adapters. Ulysses (sp=ulysses) gives each rank seq_len / sp.size
 tokens, which divides every sequence-dependent term; ZeRO still partitions over the whole world.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Dict
 
 from trl_ds.config.topology import Topology, topology
@@ -36,6 +37,7 @@ from trl_ds.plan.params import (
     count_params,
     linear_shapes,
 )
+from trl_ds.plan.saved_activations import decoder_bytes
 
 GiB, MiB = 2 ** 30, 2 ** 20
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only
@@ -49,11 +51,7 @@ CPU_RANK_BYTES = int(0.55 * GiB)  # measured: peak RSS of a tiny 2-rank CPU run 
 HOST_BYTES_PER_GPU_RANK = 2 * GiB  # host RSS of one GPU rank process (Python, torch, CUDA libraries)
 PLACE = {"none": "device", "cpu": "host", "nvme": "nvme"}  # offload device -> where after_step reports it
 
-# Measured by scripts/measure_activations.py (exact integer fits; tests/unit/test_estimate.py re-measures and pins).
-# Bytes one decoder layer saves per token, by parameter width (2: bf16/fp16, 4: fp32), for h hidden, f ffn,
-# q = heads × head_dim, kv = kv heads × head_dim; identical for Llama, Mistral and Qwen2.
-LAYER_SAVED = {2: {"h": 16, "f": 8, "q": 4, "kv": 4, "heads": 4, "one": 8},
-               4: {"h": 24, "f": 16, "q": 8, "kv": 8, "heads": 4, "one": 8}}
+# The bytes each decoder layer saves, per family and kind of layer: trl_ds/plan/saved_activations.py (measured).
 # TRL's fused LM head (SFTTrainer): tiles of HEAD_TOKEN_TILE × HEAD_VOCAB_TILE logits, fp32 gradient accumulation.
 HEAD_TOKEN_TILE, HEAD_VOCAB_TILE = 4096, 32768  # trl/kernels/chunked_logprob.py, trl.trainer.utils
 HEAD_PEAK = {2: {"vocab_x_hidden": 6, "tokens_x_hidden": 6, "tokens": 24},
@@ -266,29 +264,10 @@ def nvme_bytes(s: Setup) -> int:
 
 
 def layer_saved(arch: Architecture, c: Dict[str, int]) -> int:
-    """Bytes per token of one layer for measured coefficients `c` (LAYER_SAVED's form)."""
+    """Bytes per token of one layer for Llama-form coefficients `c` (LoRA: LORA_FROZEN_LAYER_SAVED)."""
     q, kv = arch.num_attention_heads * arch.head_dim, arch.num_key_value_heads * arch.head_dim
     return (c["h"] * arch.hidden_size + c["f"] * arch.intermediate_size + c["q"] * q + c["kv"] * kv
             + c["heads"] * arch.num_attention_heads + c["one"])
-
-
-def layer_saved_per_token(arch: Architecture, width: int) -> int:
-    return layer_saved(arch, LAYER_SAVED[width])
-
-
-def moe_layer_saved_per_token(arch: Architecture, width: int) -> int:
-    """An MoE layer: the dense coefficients over the MLP width a token passes through (its routed experts and the
-    shared ones), plus each routed copy of the token's hidden state in and out of its expert, and the router's
-    logits (training dtype) with their fp32 softmax and top-k weights and indices."""
-    routed = layer_saved(replace(arch, intermediate_size=arch.routed_width), LAYER_SAVED[width])
-    k = arch.experts_per_token
-    return routed + 2 * k * width * arch.hidden_size + arch.num_experts * (width + 4) + k * (4 + 8)
-
-
-def model_saved_per_token(arch: Architecture, width: int) -> int:
-    """All decoder layers: dense ones and MoE ones."""
-    dense = (arch.num_hidden_layers - arch.moe_layers) * layer_saved_per_token(arch, width)
-    return dense + (arch.moe_layers * moe_layer_saved_per_token(arch, width) if arch.is_moe else 0)
 
 
 def lora_layer_saved_per_token(s: Setup) -> int:
@@ -312,14 +291,12 @@ def activations(s: Setup) -> int:
     layers = s.arch.num_hidden_layers
     if s.uses_lora:
         per_token = lora_layer_saved_per_token(s)
-        largest, all_layers = per_token, layers * per_token
+        largest, all_layers = per_token * s.tokens, layers * per_token * s.tokens
     else:
-        dense = layer_saved_per_token(s.arch, s.width) if s.arch.moe_layers < layers else 0
-        largest = max(dense, moe_layer_saved_per_token(s.arch, s.width) if s.arch.is_moe else 0)
-        all_layers = model_saved_per_token(s.arch, s.width)
+        largest, all_layers = decoder_bytes(s.arch, s.width, s.tokens, s.seq_len)
     if s.gradient_checkpointing:
-        return (layers * s.width * s.arch.hidden_size + largest) * s.tokens
-    return all_layers * s.tokens
+        return layers * s.width * s.arch.hidden_size * s.tokens + largest
+    return all_layers
 
 
 def logits(s: Setup) -> int:

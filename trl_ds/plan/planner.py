@@ -22,6 +22,7 @@ from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
 from trl_ds.plan.params import describe_count
+from trl_ds.plan.saved_activations import measured
 from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
 from trl_ds.short_lived import pause_collection
 
@@ -222,6 +223,9 @@ def describe_architecture(s: Setup, model_cfg=None) -> List[str]:
     ignored = f"; preset model={preset}'s dimensions not used" if preset and not uses_preset(model_cfg) else ""
     lines = [f"architecture: {a.model_type}, {a.num_hidden_layers} layers, hidden {a.hidden_size}, from "
              f"{a.source or 'the preset'}{ignored}; count {counted}"]
+    if not measured(a.model_type):
+        lines.append(f"activations: {a.model_type} is not among the measured families; its layers are charged "
+                     f"Llama's measured coefficients")
     if a.is_moe:
         lines.append(f"mixture of experts: {a.moe_layers} MoE layers x {a.num_experts} experts, {a.experts_per_token} "
                      f"per token; model states count every expert on every rank (expert parallelism is out of "
