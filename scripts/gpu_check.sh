@@ -26,6 +26,9 @@ if [ "$MODE" = --cpu-smoke ]; then
   # rebuild them under another machine-wide lock
   PY=${PY:-$(cd "$REPO/.venv" && pwd -P)/bin/python}
   export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+  # and its ninja, as every trl_ds launch uses: another ninja rebuilds the cached ops from scratch (twice)
+  PATH=$(dirname "$PY"):$PATH
+  export PATH
 else
   PY=${PY:-python3}
   if ! nvidia-smi -L; then

@@ -11,6 +11,8 @@ import sys
 import pytest
 from conftest import read_json, run_app
 
+from trl_ds.launch import spawn_env
+
 pytestmark = pytest.mark.integration
 
 LN2 = math.log(2)  # DPO's and the reward model's loss when chosen and rejected are scored alike
@@ -135,10 +137,11 @@ def test_accelerate_launch_runs_the_run_dir(tmp_path):
     out = run_app(["zero=stage3", "trainer.max_steps=2", "dry_run=true"], run_dir)
     assert out.returncode == 0, out.stderr
     accelerate = [sys.executable, "-m", "accelerate.commands.launch"]
-    # Launched in the run dir: accelerate.yaml's paths are relative to it.
+    # Launched in the run dir: accelerate.yaml's paths are relative to it. With the venv first on PATH, as from an
+    # activated venv: another ninja would rebuild DeepSpeed's JIT ops (twice: here, then in the next run).
     launched = subprocess.run([*accelerate, "--config_file", str(run_dir / "accelerate.yaml"),
                                "-m", "trl_ds.worker.train", str(run_dir)],
-                              cwd=run_dir, capture_output=True, text=True, timeout=900)
+                              cwd=run_dir, capture_output=True, text=True, timeout=900, env=spawn_env())
     assert launched.returncode == 0, launched.stderr[-3000:]
     summary = read_json(run_dir / "summary.json")
     assert (summary["world_size"], summary["distributed_type"], summary["steps"]) == (2, "DEEPSPEED", 2)

@@ -111,7 +111,6 @@ def adam_rates(torch, device: str, sync, deepspeed_adam: bool) -> Dict[str, floa
     if deepspeed_adam:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-        os.environ["PATH"] = spawn_env()["PATH"]  # build with the ranks' ninja (see trl_ds/launch/build_ops.py)
         offload_adam = DeepSpeedCPUAdam([cpu_p], lr=1e-3)
     else:
         offload_adam = torch.optim.AdamW([cpu_p], lr=1e-3, fused=True)
@@ -279,6 +278,9 @@ def main(argv=None) -> int:
     parser.add_argument("--nvme-path", default=tempfile.gettempdir(), help="folder on the NVMe drive to test")
     parser.add_argument("--deepspeed-adam", action="store_true", help="time DeepSpeedCPUAdam (slow to load)")
     args = parser.parse_args(argv)
+    # DeepSpeed's JIT ops with the ninja every launch uses (the venv's): another ninja rebuilds them from scratch
+    # (trl_ds/launch/build_ops.py); the ZeRO micro-steps load shm_comm, --deepspeed-adam cpu_adam
+    os.environ["PATH"] = spawn_env()["PATH"]
     start = time.perf_counter()
     numbers = measure(args.ranks, args.nvme_path, args.deepspeed_adam)
     write(numbers, args.out, time.perf_counter() - start)
