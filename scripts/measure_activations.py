@@ -80,10 +80,8 @@ def build(model_type: str, h: int, f: int, a: int, kv: int, d: int, dtype=torch.
 FAMILY_KINDS = (("llama", "dense"), ("mistral", "dense"), ("qwen2", "dense"), ("qwen3", "dense"),
                 ("gemma", "dense"), ("gemma2", "dense"), ("gemma2", "dense_sliding"), ("gemma3_text", "dense"),
                 ("gemma3_text", "dense_sliding"), ("phi3", "dense"), ("olmo2", "dense"), ("mixtral", "moe"),
-                ("qwen2_moe", "moe"), ("qwen3_moe", "moe"), ("deepseek_v3", "dense"))
-# Not fitted: DeepSeek-V3's MoE layer. The same config saves different bytes from one build to the next (its router's
-# group-limited top-k on a score-correction bias transformers leaves uninitialised), so no exact fit exists yet;
-# trl_ds.plan.saved_activations charges it the measured MLA layer over its routed width plus the router terms.
+                ("qwen2_moe", "moe"), ("qwen3_moe", "moe"), ("deepseek_v3", "dense"),
+                ("deepseek_v3", "moe"))
 WINDOW = 8  # sliding_window of the "_sliding" kinds: below every sampled sequence length
 EXPERT_KEYS = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_experts",
                "deepseek_v3": "n_routed_experts"}
@@ -136,34 +134,45 @@ def build_family(raw: dict, dtype, checkpointing: bool = False):
 
 
 def saved_by_layer(model, batch: int, seq: int) -> list:
-    """Bytes autograd saves in each decoder layer (each storage counted once, in the layer that first saves it;
-    parameters and what the model hands every layer, the rotary cos/sin and the mask, excluded)."""
-    param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    """Bytes autograd saves in each decoder layer and still holds when forward ends (each storage counted once, in
+    the layer that first saves it; parameters and what the model hands every layer, the rotary cos/sin and the mask,
+    excluded). Storages are told apart by data_ptr while they live: a branch whose graph forward drops (DeepSeek-V3's
+    group-limited routing: topk indices, its mask) frees what it saved, and the allocator hands the address to a later
+    tensor, which is a new storage, not one already counted."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     layers = list(model.model.layers)
-    seen, current, totals = set(param_ptrs), [None], [0] * len(layers)
+    current, shared, saved = [None], {}, {}  # saved: data_ptr -> (weak ref, layer or None, bytes)
+
+    def live(table, ptr):
+        return ptr in table and not table[ptr][0].expired()
 
     def enter(i):
         def hook(module, args, kwargs):
             current[0] = i
-            shared = tree_flatten((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))[0]
-            seen.update(t.untyped_storage().data_ptr() for t in shared if isinstance(t, torch.Tensor))
+            handed = tree_flatten((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))[0]
+            shared.update({t.untyped_storage().data_ptr(): (StorageWeakRef(t.untyped_storage()),)
+                           for t in handed if isinstance(t, torch.Tensor)})
         return hook
 
     def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in seen:
-            seen.add(ptr)
-            if current[0] is not None:
-                totals[current[0]] += t.untyped_storage().nbytes()
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in params and not live(shared, ptr) and not live(saved, ptr):
+            saved[ptr] = (StorageWeakRef(storage), current[0], storage.nbytes())
         return t
 
     hooks = [layer.register_forward_pre_hook(enter(i), with_kwargs=True) for i, layer in enumerate(layers)]
     hooks.append(model.model.norm.register_forward_pre_hook(lambda m, args: current.__setitem__(0, None)))
     ids = torch.randint(0, VOCAB, (batch, seq))
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss  # holds the graph
     for hook in hooks:
         hook.remove()
+    totals = [0] * len(layers)
+    for ref, layer, nbytes in saved.values():
+        if layer is not None and not ref.expired():
+            totals[layer] += nbytes
+    del loss
     return totals
 
 

@@ -11,7 +11,6 @@ supports it, with a causal mask and no padding: no a·s² matrix; Gemma-2 only r
 soft-capping, which saves the a·s² scores), transformers' default experts implementation (grouped_mm), no dropout.
 A family not in COEFFICIENTS (the meta-device fallback, DeepSeek-V2) is charged Llama's: the planner says so.
 """
-from dataclasses import replace
 from typing import Dict, List, Tuple
 
 from trl_ds.plan.params import MLA_TYPES, Architecture, config_dict, expert_width, get, is_moe_layer, shared_width
@@ -136,6 +135,14 @@ COEFFICIENTS: Dict[str, Dict[str, Dict[int, dict]]] = {
             4: _c({"h": 24, "heads": 4, "one": 16, "q_rank": 12, "q_direct": -4, "kv_rank": 12, "heads_x_nope": 24,
                    "heads_x_rope": 20, "rope": 4, "f": 16}),
         },
+        "moe": {
+            2: _c({"h": 20, "heads": 4, "one": 20, "q_rank": 8, "q_direct": -4, "kv_rank": 8, "heads_x_nope": 12,
+                   "heads_x_rope": 10, "routed": 8, "shared": 8, "k_x_h": 4, "experts": 4, "k": 40},
+                  {"layer_experts": 4, "layer_experts_x_h": 4}),
+            4: _c({"h": 24, "heads": 4, "one": 20, "q_rank": 12, "q_direct": -4, "kv_rank": 12, "heads_x_nope": 24,
+                   "heads_x_rope": 20, "rope": 4, "routed": 16, "shared": 16, "k_x_h": 8, "experts": 4, "k": 40},
+                  {"layer_experts": 4}),
+        },
     },
 }
 
@@ -143,9 +150,7 @@ COEFFICIENTS: Dict[str, Dict[str, Dict[int, dict]]] = {
 APPROXIMATE = ("eager attention's saved set is not linear in these features over every shape: the coefficients, exact "
                "on one design of 24 shapes, miss another by up to 9 KB of ~200 KB per layer")
 # Kinds of layer of a measured family that have no exact fit yet, charged as layer_bytes says, and why.
-UNFITTED = {("gemma2", "dense"): APPROXIMATE, ("gemma2", "dense_sliding"): APPROXIMATE,
-            ("deepseek_v3", "moe"): "the same config saves different bytes from one build to the next (group-limited "
-                                    "routing on a score-correction bias transformers leaves uninitialised)"}
+UNFITTED = {("gemma2", "dense"): APPROXIMATE, ("gemma2", "dense_sliding"): APPROXIMATE}
 
 
 def measured(model_type: str) -> bool:
@@ -193,7 +198,8 @@ def features(arch: Architecture, seq: int, kind: str) -> Tuple[Dict[str, int], D
         k, experts = arch.experts_per_token, arch.num_experts
         token.update(routed=k * expert_width(raw), shared=shared_width(raw), k_x_h=k * h, experts=experts, k=k,
                      groups=get(raw, "n_group") or 0)
-        layer.update(layer_experts=experts)
+        # layer_experts_x_h: a router that casts its weight to fp32 (DeepSeek-V3) saves the copy for backward
+        layer.update(layer_experts=experts, layer_experts_x_h=experts * h)
     else:
         token["f"] = arch.intermediate_size
     return token, layer
@@ -216,17 +222,9 @@ def layer_bytes(arch: Architecture, width: int, tokens: int, seq: int, kind: str
     """Bytes one layer of `kind` saves for `tokens` tokens in sequences of `seq`."""
     if not measured(arch.model_type):
         return llama_bytes(arch, width, tokens, kind.startswith("moe"))
-    table = COEFFICIENTS[arch.model_type]
-    if kind in table:
-        c = table[kind][width]
-        token, layer = features(arch, seq, kind)
-        return tokens * sum(v * token[k] for k, v in c[_T].items()) + sum(v * layer[k] for k, v in c[_L].items())
-    # DeepSeek-V3's MoE layer (not fitted, see UNFITTED): its measured dense layer over the routed and shared width
-    # a token passes through, plus the router terms of llama_bytes
-    dense = layer_bytes(replace(arch, intermediate_size=arch.routed_width), width, tokens, seq, "dense")
-    router = llama_bytes(arch, width, tokens, True) - llama_bytes(replace(arch, intermediate_size=arch.routed_width),
-                                                                  width, tokens, False)
-    return dense + router
+    c = COEFFICIENTS[arch.model_type][kind][width]
+    token, layer = features(arch, seq, kind)
+    return tokens * sum(v * token[k] for k, v in c[_T].items()) + sum(v * layer[k] for k, v in c[_L].items())
 
 
 def decoder_bytes(arch: Architecture, width: int, tokens: int, seq: int) -> Tuple[int, int]:
