@@ -189,7 +189,7 @@ def family_row(raw: dict, batch: int, seq: int, kind: str) -> dict:
     from trl_ds.plan.params import from_config
     from trl_ds.plan.saved_activations import features
 
-    token, layer = features(from_config(raw, "measure_activations"), seq, kind)
+    token, layer = features(from_config(raw, "measure_activations"), seq, kind, batch)
     return {**{f"token:{k}": batch * seq * v for k, v in token.items()}, **{f"layer:{k}": v for k, v in layer.items()}}
 
 

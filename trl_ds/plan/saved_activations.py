@@ -64,12 +64,12 @@ COEFFICIENTS: Dict[str, Dict[str, Dict[int, dict]]] = {
     },
     "gemma2": {
         "dense": {
-            2: _c({"h": 36, "one": 16, "heads_x_seq": 8, "q": 8, "f": 8}, {"layer_h": 16}),
-            4: _c({"h": 40, "one": 16, "heads_x_seq": 8, "q": 16, "f": 16}, {"layer_h": 16}),
+            2: _c({"h": 36, "one": 16, "heads_x_seq": 8, "q": 4, "kv_bmm": 4, "f": 8}, {"layer_h": 16}),
+            4: _c({"h": 40, "one": 16, "heads_x_seq": 8, "q": 8, "kv_bmm": 8, "f": 16}, {"layer_h": 16}),
         },
         "dense_sliding": {
-            2: _c({"h": 36, "one": 16, "heads_x_seq": 8, "q": 8, "f": 8}, {"layer_h": 16}),
-            4: _c({"h": 40, "one": 16, "heads_x_seq": 8, "q": 16, "f": 16}, {"layer_h": 16}),
+            2: _c({"h": 36, "one": 16, "heads_x_seq": 8, "q": 4, "kv_bmm": 4, "f": 8}, {"layer_h": 16}),
+            4: _c({"h": 40, "one": 16, "heads_x_seq": 8, "q": 8, "kv_bmm": 8, "f": 16}, {"layer_h": 16}),
         },
     },
     "gemma3_text": {
@@ -147,12 +147,6 @@ COEFFICIENTS: Dict[str, Dict[str, Dict[int, dict]]] = {
 }
 
 
-APPROXIMATE = ("eager attention's saved set is not linear in these features over every shape: the coefficients, exact "
-               "on one design of 24 shapes, miss another by up to 9 KB of ~200 KB per layer")
-# Kinds of layer of a measured family that have no exact fit yet, charged as layer_bytes says, and why.
-UNFITTED = {("gemma2", "dense"): APPROXIMATE, ("gemma2", "dense_sliding"): APPROXIMATE}
-
-
 def measured(model_type: str) -> bool:
     return model_type in COEFFICIENTS
 
@@ -177,8 +171,8 @@ def layer_kinds(arch: Architecture, seq: int) -> List[str]:
             for i, sliding in enumerate(layer_types(arch, raw))]
 
 
-def features(arch: Architecture, seq: int, kind: str) -> Tuple[Dict[str, int], Dict[str, int]]:
-    """Per-token and per-layer features of one layer of `kind`, for sequences of `seq` tokens."""
+def features(arch: Architecture, seq: int, kind: str, batch: int = 2) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """Per-token and per-layer features of one layer of `kind`, for micro-batches of `batch` sequences of `seq`."""
     raw, h, a = config_dict(arch), arch.hidden_size, arch.num_attention_heads
     token = {"h": h, "heads": a, "one": 1, "seq": seq, "heads_x_seq": a * seq}
     layer = {"layer_h": h, "layer_head_dim": arch.head_dim, "layer_one": 1}
@@ -189,11 +183,15 @@ def features(arch: Architecture, seq: int, kind: str) -> Tuple[Dict[str, int], D
                      heads_x_nope=a * nope, heads_x_rope=a * rope, rope=rope)
     else:
         kv = arch.num_key_value_heads
-        # Eager attention (Gemma-2), and SDPA with a mask (transformers turns SDPA's own GQA off then), repeat k and
-        # v to every head (kv_repeated: the heads added; one kv head repeats as a view, without a copy).
-        repeated = (kind.endswith("_sliding") or arch.model_type == "gemma2") and kv > 1
+        # SDPA with a mask (transformers turns SDPA's own GQA off then) repeats k and v to every head (kv_repeated:
+        # the heads added; one kv head repeats as a view, without a copy).
+        repeated = kind.endswith("_sliding") and arch.model_type != "gemma2" and kv > 1
+        # Eager attention (Gemma-2): its matmuls fold (batch, heads) into one dimension, and the k and v they save
+        # are a copy for every head (kv_bmm), except with one sequence and one kv head, where the repeat stays a view
+        eager = arch.model_type == "gemma2"
+        kv_bmm = (arch.head_dim if batch == 1 and kv == 1 else a * arch.head_dim) if eager else 0
         token.update(q=a * arch.head_dim, kv=kv * arch.head_dim, kv_repeated=(a - kv) * arch.head_dim * repeated,
-                     kv_heads=kv, head_dim=arch.head_dim)
+                     kv_bmm=kv_bmm, kv_heads=kv, head_dim=arch.head_dim)
     if kind.startswith("moe"):
         k, experts = arch.experts_per_token, arch.num_experts
         token.update(routed=k * expert_width(raw), shared=shared_width(raw), k_x_h=k * h, experts=experts, k=k,
@@ -223,7 +221,7 @@ def layer_bytes(arch: Architecture, width: int, tokens: int, seq: int, kind: str
     if not measured(arch.model_type):
         return llama_bytes(arch, width, tokens, kind.startswith("moe"))
     c = COEFFICIENTS[arch.model_type][kind][width]
-    token, layer = features(arch, seq, kind)
+    token, layer = features(arch, seq, kind, max(1, tokens // seq))
     return tokens * sum(v * token[k] for k, v in c[_T].items()) + sum(v * layer[k] for k, v in c[_L].items())
 
 
