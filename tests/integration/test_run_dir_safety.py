@@ -130,9 +130,8 @@ def test_copied_run_dir_with_a_damaged_checkpoint_resumes_in_the_copy(reference,
     assert snapshot(tmp_path.parent, skip=run_dir) | snapshot(reference.parent) == outside
 
 
-# Left out (not done yet): 2 -> 3 ranks (the 3 resumed ranks hung after loading the model) and ZeRO-2 -> ZeRO-3
-# (DeepSpeed's ZeRO-3 load finds no checkpoint files in the universal folder: check_ckpt_list's assertion).
-@pytest.mark.parametrize("change, world, stage", [(["cluster.gpus_per_node=1"], 1, 2)])
+# Left out (not done yet): 2 -> 3 ranks (the 3 resumed ranks hung after loading the model).
+@pytest.mark.parametrize("change, world, stage", [(["cluster.gpus_per_node=1"], 1, 2), (["zero=stage3"], 2, 3)])
 def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage, reference, tmp_path):
     from trl_ds.build.universal import ensure_universal
 
@@ -151,17 +150,6 @@ def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage,
     assert ensure_universal(str(checkpoint)) == (str(checkpoint / "global_step3_universal"), False)  # converted once
     assert marker.stat().st_mtime_ns == stamp
     assert snapshot(reference.parent) == outside
-
-
-def test_zero3_after_another_shape_is_refused_before_spawning(reference):
-    before = snapshot(reference)
-    out = run_app([*BASE, "zero=stage3"], reference)
-    assert out.returncode == 2
-    assert out.stderr.strip() == (
-        f"trl_ds: resume=auto found {reference}/trainer/checkpoint-6 written by world size 2 with ZeRO stage 2; trl_ds "
-        f"cannot resume it under zero.stage=3 with world size 2 (DeepSpeed's universal checkpoint does not load into "
-        f"ZeRO stage 3 here). Relaunch with zero=stage2 (any world size), or use a new hydra.run.dir to start over.")
-    assert snapshot(reference) == before
 
 
 def test_a_second_launch_on_a_busy_run_dir_is_refused(tmp_path):

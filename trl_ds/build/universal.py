@@ -13,6 +13,10 @@ from typing import Optional
 from trl_ds.build.checkpoint import _write_atomic, file_sizes, read_marker
 from trl_ds.build.layout import LATEST_UNIVERSAL, UNIVERSAL_MARKER
 
+# The file a ZeRO-3 engine's universal load reads its metadata from (engine._get_all_ckpt_names with
+# pp_placeholder "0"); stages 0-2 read mp_rank_00_model_states.pt. The weights come from zero/ in both cases.
+ZERO3_MODEL_STATES = "zero_pp_rank_0_mp_rank_00_model_states.pt"
+
 
 def shape_change(checkpoint: str, world_size: int, zero_stage: int) -> Optional[str]:
     """How the checkpoint's shape differs from this launch's, in words; None when it loads as it is."""
@@ -37,6 +41,8 @@ def ensure_universal(checkpoint: str) -> tuple:
                     os.path.join(checkpoint, f"global_step{step}"), "--output_folder", partial,
                     "--inject_missing_state", "--num_extract_workers", "1", "--num_merge_workers", "1"],
                    check=True, stdout=subprocess.DEVNULL)
+    if not os.path.exists(os.path.join(partial, ZERO3_MODEL_STATES)):
+        loadable_by_zero3(partial)
     if os.path.isdir(folder):  # an unmarked leftover of a conversion that was cut short
         import shutil
         shutil.rmtree(folder)
@@ -45,3 +51,24 @@ def ensure_universal(checkpoint: str) -> tuple:
     with open(os.path.join(checkpoint, LATEST_UNIVERSAL), "w") as f:
         f.write(tag)
     return folder, True
+
+
+def loadable_by_zero3(folder: str) -> None:
+    """A universal folder converted from a stage 0-2 checkpoint, made loadable by a ZeRO-3 engine too.
+
+    DeepSpeed's stage-3 universal load (stage3.py load_hp_checkpoint_state_from_checkpoint_dir_stage3) reads two
+    things a stage-2 source does not write: the model-state file under ZeRO-3's name, and in zero/optimizer_state.pt
+    the torch optimizer's state dict, for Adam's step count and the hyperparameters of its param group. Both are
+    added from what the conversion wrote: the same model-state file, and the step every parameter's step.pt holds.
+    """
+    import torch
+
+    os.link(os.path.join(folder, "mp_rank_00_model_states.pt"), os.path.join(folder, ZERO3_MODEL_STATES))
+    zero = os.path.join(folder, "zero")
+    path = os.path.join(zero, "optimizer_state.pt")
+    state = torch.load(path, weights_only=False)
+    if "optimizer_state_dict" not in state:
+        first = next(name for name in sorted(os.listdir(zero)) if os.path.isdir(os.path.join(zero, name)))
+        step = torch.load(os.path.join(zero, first, "step.pt"), weights_only=False)
+        state["optimizer_state_dict"] = {"state": {0: {"step": step}}, "param_groups": state["param_groups"]}
+        torch.save(state, path)

@@ -8,13 +8,13 @@
 import os
 from typing import List, Optional
 
-from trl_ds.build.checkpoint import checkpoints, latest_complete, read_marker
+from trl_ds.build.checkpoint import checkpoints
 from trl_ds.build.layout import CHECKPOINT_DIR, METRICS, SUMMARY, read_json
 
 
 def check_history(cfg, run_dir: str) -> List[str]:
     if cfg.resume == "auto":
-        return check_zero3_target(cfg, run_dir)
+        return []
     found = [os.path.basename(c) for c in checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))]
     if os.path.isfile(os.path.join(run_dir, METRICS)):
         found.append(METRICS)
@@ -36,21 +36,3 @@ def finished_run(cfg, run_dir: str) -> Optional[str]:
         return None
     return (f"the run in {run_dir} is complete ({steps} steps, trainer.max_steps={cfg.trainer.max_steps}); nothing "
             f"to train. Raise trainer.max_steps to continue it, or use a new hydra.run.dir for another run.")
-
-
-def check_zero3_target(cfg, run_dir: str) -> List[str]:
-    """A checkpoint of another shape resumes through DeepSpeed's universal format, whose ZeRO-3 load fails in the
-    DeepSpeed this project uses (no model-state files found in the universal folder): refused before spawning."""
-    from trl_ds.config.values import world_size
-
-    latest = latest_complete(os.path.join(run_dir, CHECKPOINT_DIR))
-    if latest is None or cfg.zero.stage != 3:
-        return []
-    marker = read_marker(latest)
-    saved = (marker["world_size"], marker.get("zero_stage", 3))
-    if saved == (world_size(cfg), 3):
-        return []
-    return [f"resume=auto found {latest} written by world size {saved[0]} with ZeRO stage {saved[1]}; trl_ds cannot "
-            f"resume it under zero.stage=3 with world size {world_size(cfg)} (DeepSpeed's universal checkpoint does "
-            f"not load into ZeRO stage 3 here). Relaunch with zero=stage{saved[1]} (any world size), or use a new "
-            f"hydra.run.dir to start over."]
