@@ -130,8 +130,10 @@ def test_copied_run_dir_with_a_damaged_checkpoint_resumes_in_the_copy(reference,
     assert snapshot(tmp_path.parent, skip=run_dir) | snapshot(reference.parent) == outside
 
 
-# Left out (not done yet): 2 -> 3 ranks (the 3 resumed ranks hung after loading the model).
-@pytest.mark.parametrize("change, world, stage", [(["cluster.gpus_per_node=1"], 1, 2), (["zero=stage3"], 2, 3)])
+SHAPES = [(["cluster.gpus_per_node=1"], 1, 2), (["cluster.gpus_per_node=3"], 3, 2), (["zero=stage3"], 2, 3)]
+
+
+@pytest.mark.parametrize("change, world, stage", SHAPES)
 def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage, reference, tmp_path):
     from trl_ds.build.universal import ensure_universal
 
