@@ -219,6 +219,24 @@ def test_read_only_run_dir_is_one_line(small_disk):
         f"MiB free); no complete checkpoint")
 
 
+def test_disk_full_while_saving_keeps_the_last_checkpoint_and_says_so(small_disk):
+    """30 MiB: the tiny model, its data and checkpoint-3 (~17 MiB) fit; checkpoint-6 does not."""
+    run_dir = small_disk / "run"
+    out = run_app(BASE, run_dir)
+    # the launcher itself ends without a traceback (the failing rank's log tail, shown after it, has the rank's)
+    assert out.returncode == 1 and "Exception in thread" not in out.stderr and "trl_ds/launch/" not in out.stderr
+    assert out.stderr.startswith("trl_ds: warning: checkpoints and the final model need about ") and \
+        f"but {run_dir} has 30.0 MiB free." in out.stderr  # said before the launch
+    said = re.search(r"trl_ds: run FAILED \(DiskFullError: the disk is full writing (\S+) \((\S+) has ([0-9.]+) MiB "
+                     r"free\); complete checkpoints kept: checkpoint-3", out.stdout)
+    assert said, out.stdout[-3000:] + out.stderr[-3000:]
+    assert said.group(1).startswith(str(run_dir)) and float(said.group(3)) < 1.0  # the path and its free space
+    assert complete_steps(run_dir) == [3]  # the incomplete checkpoint-6 was removed, checkpoint-3 kept whole
+    assert not (run_dir / "trainer" / "checkpoint-6").exists()
+    summary = read_json(run_dir / "summary.json")
+    assert summary["status"] == "failed" and summary["reason"].startswith("DiskFullError: the disk is full writing")
+
+
 def test_a_load_that_fails_names_the_rank_with_the_cause(reference, tmp_path):
     """A checkpoint marked by an older trl_ds (no file list) with rank 1's optimizer shard truncated: rank 1's load
     fails, rank 0 only loses its peer. The failure names rank 1 and its error, whichever rank exited first."""
