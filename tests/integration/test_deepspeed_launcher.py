@@ -45,22 +45,6 @@ def two_node_args(tmp_path_factory, tmp_path, port, timeout=900):
             f"launcher.rdzv_timeout={timeout}", f"model.name_or_path={tiny_model_dir(tmp_path_factory)}"]
 
 
-def test_two_nodes_without_ssh(tmp_path_factory, tmp_path):
-    reference = reference_run(tmp_path_factory)
-    args = two_node_args(tmp_path_factory, tmp_path, free_port())
-    run_dir = tmp_path / "run"
-    node0 = start_node(args + ["cluster.node_rank=0"], run_dir)
-    node1 = start_node(args + ["cluster.node_rank=1"], run_dir)
-    rc1, out1, err1, _ = finish(node1, 600)
-    rc0, _, err0, _ = finish(node0, 600)
-    assert (rc0, rc1) == (0, 0), err0[-3000:] + err1[-3000:]
-    assert "node 1 done" in out1
-    summary = read_json(run_dir / "summary.json")
-    assert (summary["status"], summary["world_size"]) == ("completed", 2)
-    assert summary["final_loss"] == pytest.approx(reference["summary"]["final_loss"], abs=1e-6)
-    assert list((run_dir / "logs" / "node_1").glob("*_rank1.log"))
-
-
 @pytest.mark.parametrize("node_rank, expected", [
     (0, "node 1 never joined: the rendezvous at 127.0.0.1:{port} was not complete within "
         "launcher.rdzv_timeout={timeout} s. Start every node"),

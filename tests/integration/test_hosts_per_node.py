@@ -1,0 +1,49 @@
+"""One launcher per test host (tests/integration/hosts.py: 10.88.0.1 and 10.88.0.2, their own network namespaces):
+torchrun's static rendezvous and the deepspeed launcher with launcher.no_ssh, each started on its host with
+cluster.node_rank=N, as on a cluster without ssh between nodes. Each trains the tiny model to the one-host loss, and
+every rank sees the configured variables in its own environment (the sitecustomize of test_hosts_deepspeed).
+These replace the loopback runs of the same launches: the traffic here crosses hosts with their own addresses."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, read_json
+from tests.integration.test_hosts_deepspeed import RECORDED, SITECUSTOMIZE
+from tests.integration.test_multinode import finish, losses, reference_run, tiny_model_dir
+
+pytestmark = pytest.mark.integration
+LAUNCHERS = {"torchrun": ["launcher=torchrun"], "deepspeed-no-ssh": ["launcher=deepspeed", "launcher.no_ssh=true"]}
+PORT = 29611  # each host has its own network stack: nothing else listens on 10.88.0.1
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_one_launcher_per_host_trains_to_the_one_host_loss(launcher, test_hosts, tmp_path, tmp_path_factory):
+    reference = reference_run(tmp_path_factory)  # 1 node x 2 ranks, global batch 4, as here (2 nodes x 1 rank)
+    run_dir, records, site = tmp_path / "run", tmp_path / "records", tmp_path / "site"
+    for folder in (records, site):
+        folder.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(names=RECORDED, folder=str(records)))
+    hostfile = [f"cluster.hostfile={test_hosts.write_hostfile(tmp_path / 'hosts.txt')}"]  # deepspeed's only
+    args = [*LAUNCHERS[launcher], *(hostfile if launcher.startswith("deepspeed") else []), "cluster.nodes=2",
+            "cluster.gpus_per_node=1", f"cluster.master_addr={test_hosts.addresses[0]}", f"cluster.master_port={PORT}",
+            "+cluster.env.GLOO_SOCKET_IFNAME=eth1", "+launcher.env.MY_MARKER=hello", "launcher.rdzv_timeout=300",
+            f"model.name_or_path={tiny_model_dir(tmp_path_factory)}", "trainer.max_steps=3", f"hydra.run.dir={run_dir}"]
+    env = test_hosts.env(PYTHONPATH=f"{site}{os.pathsep}{REPO}")
+    nodes = [subprocess.Popen(test_hosts.in_node(n, [sys.executable, "-m", "trl_ds", *args, f"cluster.node_rank={n}"]),
+                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in (0, 1)]
+    rc1, out1, err1, _ = finish(nodes[1], 600)
+    rc0, _, err0, _ = finish(nodes[0], 600)
+    assert (rc0, rc1) == (0, 0), err0[-3000:] + err1[-3000:]
+    assert "node 1 done; rank 0 on node 0 writes summary.json" in out1
+    found = {int(p.stem.split("_")[1]): read_json(p) for p in records.glob("rank_*.json")}
+    assert found == {0: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.1"},
+                     1: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.2"}}
+    summary = read_json(run_dir / "summary.json")
+    assert (summary["status"], summary["world_size"], summary["global_batch"]) == ("completed", 2, 4)
+    # Constant learning rate: the first 3 steps of the 10-step reference are these 3 steps.
+    assert losses(run_dir) == pytest.approx(reference["losses"][:3], abs=1e-6)
+    for node in (0, 1):  # each node's rank logs apart, though both ranks are local rank 0
+        assert list((run_dir / "logs" / f"node_{node}").rglob("*.log"))
