@@ -216,6 +216,18 @@ def test_partition_gres_is_compared_with_gpus_per_node(slurm_env, tmp_path):
     assert not (tmp_path / "too_many").exists()
 
 
+def test_a_container_image_without_pyxis_is_refused_naming_the_plugin(slurm_env, tmp_path):
+    """This cluster's srun has no pyxis (no --container-image in srun --help): refused before anything is written."""
+    image = "launcher.slurm.container_image=/images/trl.sqsh"
+    out = trl_ds([*README_SLURM, image, f"hydra.run.dir={tmp_path / 'run'}"], slurm_env)
+    assert out.returncode == 2
+    assert out.stderr == (
+        "trl_ds: launcher.slurm.container_image=/images/trl.sqsh needs the pyxis SPANK plugin, which srun here does "
+        "not have (srun --help lists no --container-image). Install pyxis and enroot on the cluster, or drop "
+        "launcher.slurm.container_image.\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_job_on_nodes_without_usable_gpus_ends_at_once_with_one_line(slurm_env, tmp_path):
     """The README's command, really submitted: SLURM allocates gpu:8 on each node, whose device files are empty (no
     GPU to use), and each node's launch.sh ends the job before torchrun starts, saying so in one line."""

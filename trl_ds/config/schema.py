@@ -293,6 +293,12 @@ class SlurmConfig:
     submit: bool = True  # false: write sbatch.sh only (submit later with: sbatch <run dir>/sbatch.sh)
     # --requeue: a preempted or requeued job runs again and resumes from the run dir's newest complete checkpoint
     requeue: bool = True
+    # pyxis/enroot: every node's task runs in this image (a .sqsh path, or e.g. 'nvcr.io#nvidia/pytorch:24.05-py3',
+    # quoted on the command line: Hydra reads # otherwise),
+    # which must hold trl_ds and its packages; the run dir is mounted at its own path, plus container_mounts
+    # ("/host/path:/container/path[:ro]" each). null: no container.
+    container_image: Optional[str] = None
+    container_mounts: List[str] = field(default_factory=list)
 
 
 @dataclass

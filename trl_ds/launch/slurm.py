@@ -57,8 +57,43 @@ def render_sbatch(cfg, run_dir: str) -> str:
               "trap 'kill \"$WATCH_PID\" 2>/dev/null || true' EXIT",
               "# One task per node; launch.sh finds its node rank and the main node in SLURM's environment.",
               "# --kill-on-bad-exit: a node whose ranks fail ends the whole job instead of leaving the others waiting.",
-              f'srun --nodes={cfg.cluster.nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$RUN_DIR/launch.sh"']
+              " ".join(["srun", f"--nodes={cfg.cluster.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                        *container_options(cfg, run_dir), 'bash "$RUN_DIR/launch.sh"'])]
     return "\n".join(lines) + "\n"
+
+
+def container_options(cfg, run_dir: str) -> List[str]:
+    """pyxis's srun options: the image, and the run dir mounted at its own path (launch.sh and the ranks use it)
+    before the configured mounts."""
+    s = cfg.launcher.slurm
+    if not s.container_image:
+        return []
+    mounts = ",".join([f"{run_dir}:{run_dir}", *s.container_mounts])
+    return [f"--container-image={shlex.quote(s.container_image)}", f"--container-mounts={shlex.quote(mounts)}"]
+
+
+def srun_has_pyxis() -> bool:
+    """pyxis, a SPANK plugin, adds --container-image to srun's own options."""
+    srun = shutil.which("srun")
+    help_text = subprocess.run([srun, "--help"], capture_output=True, text=True).stdout if srun else ""
+    return "--container-image" in help_text
+
+
+def check_container(cfg) -> List[str]:
+    s = cfg.launcher.slurm
+    problems = [f"launcher.slurm.container_mounts[{i}]={mount!r} is not HOST_PATH:CONTAINER_PATH[:FLAGS] with "
+                f"absolute paths and no comma. Write it as pyxis reads it, e.g. /data:/data:ro."
+                for i, mount in enumerate(s.container_mounts)
+                if "," in mount or len(mount.split(":")) not in (2, 3)
+                or not all(p.startswith("/") for p in mount.split(":")[:2])]
+    if (s.container_mounts or s.container_image) and value(cfg.launcher.name) != "slurm":
+        problems.append(f"launcher.slurm.container_image and container_mounts are read by launcher=slurm only "
+                        f"(launcher={value(cfg.launcher.name)} here). Use launcher=slurm, or drop them.")
+    elif s.container_image and s.submit and shutil.which("srun") and not srun_has_pyxis():
+        problems.append(f"launcher.slurm.container_image={s.container_image} needs the pyxis SPANK plugin, which "
+                        f"srun here does not have (srun --help lists no --container-image). Install pyxis and "
+                        f"enroot on the cluster, or drop launcher.slurm.container_image.")
+    return problems
 
 
 def check_slurm(cfg) -> List[str]:
@@ -79,7 +114,7 @@ def check_slurm(cfg) -> List[str]:
     problems += [f"launcher.slurm.extra_sbatch[{i}]={extra!r} is not an sbatch option. Write it as on the "
                  f"command line, e.g. --qos=high."
                  for i, extra in enumerate(s.extra_sbatch) if not extra.startswith("-")]
-    return problems
+    return problems + check_container(cfg)
 
 
 def under_slurm_job() -> bool:
