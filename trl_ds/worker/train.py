@@ -31,6 +31,7 @@ from trl_ds.build.resume import prepare_resume
 from trl_ds.build.universal import shape_change
 from trl_ds.config.values import sp_size
 from trl_ds.short_lived import skip_final_collection
+from trl_ds.worker.cores import share_cores
 from trl_ds.worker.measure import measure_rank, peak_memory
 from trl_ds.worker.moe_leaf import leaf_module_names
 from trl_ds.worker.trainers import count_parameters
@@ -180,6 +181,7 @@ def init_distributed():
     from accelerate import PartialState
 
     adopt_launcher_ranks(os.environ)
+    share_cores(os.environ, torch)
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
     return PartialState(backend="nccl" if torch.cuda.is_available() else "gloo")
 
