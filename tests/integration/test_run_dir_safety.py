@@ -199,10 +199,19 @@ def test_the_lock_is_released_after_a_user_error(tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 30 MiB tmpfs mounted for the test and unmounted after it."""
+    yield from tmpfs(tmp_path / "disk", "30m")
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """6 MiB: the tiny model (3.4 MiB) fits, a second copy of it does not."""
+    yield from tmpfs(tmp_path / "disk", "6m")
+
+
+def tmpfs(mount, size):
     require(os.geteuid() == 0 and shutil.which("mount") is not None, "mounting a tmpfs needs root and mount(8)")
-    mount = tmp_path / "disk"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True)
     try:
         yield mount
     finally:
@@ -235,6 +244,15 @@ def test_disk_full_while_saving_keeps_the_last_checkpoint_and_says_so(small_disk
     assert not (run_dir / "trainer" / "checkpoint-6").exists()
     summary = read_json(run_dir / "summary.json")
     assert summary["status"] == "failed" and summary["reason"].startswith("DiskFullError: the disk is full writing")
+
+
+def test_disk_full_while_saving_the_final_model_names_its_folder(tiny_disk):
+    run_dir = tiny_disk / "run"
+    out = run_app(["trainer.max_steps=2", "checkpoint.every_steps=0"], run_dir)
+    assert out.returncode == 1 and "Exception in thread" not in out.stderr and "trl_ds/launch/" not in out.stderr
+    said = rf"trl_ds: run FAILED \(DiskFullError: the disk is full writing {re.escape(str(run_dir))}/final_model "
+    assert re.search(said + r"\(\S+ has [0-9.]+ MiB free\); no complete checkpoint", out.stdout), out.stdout[-3000:]
+    assert read_json(run_dir / "summary.json")["status"] == "failed"
 
 
 def test_a_load_that_fails_names_the_rank_with_the_cause(reference, tmp_path):

@@ -47,6 +47,8 @@ def main(argv) -> int:
     run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank")][0])
     try:
         return train(run_dir)
+    except DiskFullError:  # already named by what was being written
+        raise
     except Exception as err:
         if not is_disk_full(err):
             raise
@@ -75,8 +77,7 @@ def train(run_dir: str) -> int:
     write_json(os.path.join(run_dir, memory_file(state.process_index)),
                measure_rank(trainer, state.process_index))  # after the last step, before saving gathers weights
     if cfg.save_final_model:
-        trainer.save_model(os.path.join(run_dir, FINAL_MODEL_DIR))  # ZeRO-3: gathered from every rank
-        save_probe_logits(trainer, os.path.join(run_dir, FINAL_MODEL_DIR, PROBE_FILE), state)
+        save_final_model(trainer, run_dir, state)
     state.wait_for_everyone()
     swap = nvme_swap_folder(trainer.args.hf_deepspeed_config.config)
     if state.is_main_process:
@@ -88,6 +89,19 @@ def train(run_dir: str) -> int:
     if swap and not cfg.offload.keep_nvme_files and state.is_local_main_process:
         shutil.rmtree(swap, ignore_errors=True)
     return 0
+
+
+def save_final_model(trainer, run_dir: str, state) -> None:
+    """final_model/ (ZeRO-3: gathered from every rank) and the probe logits; a full disk is named by this folder
+    (the safetensors writer's error names no file)."""
+    folder = os.path.join(run_dir, FINAL_MODEL_DIR)
+    try:
+        trainer.save_model(folder)
+        save_probe_logits(trainer, os.path.join(folder, PROBE_FILE), state)
+    except Exception as err:
+        if is_disk_full(err):
+            raise DiskFullError(full_disk_line(folder, run_dir, err)) from None
+        raise
 
 
 def nvme_swap_folder(ds_config: dict):
