@@ -141,23 +141,23 @@ def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
     """Copy the launcher's output to its log; a full disk stops the log, never the reading (an undrained pipe would
     block the ranks)."""
     log = open(path, "a")
-    for raw in iter(stream.readline, b""):
-        line = raw.decode(errors="replace")
-        captured.append(line)
-        if log is None:
-            continue
-        try:
-            log.write(line)
-            log.flush()
-        except OSError:  # the rest of the output is still captured; the failure record says what happened
-            _close_quietly(log)
-            log = None
-    if log is not None:
+    try:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace")
+            captured.append(line)
+            if not log.closed:
+                try:
+                    log.write(line)
+                    log.flush()
+                except OSError:  # the rest is still captured; the failure record says what happened
+                    _close_quietly(log)
+    finally:
         _close_quietly(log)
 
 
 def _close_quietly(log: IO[str]) -> None:
-    """Close a log whose disk filled up: closing flushes what is buffered, and that fails again."""
+    """Close a log whose disk filled up: closing flushes what is buffered, and that fails again (closing a closed
+    file does nothing)."""
     try:
         log.close()
     except OSError:
