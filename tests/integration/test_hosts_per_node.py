@@ -1,9 +1,9 @@
 """One launcher per test host (tests/integration/hosts.py: 10.88.0.1 and 10.88.0.2, their own network namespaces):
-torchrun's static rendezvous and the deepspeed launcher with launcher.no_ssh, each started on its host with
+torchrun's static and c10d rendezvous and the deepspeed launcher with launcher.no_ssh, each started on its host with
 cluster.node_rank=N, as on a cluster without ssh between nodes. Each trains the tiny model to the one-host loss, and
 every rank sees the configured variables in its own environment (the sitecustomize of test_hosts_deepspeed).
-A rank killed on host 1 ends both torchrun hosts within seconds, naming the rank, its node and its log. These
-replace the loopback runs of the same trainings: the traffic here crosses hosts with their own addresses."""
+A rank killed on host 1 ends both hosts within seconds, naming the rank, its node and its log. These replace the
+loopback runs of the same trainings: the traffic here crosses hosts with their own addresses."""
 import os
 import re
 import subprocess
@@ -17,7 +17,9 @@ from tests.integration.test_hosts_deepspeed import RECORDED, SITECUSTOMIZE
 from tests.integration.test_multinode import finish, losses, reference_run, tiny_model_dir
 
 pytestmark = pytest.mark.integration
-LAUNCHERS = {"torchrun": ["launcher=torchrun"], "deepspeed-no-ssh": ["launcher=deepspeed", "launcher.no_ssh=true"]}
+LAUNCHERS = {"torchrun": ["launcher=torchrun"], "torchrun-c10d": ["launcher=torchrun", "launcher.rdzv_backend=c10d"],
+             "deepspeed-no-ssh": ["launcher=deepspeed", "launcher.no_ssh=true"]}
+RANK_0_ON = {"torchrun-c10d": "the node torch ranked first (c10d)"}  # else node 0
 PORT = 29611  # each host has its own network stack: nothing else listens on 10.88.0.1
 
 
@@ -47,7 +49,7 @@ def test_one_launcher_per_host_trains_to_the_one_host_loss(launcher, test_hosts,
     rc1, out1, err1, _ = finish(nodes[1], 600)
     rc0, _, err0, _ = finish(nodes[0], 600)
     assert (rc0, rc1) == (0, 0), err0[-3000:] + err1[-3000:]
-    assert "node 1 done; rank 0 on node 0 writes summary.json" in out1
+    assert f"node 1 done; rank 0 on {RANK_0_ON.get(launcher, 'node 0')} writes summary.json" in out1
     found = {int(p.stem.split("_")[1]): read_json(p) for p in records.glob("rank_*.json")}
     assert found == {0: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.1"},
                      1: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.2"}}
@@ -59,10 +61,13 @@ def test_one_launcher_per_host_trains_to_the_one_host_loss(launcher, test_hosts,
         assert list((run_dir / "logs" / f"node_{node}").rglob("*.log"))
 
 
-# torchrun only: with launcher.no_ssh, node 0 learns of it only at launcher.rdzv_timeout (its ranks wait for the
-# process group; the node launchers' failure channel, launch/peers.py, is torchrun's rendezvous store).
-def test_rank_killed_on_host_1_ends_both_hosts_naming_rank_node_and_log(test_hosts, tmp_path, tmp_path_factory):
-    nodes, run_dir, records = start_per_host("torchrun", test_hosts, tmp_path, tmp_path_factory,
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_rank_killed_on_host_1_ends_both_hosts_naming_rank_node_and_log(launcher, test_hosts, tmp_path,
+                                                                        tmp_path_factory):
+    """Rank 1 dies as it starts, before the process group forms: node 0's ranks would wait for it until the
+    process-group timeout. Node 1's launcher tells node 0's through the main store (torchrun's rendezvous store,
+    or with no_ssh the one rank 0 serves, which appears only once rank 0 has imported its packages)."""
+    nodes, run_dir, records = start_per_host(launcher, test_hosts, tmp_path, tmp_path_factory,
                                              ["+launcher.env.TRL_DS_TEST_KILL_RANK=1"])
     rc1, _, err1, _ = finish(nodes[1], 300)
     rc0, _, err0, _ = finish(nodes[0], 300)

@@ -15,6 +15,7 @@ RUN_DIR = "/scratch/runs/2026-12-02/10-00-00"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 LAUNCHERS = {
     "torchrun": [],
+    "torchrun_c10d": ["launcher.rdzv_backend=c10d", "launcher.min_nodes=1"],
     "deepspeed": ["launcher=deepspeed", "cluster.hostfile=hostfiles/{cluster}.txt"],
     "deepspeed_no_ssh": ["launcher=deepspeed", "launcher.no_ssh=true", "cluster.hostfile=hostfiles/{cluster}.txt"],
     "slurm": ["launcher=slurm", "launcher.slurm.partition=gpu", "launcher.slurm.account=my-project",

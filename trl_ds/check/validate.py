@@ -13,6 +13,7 @@ from typing import Callable, List
 
 from trl_ds.build.layout import nvme_path
 from trl_ds.check.history import check_history
+from trl_ds.check.rendezvous import check_elastic_batch, check_rendezvous
 from trl_ds.check.reuse import check_run_dir
 from trl_ds.check.trainer_rules import (
     check_eval,
@@ -48,7 +49,7 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
         # Sequence-parallel ranks share their samples: only data-parallel ranks multiply the batch.
         batch = resolve_batch(chosen_micro_batch(cfg), data_parallel_world(cfg),
                               cfg.trainer.gradient_accumulation_steps, cfg.batch.global_size)
-        problems += check_generation_batch(cfg, batch)
+        problems += check_generation_batch(cfg, batch) + check_elastic_batch(cfg, batch)
     except ConfigError as err:
         problems += err.problems
     problems += check_run_dir(cfg, run_dir)
@@ -264,5 +265,5 @@ def count_gpus() -> int:
 RULES: List[Callable] = [
     check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer,
     check_model, check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm, check_trainer_options,
-    check_peft, check_sequence_parallel, check_passthrough, check_eval,
+    check_peft, check_sequence_parallel, check_passthrough, check_eval, check_rendezvous,
 ]

@@ -54,6 +54,12 @@ class MultinodeRunner(str, Enum):
     slurm = "slurm"  # srun, inside an allocation
 
 
+class RdzvBackend(str, Enum):
+    """How torchrun's nodes meet (launch/torchrun.py)."""
+    static = "static"  # node N is torch's node N; node 0 serves the rendezvous and holds rank 0
+    c10d = "c10d"  # nodes meet at the main node's store in any order; elastic with launcher.min_nodes
+
+
 class TrainerName(str, Enum):
     sft = "sft"  # SFTTrainer: plain text, or prompt/completion
     dpo = "dpo"  # DPOTrainer: prompt/chosen/rejected preference pairs
@@ -309,6 +315,12 @@ class LauncherConfig:
     # Seconds for every node to reach the rendezvous; past it the launch ends naming the node that is missing.
     rdzv_timeout: int = 900
     max_restarts: int = 0  # torchrun restarts of a failed node's ranks before the launch fails
+    # torchrun (and launcher=slurm, which runs it): static, or c10d (any start order; see launch/torchrun.py).
+    rdzv_backend: RdzvBackend = RdzvBackend.static
+    # c10d only: start once this many nodes are there (--nnodes MIN:MAX); fewer ranks accumulate more steps, so the
+    # global batch stays batch.global_size. null: every node (cluster.nodes).
+    min_nodes: Optional[int] = None
+    last_call_s: int = 30  # c10d: once min_nodes are there, how long to wait for more before starting
     # Live progress on the launching terminal: one line redrawn in place on a TTY, else a line every this many seconds.
     progress_every_s: float = 30.0
     # launcher=deepspeed: start each node yourself (bash launch.sh NODE_RANK) instead of over ssh/pdsh.

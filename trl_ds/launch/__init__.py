@@ -27,7 +27,7 @@ from .gpu_count import launch_script_checks_gpus
 from .hostfile import render_hostfile
 from .script import render_launch_script
 from .slurm import main_addr_from_slurm, render_sbatch, submit_job, under_slurm_job
-from .torchrun import build_node_commands
+from .torchrun import build_node_commands, uses_c10d
 
 
 def build_commands(cfg, run_dir: str) -> List[List[str]]:
@@ -112,10 +112,11 @@ def start(cfg, node_commands: List[List[str]]) -> int:
                     log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr(cfg)}:{cfg.cluster.master_port}",
                     rdzv_timeout=cfg.launcher.rdzv_timeout, ssh_hosts=pdsh_hosts(cfg),
                     starts_every_node=uses_ssh(cfg))
-    rc = run_node(script, env, node, tell_peers=value(cfg.launcher.name) == "torchrun",
+    rc = run_node(script, env, node, tell_peers=not uses_ssh(cfg),
                   progress=node_progress(cfg, run_dir, node))
     if rc == 0 and rank != 0:
-        print(f"trl_ds: node {rank} done; rank 0 on node 0 writes summary.json and metrics.jsonl in its run dir")
+        holder = "the node torch ranked first (c10d)" if uses_c10d(cfg) else "node 0"
+        print(f"trl_ds: node {rank} done; rank 0 on {holder} writes summary.json and metrics.jsonl in its run dir")
     return rc
 
 

@@ -2,8 +2,8 @@
 
 The watch bounds what the launchers alone leave open: a node whose ranks have not joined the process group within
 launcher.rdzv_timeout ends the launch (torchrun has a rendezvous timeout, the deepspeed launcher none), and a
-torchrun node whose ranks die tells the others (through the main node's rendezvous store), which stop at once
-instead of waiting in a process group that will never complete. Stopping a launch ends its whole process tree.
+node started on its own (torchrun, deepspeed no_ssh) whose ranks die tells the others (through the main store,
+launch/peers.py), which stop at once instead of waiting in a process group that will never complete. Stopping a launch ends its whole process tree.
 """
 import glob
 import os
@@ -26,7 +26,7 @@ from .failure import (  # noqa: F401  (summary.py imports them from here)
     tail,
     write_failure,
 )
-from .peers import Peers
+from .peers import ANNOUNCE_WAIT_S, Peers
 from .remote import end_remote_launchers
 
 POLL_S = 0.5
@@ -46,7 +46,7 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
     """Run cmd (launch.sh for this node). Its output (the launcher's own messages and warnings) goes to
     logs/node_K/launcher.log only; the terminal shows `progress` (launch/progress.py) and, at the end, the outcome.
 
-    tell_peers: announce this node's failure in the main node's rendezvous store, and stop on another's (torchrun).
+    tell_peers: announce this node's failure in the main store, and stop on another's (nodes started one by one).
     """
     os.makedirs(node.log_dir, exist_ok=True)
     for stale in (FAILURE_FILE, JOINED_FILE):  # from an earlier launch in this run dir
@@ -77,7 +77,9 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
     failure = stopped or describe("".join(captured), proc.returncode, node)
     _report(node, failure)
     if peers and not stopped:
-        peers.announce(f"node {node.rank} failed: {failure.message}")
+        # Before its ranks joined, the main store may not be up yet (rank 0 still importing): keep trying a while.
+        early = node.rank != 0 and not _joined(node.log_dir, attempts_before)
+        peers.announce(f"node {node.rank} failed: {failure.message}", wait_s=ANNOUNCE_WAIT_S if early else 0)
     return proc.returncode or 1
 
 
@@ -100,7 +102,7 @@ def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: 
         if not joined and time.monotonic() > deadline:
             _stop(proc, node, env)
             return never_reached(node)
-        peer_failure = peers.failure() if peers and joined else None
+        peer_failure = peers.failure() if peers else None
         if peer_failure:
             _stop(proc, node, env)
             return Failure(f"node {node.rank} stopped its ranks because {peer_failure}")

@@ -13,22 +13,30 @@ from .slurm import MAIN_ADDR_FROM_SLURM
 
 class Shell(str):
     """A word written verbatim into a script: a variable the node's shell expands, never config data.
-    `shown` is its value outside SLURM, for printing commands."""
+    `shown` is its value outside SLURM, for printing commands; `main_addr`, the configured main address a word
+    holding $MAIN_ADDR stands for."""
 
-    def __new__(cls, text: str, shown: str):
+    def __new__(cls, text: str, shown: str, main_addr: Optional[str] = None):
         word = super().__new__(cls, text)
-        word.shown = shown
+        word.shown, word.main_addr = shown, main_addr
         return word
 
 
 RUN_DIR_VAR = '"$RUN_DIR"'
-MAIN_ADDR_VAR = '"$MAIN_ADDR"'
+LOCAL_ADDR_VAR = '"$LOCAL_ADDR"'
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def main_addr_word(master_addr: str) -> Shell:
-    """The main node's address: cluster.master_addr, or the job's first node when srun starts launch.sh."""
-    return Shell(MAIN_ADDR_VAR, shown=master_addr)
+def main_addr_word(master_addr: str, suffix: str = "") -> Shell:
+    """The main node's address (then suffix, e.g. ":PORT"): cluster.master_addr, or the job's first node when srun
+    starts launch.sh."""
+    return Shell(f'"$MAIN_ADDR"{suffix}', shown=master_addr + suffix, main_addr=master_addr)
+
+
+def local_addr_word() -> Shell:
+    """This node's address as the other nodes reach it: $PET_LOCAL_ADDR (torchrun's own variable) if set, else
+    the source address of the route to the main node (launch/route.py)."""
+    return Shell(LOCAL_ADDR_VAR, shown="<this node's address toward the main node>")
 
 
 def render_launch_script(node_commands: List[List[str]], run_dir: str, env: Dict[str, str], nodes: int,
@@ -42,10 +50,14 @@ def render_launch_script(node_commands: List[List[str]], run_dir: str, env: Dict
              "set -euo pipefail",
              'RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
              'NODE_RANK="${1:-${SLURM_NODEID:-0}}"' if last else 'NODE_RANK="${1:-0}"']
-    main_addr = next((arg.shown for cmd in node_commands for arg in cmd
-                      if isinstance(arg, Shell) and arg == MAIN_ADDR_VAR), None)
+    if last:  # the ranks' node folder: torchrun's c10d numbers nodes its own way (GROUP_RANK)
+        lines.append('export TRL_DS_NODE_RANK="$NODE_RANK"')
+    words = [arg for cmd in node_commands for arg in cmd if isinstance(arg, Shell)]
+    main_addr = next((word.main_addr for word in words if word.main_addr is not None), None)
     if main_addr is not None:
         lines += _main_addr_lines(main_addr, nodes)
+    if LOCAL_ADDR_VAR in words:
+        lines.append('LOCAL_ADDR="${PET_LOCAL_ADDR:-$(python -m trl_ds.launch.route "$MAIN_ADDR")}"')
     lines += render_exports(env)
     if env_file:
         lines.append(f'export DS_ENV_FILE={RUN_DIR_VAR}/{shlex.quote(env_file)}')

@@ -1,32 +1,65 @@
-"""torchrun commands, one per node, with a static rendezvous so node 0 holds rank 0.
+"""torchrun commands, one per node: a static rendezvous (the default) or torchrun's c10d one
+(launcher.rdzv_backend=c10d).
 
-c10d would rank nodes by arrival (torchrun ignores --node_rank with it); static keeps rank 0, and so summary.json
-and metrics.jsonl, on node 0. Static needs every node to reach cluster.master_addr:master_port, which node 0's
-agent serves.
+static: node 0's agent serves the rendezvous at cluster.master_addr:master_port and holds rank 0, so summary.json
+and metrics.jsonl are written on node 0; every node needs its cluster.node_rank.
+c10d: node 0's agent serves it at cluster.master_addr:master_port; nodes may start in any order, come back after a
+max_restarts restart, and with launcher.min_nodes the run starts once that many are there (--nnodes MIN:MAX). torch
+ranks the nodes by the address each publishes ($LOCAL_ADDR: launch.sh takes the one that routes to the main node),
+so rank 0 may sit on any node, which then writes the run dir's summary (a shared filesystem). cluster.node_rank
+still names each node's logs and lock.
 """
+import hashlib
+import os
 from typing import List
 
 from trl_ds.build.layout import node_log_dir
+from trl_ds.config.values import value
 
-from .script import main_addr_word
+from .script import local_addr_word, main_addr_word
 
 WORKER_MODULE = "trl_ds.worker.train"
 
 
 def build_torchrun_command(cfg, run_dir: str, node_rank: int) -> List[str]:
     c, launcher = cfg.cluster, cfg.launcher
-    cmd = ["torchrun", "--nnodes", str(c.nodes), "--nproc_per_node", str(c.gpus_per_node)]
+    cmd = ["torchrun", "--nnodes", nodes_arg(cfg), "--nproc_per_node", str(c.gpus_per_node)]
+    timeout = launcher.rdzv_timeout
     if c.nodes == 1:
         # One node: let torchrun pick a free local port, so parallel runs never collide.
-        cmd += ["--standalone"]
+        cmd += ["--standalone", "--rdzv_conf", f"timeout={timeout}"]
+    elif uses_c10d(cfg):
+        # MAIN_ADDR, LOCAL_ADDR: set by launch.sh (from the config, the route to the main node, or SLURM).
+        endpoint = main_addr_word(c.master_addr, suffix=f":{c.master_port}")
+        # is_host: node 0 serves the store (torchrun's guess compares the endpoint with the hostname's addresses
+        # only, and misses an address on another interface); read_timeout: how long the others wait for it to
+        # appear (torchrun's default is 60 s).
+        cmd += ["--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", rdzv_id(run_dir),
+                "--local_addr", local_addr_word(), "--rdzv_conf",
+                f"is_host={int(node_rank == 0)},join_timeout={timeout},read_timeout={timeout},"
+                f"last_call_timeout={launcher.last_call_s}"]
     else:
-        # MAIN_ADDR: set by launch.sh from cluster.master_addr, or from SLURM when srun starts it.
         cmd += ["--node_rank", str(node_rank), "--master_addr", main_addr_word(c.master_addr),
-                "--master_port", str(c.master_port)]
-    cmd += ["--rdzv_conf", f"timeout={launcher.rdzv_timeout}", "--max_restarts", str(launcher.max_restarts)]
+                "--master_port", str(c.master_port), "--rdzv_conf", f"timeout={timeout}"]
+    cmd += ["--max_restarts", str(launcher.max_restarts)]
     return cmd + ["--log_dir", node_log_dir(run_dir, node_rank), "--redirects", "3", "-m", WORKER_MODULE, run_dir]
 
 
 def build_node_commands(cfg, run_dir: str) -> List[List[str]]:
     """Every node's command; index = node rank."""
     return [build_torchrun_command(cfg, run_dir, rank) for rank in range(cfg.cluster.nodes)]
+
+
+def uses_c10d(cfg) -> bool:
+    return cfg.cluster.nodes > 1 and value(cfg.launcher.rdzv_backend) == "c10d"
+
+
+def nodes_arg(cfg) -> str:
+    """--nnodes: N, or MIN:MAX for an elastic c10d launch."""
+    low = cfg.launcher.min_nodes
+    return f"{low}:{cfg.cluster.nodes}" if uses_c10d(cfg) and low and low < cfg.cluster.nodes else str(cfg.cluster.nodes)
+
+
+def rdzv_id(run_dir: str) -> str:
+    """The same on every node (they share the run dir and its launch.sh), another for another run dir."""
+    return f"trl_ds-{os.path.basename(run_dir.rstrip('/'))}-{hashlib.sha1(run_dir.encode()).hexdigest()[:8]}"

@@ -227,7 +227,9 @@ def adopt_launcher_ranks(env) -> None:
 def mark_joined(run_dir: str, state) -> None:
     """Tell this node's launcher that the process group formed, which ends its join deadline (launch/run.py)."""
     if state.is_local_main_process:
-        node = int(os.environ.get("GROUP_RANK") or os.environ.get("CROSS_RANK") or 0)  # torchrun, deepspeed
+        # launch.sh's node rank; else torchrun's and deepspeed's (ranks started over ssh get no launch.sh)
+        env = os.environ
+        node = int(env.get("TRL_DS_NODE_RANK") or env.get("GROUP_RANK") or env.get("CROSS_RANK") or 0)
         write_text(os.path.join(node_log_dir(run_dir, node), JOINED_FILE), f"{state.num_processes} ranks\n")
 
 

@@ -12,7 +12,8 @@ import yaml
 
 from trl_ds.build.layout import DS_CONFIG, TRAINER_YAML, read_json
 from trl_ds.build.trainer_config import RUN_DIR_PATHS, eval_dataset_path, in_run_dir, is_run_dir_path
-from trl_ds.config.values import sp_size, value
+from trl_ds.config.values import sp_size, value, world_size
+from trl_ds.worker.elastic import fit_to_world
 from trl_ds.worker.moe_leaf import mark_moe_leaf_modules
 
 TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTrainer", "reward": "RewardTrainer"}
@@ -40,7 +41,8 @@ def build_trainer(cfg, run_dir: str, callbacks: List, load_universal: bool = Fal
 
 def parse_trainer_yaml(cfg, run_dir: str, load_universal: bool = False):
     """(script args, trainer config, model config) as `trl <cmd> --config trainer.yaml` builds them, plus what only a
-    rank of this run knows: the DeepSpeed dict, the configured accelerate state and, with Ulysses, its groups.
+    rank of this run knows: the DeepSpeed dict, the configured accelerate state, with Ulysses its groups, and the
+    accumulation for the ranks that joined.
 
     trainer.yaml's paths are relative to the run dir (TRL's CLI runs there); a rank may run anywhere, so they are
     resolved against the run dir this rank was given."""
@@ -51,6 +53,10 @@ def parse_trainer_yaml(cfg, run_dir: str, load_universal: bool = False):
         if key in args and is_run_dir_path(args[key]):
             args[key] = os.path.join(run_dir, args[key])
     args["deepspeed"] = in_run_dir(read_json(os.path.join(run_dir, DS_CONFIG)), run_dir)
+    world = int(os.environ.get("WORLD_SIZE") or world_size(cfg))  # fewer than planned in an elastic launch
+    fitted = fit_to_world(args, args["deepspeed"], world_size(cfg), world)
+    if fitted:
+        print(fitted, flush=True)
     if load_universal:  # a checkpoint of another cluster shape, converted (trl_ds/build/universal.py)
         args["deepspeed"]["checkpoint"] = {**args["deepspeed"].get("checkpoint", {}), "load_universal": True}
     args["accelerator_config"] = {"use_configured_state": True}  # see train.init_distributed

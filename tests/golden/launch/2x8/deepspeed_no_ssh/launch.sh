@@ -3,6 +3,7 @@
 set -euo pipefail
 RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_RANK="${1:-${SLURM_NODEID:-0}}"
+export TRL_DS_NODE_RANK="$NODE_RANK"
 MAIN_ADDR=node-0
 if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
   if [ "${SLURM_NNODES:-0}" != 2 ]; then
