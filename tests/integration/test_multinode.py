@@ -130,3 +130,22 @@ def test_rank_that_dies_before_joining_ends_every_node_naming_it(tmp_path_factor
             f"exited with code 3; its log: {rank_log}") in err0
     summary = read_json(run_dir / "summary.json")
     assert summary["status"] == "failed" and summary["log"] == str(rank_log)
+
+
+def test_elastic_c10d_starts_with_min_nodes_and_keeps_the_global_batch(tmp_path_factory, tmp_path):
+    """launcher.min_nodes=1 of cluster.nodes=2, only node 0 started: torchrun's c10d rendezvous starts it alone after
+    launcher.last_call_s. Its one rank accumulates 2 micro-batches per step where the 2 planned ranks would take 1
+    each, so the global batch (4) and the losses are those of the 2-rank reference run."""
+    reference = reference_run(tmp_path_factory)
+    run_dir = tmp_path / "run"
+    out = run_app([*two_node_args(tmp_path_factory, free_port()), "launcher.rdzv_backend=c10d", "launcher.min_nodes=1",
+                   "launcher.last_call_s=1", "trainer.max_steps=3"], run_dir)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = read_json(run_dir / "summary.json")
+    assert (summary["world_size"], summary["global_batch"]) == (1, 4)
+    assert "world size     1 (DEEPSPEED, cpu); 1 of 2 planned ranks joined (launcher.min_nodes), global batch 4 " \
+           "kept" in out.stdout
+    log = next((run_dir / "logs" / "node_0").rglob("stderr.log")).read_text() + \
+        next((run_dir / "logs" / "node_0").rglob("stdout.log")).read_text()
+    assert "accumulating 2 micro-batches per step instead of 1 keeps the global batch" in log
+    assert losses(run_dir) == pytest.approx(reference["losses"][:3], abs=1e-6)

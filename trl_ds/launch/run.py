@@ -3,7 +3,8 @@
 The watch bounds what the launchers alone leave open: a node whose ranks have not joined the process group within
 launcher.rdzv_timeout ends the launch (torchrun has a rendezvous timeout, the deepspeed launcher none), and a
 node started on its own (torchrun, deepspeed no_ssh) whose ranks die tells the others (through the main store,
-launch/peers.py), which stop at once instead of waiting in a process group that will never complete. Stopping a launch ends its whole process tree.
+launch/peers.py), which stop at once instead of waiting in a process group that will never complete. Stopping a
+launch ends its whole process tree.
 """
 import glob
 import os

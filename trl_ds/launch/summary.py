@@ -121,7 +121,10 @@ def print_outcome(cfg, run_dir: str, s: Optional[dict] = None) -> None:
     if s.get("eval_loss") is not None:
         print(f"  eval loss      {s['eval_loss']:.4f} at step {s['eval_step']} ({s['evaluations']} evaluations)")
     print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")
-    print(f"  world size     {s['world_size']} ({s['distributed_type']}, {s['device']})")
+    joined = "" if s["world_size"] == world_size(cfg) else \
+        f"; {s['world_size']} of {world_size(cfg)} planned ranks joined (launcher.min_nodes), global batch " \
+        f"{s['global_batch']} kept"
+    print(f"  world size     {s['world_size']} ({s['distributed_type']}, {s['device']}){joined}")
     if s.get("epoch_end"):
         print(f"  epoch end      {s['epoch_end']}")
     for mem_path in sorted(glob.glob(os.path.join(run_dir, MEMORY_DIR, "rank_*.json"))):

@@ -56,8 +56,8 @@ def uses_c10d(cfg) -> bool:
 
 def nodes_arg(cfg) -> str:
     """--nnodes: N, or MIN:MAX for an elastic c10d launch."""
-    low = cfg.launcher.min_nodes
-    return f"{low}:{cfg.cluster.nodes}" if uses_c10d(cfg) and low and low < cfg.cluster.nodes else str(cfg.cluster.nodes)
+    low, nodes = cfg.launcher.min_nodes, cfg.cluster.nodes
+    return f"{low}:{nodes}" if uses_c10d(cfg) and low and low < nodes else str(nodes)
 
 
 def rdzv_id(run_dir: str) -> str:
