@@ -110,3 +110,22 @@ def test_deepspeed_over_openmpi_carries_the_environment_and_trains_to_the_one_ho
     summary = read_json(run_dir / "summary.json")
     assert (summary["status"], summary["world_size"], summary["global_batch"]) == ("completed", 2, 4)
     assert losses(run_dir) == pytest.approx(reference["losses"][:3], abs=1e-6)
+
+
+def test_rank_killed_on_node_1_ends_an_openmpi_launch_naming_rank_node_and_log(test_hosts, tmp_path, tmp_path_factory):
+    """mpirun ends every rank when one dies; trl_ds names the rank and its host from mpirun's report, and the log
+    its output went to (mpirun gathers every rank's output into node 0's launcher.log)."""
+    run_dir = tmp_path / "run"
+    mpi_args = "--allow-run-as-root --bind-to none --mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1"
+    done, records, folder = launch_on_node_0(test_hosts, tmp_path_factory, tmp_path, run_dir, [
+        "launcher.multinode_runner=openmpi", f"launcher.launcher_args='{mpi_args}'",
+        "+launcher.env.TRL_DS_TEST_KILL_RANK=1"], timeout=300)
+    ended = time.time()
+    assert done.returncode != 0
+    took = ended - float((folder / "killed_at").read_text())
+    assert took < 30, f"the launch ended {took:.0f} s after rank 1 died (launcher.rdzv_timeout is 900)"
+    log = run_dir / "logs" / "node_0" / "launcher.log"
+    assert (f"trl_ds: launch failed: rank 1 (node 1, host 10.88.0.2) exited with signal SIGKILL; its output is in "
+            f"{log}") in done.stderr, done.stderr[-3000:]
+    time.sleep(2)
+    assert not processes_of(run_dir), "a launcher or rank of this run outlived it"

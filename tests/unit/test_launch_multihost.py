@@ -1,9 +1,12 @@
 """Multi-host pieces without hosts: the deepspeed runner's .deepspeed_env, per-node rank logs over pdsh, the values
 a remote shell would change, reading a remote rank's death from pdsh's output, and the interfaces preflight checks.
 (tests/integration/test_hosts_*.py runs them across two real test hosts.)"""
+import shutil
+import subprocess
+
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require
 from trl_ds.check.validate import validate
 from trl_ds.errors import ConfigError
 from trl_ds.launch import build_commands, render_launch_files
@@ -127,3 +130,16 @@ def test_a_launch_that_started_every_node_never_advises_starting_nodes_by_hand(t
         f"the ranks did not form the process group at 10.0.0.1:29500 within launcher.rdzv_timeout=60 s, though this "
         f"launch started every node. Read the rank logs under {tmp_path / 'logs'}/ (one folder per node)")
     assert "cluster.node_rank" not in failure.message and "launch.sh" not in failure.message
+
+
+def test_a_rank_that_mpirun_started_is_named_from_mpiruns_own_report(tmp_path):
+    """Open MPI's report when a rank exits with a code names no host: the node follows from the rank (2 per node)."""
+    require(shutil.which("mpirun") is not None, "mpirun (Debian: openmpi-bin)")
+    script = 'if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then exit 7; fi; sleep 3'
+    done = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "4", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=60)
+    node = NodeView(rank=0, nodes=2, gpus_per_node=2, log_dir=str(tmp_path / "logs" / "node_0"),
+                    endpoint="10.0.0.1:29500", rdzv_timeout=60, starts_every_node=True, hosts=["10.0.0.1", "10.0.0.2"])
+    failure = describe(done.stdout + done.stderr, done.returncode, node)
+    assert failure.message == (f"rank 3 (node 1, host 10.0.0.2) exited with code 7; its output is in "
+                               f"{tmp_path}/logs/node_0/launcher.log")

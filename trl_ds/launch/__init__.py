@@ -21,7 +21,15 @@ from trl_ds.build.layout import (
 from trl_ds.config.values import value
 
 from ..errors import ConfigError
-from .deepspeed import build_deepspeed_commands, env_file_values, load_hosts, pdsh_hosts, render_env_file, uses_ssh
+from .deepspeed import (
+    build_deepspeed_commands,
+    env_file_values,
+    load_hosts,
+    pdsh_hosts,
+    render_env_file,
+    ssh_hosts,
+    uses_ssh,
+)
 from .failure import NodeView
 from .gpu_count import launch_script_checks_gpus
 from .hostfile import render_hostfile
@@ -111,7 +119,7 @@ def start(cfg, node_commands: List[List[str]]) -> int:
     node = NodeView(rank=rank, nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node,
                     log_dir=node_log_dir(run_dir, rank), endpoint=f"{main_addr(cfg)}:{cfg.cluster.master_port}",
                     rdzv_timeout=cfg.launcher.rdzv_timeout, ssh_hosts=pdsh_hosts(cfg),
-                    starts_every_node=uses_ssh(cfg))
+                    starts_every_node=uses_ssh(cfg), hosts=ssh_hosts(cfg))
     rc = run_node(script, env, node, tell_peers=not uses_ssh(cfg),
                   progress=node_progress(cfg, run_dir, node))
     if rc == 0 and rank != 0:

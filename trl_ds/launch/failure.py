@@ -17,6 +17,9 @@ DEEPSPEED_RANK = re.compile(r"--local_rank=(\d+).*? exits with return code = (-?
 REMOTE_RANK = re.compile(r"^(\S+): .*?--local_rank=(\d+).*? exits with return code = (-?\d+)", re.M)
 START_EVERY_NODE = ("Start every node (bash launch.sh NODE_RANK, or python -m trl_ds ... cluster.node_rank=N), "
                     "or raise launcher.rdzv_timeout.")
+# Open MPI's mpirun on the first rank to die: by a signal (with its host), or by an exit code (without).
+MPIRUN_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
+MPIRUN_EXIT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
 CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 # torchrun on a node > 0 that never reached node 0's store (it retries once, then gives up).
 MAIN_UNREACHABLE = re.compile(r"timed out after \d+ms while trying to connect to")
@@ -41,11 +44,12 @@ class NodeView:
     rdzv_timeout: int
     ssh_hosts: List[str] = field(default_factory=list)  # deepspeed over pdsh: every node's host, by node rank
     starts_every_node: bool = False  # this launch starts the other nodes too (deepspeed over ssh, pdsh or MPI)
+    hosts: List[str] = field(default_factory=list)  # when it does: every node's host, by node rank
 
 
 def describe(output: str, returncode: int, node: NodeView) -> Failure:
     """The failing rank (torchrun, deepspeed), a rendezvous that timed out, or else the node's launcher log."""
-    for reader in (_too_few_gpus, remote_rank_failure, _torchrun_rank, _deepspeed_rank, _rendezvous,
+    for reader in (_too_few_gpus, remote_rank_failure, _torchrun_rank, _deepspeed_rank, _mpirun_rank, _rendezvous,
                    _main_unreachable):
         found = reader(output, node)
         if found:
@@ -125,6 +129,22 @@ def remote_rank_failure(output: str, node: NodeView) -> Optional[Failure]:
         return Failure(f"rank {rank} (node {node_rank}, host {host}, local rank {local}) exited with "
                        f"{exit_text(code)}; its log: {log or folder}", log)
     return None
+
+
+def _mpirun_rank(output: str, node: NodeView) -> Optional[Failure]:
+    """A rank that an MPI launcher started: its output went to this node's launcher.log, as mpirun gathers it."""
+    by_signal, by_code = MPIRUN_SIGNAL.search(output), MPIRUN_EXIT.search(output)
+    if by_signal:
+        rank, host, code = int(by_signal.group(1)), by_signal.group(2), -int(by_signal.group(3))
+    elif by_code:
+        rank, host, code = int(by_code.group(1)), None, int(by_code.group(2))
+    else:
+        return None
+    node_rank = node.hosts.index(host) if host in node.hosts else rank // node.gpus_per_node
+    host = host or (node.hosts[node_rank] if node_rank < len(node.hosts) else "?")
+    log = os.path.join(node.log_dir, "launcher.log")
+    return Failure(f"rank {rank} (node {node_rank}, host {host}) exited with {exit_text(code)}; its output is in "
+                   f"{log}", log)
 
 
 def _rendezvous(output: str, node: NodeView) -> Optional[Failure]:
