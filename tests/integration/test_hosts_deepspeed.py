@@ -105,6 +105,12 @@ def test_deepspeed_over_openmpi_carries_the_environment_and_trains_to_the_one_ho
         "trainer.max_steps=3", "launcher.multinode_runner=openmpi", f"launcher.launcher_args='{mpi_args}'"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "mpirun -n 2 -hostfile" in (run_dir / "logs" / "node_0" / "launcher.log").read_text()
+    # mpirun starts the ranks without launch.sh, so with no OMP_NUM_THREADS: each took its share of its host's cores
+    # (one rank per host here), as launch.sh gives the ranks it starts.
+    share = str(len(os.sched_getaffinity(0)))
+    for rank in (0, 1):
+        assert read_json(run_dir / "memory" / f"rank_{rank}.json")["threads"] == {"OMP_NUM_THREADS": share,
+                                                                                  "torch": int(share)}
     assert records == {0: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.1"},
                        1: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.2"}}
     summary = read_json(run_dir / "summary.json")

@@ -5,6 +5,7 @@ gradients, the optimizer's fp32 partitions and its state), each storage once, sp
 Peak RSS (CPU) and peak allocated/reserved (GPU) give the process-level picture.
 """
 import json
+import os
 import resource
 from typing import Dict, Iterable
 
@@ -19,6 +20,10 @@ def measure_rank(trainer, rank: int) -> Dict:
               "parameters": sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in params)}
     inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
     report["optimizer_class"] = type(inner).__name__  # FusedAdam, DeepSpeedCPUAdam or torch's AdamW
+    import torch
+
+    # What this rank computed with: its share of the node's cores (worker/cores.py) when its launcher set none.
+    report["threads"] = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch": torch.get_num_threads()}
     if isinstance(getattr(engine, "config", None), dict):  # what the engine was built from, vs ds_config.json
         report["deepspeed_config"] = json.loads(json.dumps(engine.config, default=str))
     return report
