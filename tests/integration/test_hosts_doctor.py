@@ -2,6 +2,7 @@
 is one line naming the node, its host and the fix, exit code 2, and through `python -m trl_ds` nothing is spawned.
 """
 import os
+import socket
 import subprocess
 import sys
 
@@ -116,3 +117,21 @@ def test_launch_refuses_before_spawning(test_hosts, tmp_path):
         assert (f"node {n} ({addr}): no network interface eth9 (from GLOO_SOCKET_IFNAME=eth9); the node has lo, "
                 f"eth1.") in done.stderr
     assert not (run_dir / "logs").exists()
+
+
+def test_small_dev_shm_on_node_1(test_hosts, tmp_path):
+    """Node 1 with a 64 MiB /dev/shm (a container's default), mounted for the doctor's process only (its own mount
+    namespace); torchrun: each node checks itself, so node 1 runs its doctor there."""
+    args = ["cluster.nodes=2", "cluster.gpus_per_node=1", "cluster.node_rank=1",
+            f"cluster.master_addr={test_hosts.addresses[0]}", f"cluster.master_port={PORT}"]
+    script = ('mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$0" -m trl_ds.cli.doctor "$@"')
+    cmd = test_hosts.in_node(1, ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                                 sys.executable, *args])
+    done = subprocess.run(cmd, cwd=REPO, env=test_hosts.env(PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    # 64 MiB = 0.06 GiB; 256 MiB per rank = 0.25 GiB.
+    assert problem_lines(done) == [
+        f"trl-ds doctor: node 1 ({socket.gethostname()}): /dev/shm has 0.06 GiB free; 1 rank(s) need 0.25 GiB. "
+        f"Enlarge it (docker run --shm-size=1g, or mount -o remount,size=1G /dev/shm)."]
+    assert os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize > 64 * 2 ** 20  # this machine's untouched
