@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Tuple
 
 from trl_ds.config.values import value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
-from trl_ds.launch import launch_env, main_addr, spawn_env, this_node_rank
+from trl_ds.launch import launch_env, main_addr, placed_by_slurm, spawn_env, this_node_rank
 from trl_ds.launch.deepspeed import RUNNER_TOOLS, ssh_hosts
 from trl_ds.launch.host_checks import PACKAGES, interface_names, probe
 
@@ -54,7 +54,7 @@ def check_hosts(cfg, env: Optional[Dict[str, str]] = None) -> List[str]:
         views = {rank: (socket.gethostname(), probe({**request, "check_port": check_port, "versions": False}))}
         problems = []
     for rank, (host, view) in sorted(views.items()):
-        problems += _node_problems(cfg, f"node {rank} ({host})", view)
+        problems += _node_problems(cfg, f"node {rank} ({host})", view, request["master_addr"])
     return problems + _version_problems(views)
 
 
@@ -80,16 +80,11 @@ def _probe_over_ssh(host: str, request: dict, env: Dict[str, str]) -> Tuple[Opti
                       f"Install the same environment at the same path on every node.")
 
 
-def _node_problems(cfg, node: str, view: dict) -> List[str]:
+def _node_problems(cfg, node: str, view: dict, main: str) -> List[str]:
     c = cfg.cluster
     problems = []
-    if c.nodes > 1 and not view["resolved"]:
-        problems.append(f"{node}: cluster.master_addr={c.master_addr} does not resolve there. Use node 0's address "
-                        f"or a name every node resolves, e.g. cluster.master_addr=10.0.0.1.")
-    elif c.nodes > 1 and view["reach"]:
-        problems.append(f"{node}: cluster.master_addr={c.master_addr} ({view['resolved']}) is not reachable from "
-                        f"there ({view['reach']}). Set cluster.master_addr to node 0's address on the network the "
-                        f"nodes share.")
+    if c.nodes > 1:
+        problems += _main_addr_problems(cfg, node, view, main)
     env = launch_env(cfg)
     for name in view["missing_interfaces"]:
         var = next(k for k in sorted(env) if k.endswith("_SOCKET_IFNAME") and name in env[k].split(","))
@@ -105,6 +100,27 @@ def _node_problems(cfg, node: str, view: dict) -> List[str]:
                         f"{need / GIB:.2f} GiB. Enlarge it (docker run --shm-size={need // GIB + 1}g, or mount -o "
                         f"remount,size={need // GIB + 1}G /dev/shm).")
     return problems
+
+
+def _main_addr_problems(cfg, node: str, view: dict, main: str) -> List[str]:
+    """The main address as the node sees it; under a SLURM allocation it is the job's first node, not the config's
+    (launch.sh reads it from SLURM on the node), so the fix is the cluster's, not an override."""
+    resolved = f" ({view['resolved']})" if view["resolved"] else ""
+    if placed_by_slurm(cfg):
+        named = f"the main node {main}{resolved}, the job's first node (from SLURM; cluster.master_addr is not used)"
+        fix = ("The job's nodes must resolve and reach each other (scontrol show node NAME gives the address SLURM "
+               "hands out): ask the cluster's admins, or exclude the node (launcher.slurm.extra_sbatch=['--exclude="
+               "NODE']).")
+    else:
+        named = f"cluster.master_addr={cfg.cluster.master_addr}{resolved}"
+        fix = None
+    if not view["resolved"]:
+        return [f"{node}: {named} does not resolve there. " + (fix or "Use node 0's address or a name every node "
+                                                                       "resolves, e.g. cluster.master_addr=10.0.0.1.")]
+    if view["reach"]:
+        return [f"{node}: {named} is not reachable from there ({view['reach']}). " + (
+            fix or "Set cluster.master_addr to node 0's address on the network the nodes share.")]
+    return []
 
 
 def _version_problems(views: Dict[int, Tuple[str, dict]]) -> List[str]:
