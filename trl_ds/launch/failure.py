@@ -4,7 +4,7 @@ import json
 import os
 import re
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 from trl_ds.build.layout import FAILURE_FILE, LOGS_DIR, node_log_dir
@@ -33,6 +33,7 @@ TOO_FEW_GPUS = re.compile(r"^trl_ds: (node \S+ \(.*\) has \d+ usable GPU\(s\) .*
 class Failure:
     message: str
     log: Optional[str] = None
+    main_reached: bool = True  # false: this node never reached the main node, so there is no one to tell
 
 
 @dataclass
@@ -190,7 +191,7 @@ def never_reached(node: NodeView) -> Failure:
         text = (f"node {node.rank} never joined: the main node's rendezvous at {node.endpoint} did not answer (is "
                 f"node 0 started, and does that address reach it from here?) within launcher.rdzv_timeout="
                 f"{node.rdzv_timeout} s.")
-    return Failure(f"{text} Launcher output: {log}", log)
+    return Failure(f"{text} Launcher output: {log}", log, main_reached=node.rank == 0 or node.starts_every_node)
 
 
 def exit_text(code: int) -> str:
@@ -209,7 +210,7 @@ def _latest(pattern: str) -> Optional[str]:
 
 def write_failure(node: NodeView, failure: Failure) -> None:
     with open(os.path.join(node.log_dir, FAILURE_FILE), "w") as f:
-        json.dump({"node": node.rank, **asdict(failure)}, f, indent=2)
+        json.dump({"node": node.rank, "message": failure.message, "log": failure.log}, f, indent=2)
 
 
 def failed_rank_log(run_dir: str) -> Optional[str]:

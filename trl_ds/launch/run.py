@@ -77,7 +77,7 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
         return 0
     failure = stopped or describe("".join(captured), proc.returncode, node)
     _report(node, failure)
-    if peers and not stopped:
+    if peers and not stopped and failure.main_reached:
         # Before its ranks joined, the main store may not be up yet (rank 0 still importing): keep trying a while.
         early = node.rank != 0 and not _joined(node.log_dir, attempts_before)
         peers.announce(f"node {node.rank} failed: {failure.message}", wait_s=ANNOUNCE_WAIT_S if early else 0)
