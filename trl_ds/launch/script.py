@@ -36,7 +36,7 @@ def main_addr_word(master_addr: str, suffix: str = "") -> Shell:
 def local_addr_word() -> Shell:
     """This node's address as the other nodes reach it: $PET_LOCAL_ADDR (torchrun's own variable) if set, else
     the source address of the route to the main node (launch/route.py)."""
-    return Shell(LOCAL_ADDR_VAR, shown="<this node's address toward the main node>")
+    return Shell(LOCAL_ADDR_VAR, shown="<this-node-addr>")
 
 
 def render_launch_script(node_commands: List[List[str]], run_dir: str, env: Dict[str, str], nodes: int,
