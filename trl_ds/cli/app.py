@@ -22,7 +22,7 @@ from trl_ds.launch import build_commands, write_launch_files
 from trl_ds.launch.env import collect_env
 from trl_ds.plan.autofit import resolve as resolve_auto
 from trl_ds.plan.memory import estimate, setup_from_config
-from trl_ds.plan.planner import check_fit, plan_for_run_dir
+from trl_ds.plan.planner import check_elastic_fit, check_fit, plan_for_run_dir
 from trl_ds.worker.data import write_tiny_dataset
 
 
@@ -53,7 +53,7 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
         raise ConfigError(recipe_problems)
     setup = setup_from_config(cfg)
     memory = estimate(setup)
-    warning = check_fit(cfg, memory, launching)
+    warning = check_fit(cfg, memory, launching) or check_elastic_fit(cfg, memory, launching)
     plan = plan_for_run_dir(cfg, memory, task_overrides())
     plan["training"] = training_steps(cfg, batch)
     if autofit:

@@ -13,6 +13,7 @@ trl_ds/plan/memory.py, and the estimated seconds per optimizer step (the rows' o
 trl_ds/plan/steptime.py with the cluster.gpu hardware preset (or a `trl-ds calibrate` file).
 """
 import sys
+from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
@@ -142,15 +143,39 @@ def check_fit(cfg, current: Estimate, launching: bool) -> Optional[str]:
     return message
 
 
-def not_fit_message(cfg, e: Estimate) -> str:
+def check_elastic_fit(cfg, full: Estimate, launching: bool) -> Optional[str]:
+    """An elastic launch (launcher.min_nodes) may start on fewer nodes, where each rank holds larger ZeRO shards:
+    the fewest nodes it may start with must fit too. Handled as check_fit handles the full cluster."""
+    low, nodes = cfg.launcher.min_nodes, cfg.cluster.nodes
+    elastic = value(cfg.launcher.rdzv_backend) == "c10d" and low and 1 <= low < nodes
+    if not elastic or preflight_mode(cfg) == "off" or full.verdict != "fits":
+        return None
+    smallest = estimate(replace(full.setup, nodes=low))
+    if smallest.verdict == "fits":
+        return None
+    fitting = next(n for n in range(low + 1, nodes + 1) if estimate(replace(full.setup, nodes=n)).verdict == "fits")
+    fix = f"Set launcher.min_nodes={fitting}, the fewest nodes that fit." if fitting < nodes else \
+        "Only every node fits: drop launcher.min_nodes."
+    message = (f"launcher.min_nodes={low}: the run may start on {low} of cluster.nodes={nodes} nodes, where each "
+               f"rank holds larger ZeRO shards: {overflow(smallest)} {fix}")
+    if preflight_mode(cfg) == "error" and launching:
+        raise ConfigError([message + " Or set preflight.memory=warn to launch anyway."])
+    return message
+
+
+def overflow(e: Estimate) -> str:
+    """What exceeds which limit, for an estimate that does not fit."""
     s = e.setup
     parts = ", ".join(f"{k} {size(v)}" for k, v in e.device.items())
     if e.verdict == "does not fit":
-        what = (f"estimated {size(e.device_total)} GiB per GPU ({parts}) > "
-                f"cluster.gpu_memory_gb={s.gpu_memory_gb:g}.")
-    else:
-        what = (f"estimated {size(e.host_total)} GiB of host RAM per node > cluster.cpu_memory_gb={s.cpu_memory_gb:g} "
-                f"(per rank: {parts}).")
+        return f"estimated {size(e.device_total)} GiB per GPU ({parts}) > cluster.gpu_memory_gb={s.gpu_memory_gb:g}."
+    return (f"estimated {size(e.host_total)} GiB of host RAM per node > cluster.cpu_memory_gb={s.cpu_memory_gb:g} "
+            f"(per rank: {parts}).")
+
+
+def not_fit_message(cfg, e: Estimate) -> str:
+    s = e.setup
+    what = overflow(e)
     head = f"{model_label(cfg.model)} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
            f"offload {offload_name(s)}, micro-batch {s.micro_batch}, {s.seq_len} tokens): {what}"
     best = smallest_fitting_change(s, cfg.batch.global_size)
