@@ -149,3 +149,38 @@ def test_elastic_c10d_starts_with_min_nodes_and_keeps_the_global_batch(tmp_path_
         next((run_dir / "logs" / "node_0").rglob("stdout.log")).read_text()
     assert "accumulating 2 micro-batches per step instead of 1 keeps the global batch" in log
     assert losses(run_dir) == pytest.approx(reference["losses"][:3], abs=1e-6)
+
+
+def test_a_node_joining_an_elastic_run_restarts_it_larger_from_the_last_checkpoint(tmp_path_factory, tmp_path):
+    """Node 0 starts alone (launcher.min_nodes=1 of 2); node 1 arrives once checkpoint-5 is complete. torchrun
+    restarts every rank at world 2; they resume from the last complete checkpoint, converted from world 1 to
+    DeepSpeed's universal format, and the steps the world-1 run had already made after it come out the same (one
+    rank accumulating 2 micro-batches, or two ranks 1 each, over the same samples). torch's shared rendezvous store
+    hangs this join (pytorch/pytorch#135712); launch.sh turns the sharing off for c10d."""
+    run_dir = tmp_path / "run"
+    args = [*two_node_args(tmp_path_factory, free_port(), timeout=120), "launcher.rdzv_backend=c10d",
+            "launcher.min_nodes=1", "launcher.last_call_s=1", "trainer.max_steps=150",  # node 1 arrives mid-run
+            "checkpoint.every_steps=5"]
+    node0 = start_node([*args, "cluster.node_rank=0"], run_dir)
+    marker = run_dir / "trainer" / "checkpoint-5" / "trl_ds_complete.json"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and node0.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), "node 0 made no checkpoint-5"
+    node1 = start_node([*args, "cluster.node_rank=1"], run_dir)
+    rc1, _, err1, _ = finish(node1, 600)
+    rc0, out0, err0, _ = finish(node0, 600)
+    assert (rc0, rc1) == (0, 0), err0[-3000:] + err1[-3000:]
+    summary = read_json(run_dir / "summary.json")
+    assert (summary["world_size"], summary["steps"], summary["global_batch"]) == (2, 150, 4)
+    rank_logs = "".join(p.read_text() for p in (run_dir / "logs").rglob("std*.log"))
+    resumed = re.search(r"checkpoint-(\d+) was written by world size 1 with ZeRO stage 2; this launch has world size 2 "
+                        r"with ZeRO stage 2: converted it to DeepSpeed's universal format", rank_logs)
+    assert resumed, rank_logs[-3000:]
+    logged = {}  # step -> its losses: a step the world-1 run made after the checkpoint is made again at world 2
+    for row in map(json.loads, (run_dir / "metrics.jsonl").open()):
+        if "loss" in row:
+            logged.setdefault(row["step"], []).append(row["loss"])
+    assert sorted(logged) == list(range(1, 151))
+    for step, losses_of_step in logged.items():
+        assert losses_of_step == pytest.approx([losses_of_step[0]] * len(losses_of_step), abs=1e-6), step

@@ -56,8 +56,11 @@ def render_launch_script(node_commands: List[List[str]], run_dir: str, env: Dict
     main_addr = next((word.main_addr for word in words if word.main_addr is not None), None)
     if main_addr is not None:
         lines += _main_addr_lines(main_addr, nodes)
-    if LOCAL_ADDR_VAR in words:
+    if LOCAL_ADDR_VAR in words:  # c10d
         lines.append('LOCAL_ADDR="${PET_LOCAL_ADDR:-$(python -m trl_ds.launch.route "$MAIN_ADDR")}"')
+        # A node joining a running job hangs the next round when the ranks share the rendezvous store
+        # (pytorch/pytorch#135712): the ranks' own store, from rank 0's node, each round.
+        lines.append("export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
     lines += render_exports(env)
     if env_file:
         lines.append(f'export DS_ENV_FILE={RUN_DIR_VAR}/{shlex.quote(env_file)}')

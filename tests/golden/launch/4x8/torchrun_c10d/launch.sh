@@ -14,6 +14,7 @@ if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
   MAIN_ADDR="${MAIN_ADDR:-$MAIN_NODE}"
 fi
 LOCAL_ADDR="${PET_LOCAL_ADDR:-$(python -m trl_ds.launch.route "$MAIN_ADDR")}"
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 export NCCL_SOCKET_IFNAME=ib0
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 # The ranks need this node's GPUs: stop before the launcher starts if there are fewer than it would use.
