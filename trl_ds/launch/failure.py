@@ -18,7 +18,7 @@ REMOTE_RANK = re.compile(r"^(\S+): .*?--local_rank=(\d+).*? exits with return co
 START_EVERY_NODE = ("Start every node (bash launch.sh NODE_RANK, or python -m trl_ds ... cluster.node_rank=N), "
                     "or raise launcher.rdzv_timeout.")
 # Open MPI's mpirun on the first rank to die: by a signal (with its host), or by an exit code (without). Open MPI
-# 4.1 loses this report at times (10 of 26 local runs) and prints only MPIRUN_ABORTED.
+# 4.1 loses this report at times (7 of 23 local runs) and prints only MPIRUN_ABORTED.
 MPIRUN_ABORTED = "Primary job  terminated normally, but 1 process returned"
 MPIRUN_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
 MPIRUN_EXIT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
