@@ -3,7 +3,7 @@ import math
 from typing import List
 
 from trl_ds.config.batch import Batch
-from trl_ds.config.values import sp_size, value
+from trl_ds.config.values import elastic_min_nodes, sp_size, value
 
 
 def check_rendezvous(cfg) -> List[str]:
@@ -30,8 +30,8 @@ def check_rendezvous(cfg) -> List[str]:
 def check_elastic_batch(cfg, batch: Batch) -> List[str]:
     """Each node count the launch may start with must split the global batch into whole micro-batches per rank:
     fewer nodes accumulate more steps (worker/elastic.py), so the global batch, and the loss curve, stay the same."""
-    low, nodes = cfg.launcher.min_nodes, cfg.cluster.nodes
-    if low is None or value(cfg.launcher.rdzv_backend) != "c10d" or not 1 <= low <= nodes:
+    low, nodes = elastic_min_nodes(cfg), cfg.cluster.nodes
+    if low is None:
         return []
     # Sequence-parallel ranks share their samples: only data-parallel ranks multiply the batch.
     per_step = {n: batch.micro * (n * cfg.cluster.gpus_per_node // sp_size(cfg)) for n in range(low, nodes + 1)}

@@ -29,6 +29,13 @@ def data_parallel_world(cfg) -> int:
     return topology(cfg).data_parallel
 
 
+def elastic_min_nodes(cfg) -> Optional[int]:
+    """launcher.min_nodes when the launch may start on fewer than cluster.nodes (torchrun's c10d); else None."""
+    low = cfg.launcher.min_nodes
+    c10d = value(cfg.launcher.rdzv_backend) == "c10d"
+    return low if c10d and low is not None and 1 <= low < cfg.cluster.nodes else None
+
+
 def dtype(cfg) -> str:
     """The precision in force: `auto` means bf16 on cuda clusters and fp32 on CPU."""
     chosen = value(cfg.precision.dtype)

@@ -1,6 +1,6 @@
 """Node launchers tell each other about a failure through the TCPStore at cluster.master_addr:master_port: torchrun's
-rendezvous store (static: node 0's agent; c10d: the agent on the endpoint's host) or, with the deepspeed launcher's
-no_ssh, the one rank 0 serves for its process group.
+rendezvous store (node 0's agent, static or c10d) or, with the deepspeed launcher's no_ssh, the one rank 0 serves
+for its process group.
 
 Without it, a node whose ranks die before joining the process group leaves the other nodes' ranks waiting for
 them until the process-group timeout (30 minutes). The store exists only while its owner runs: rank 0's appears

@@ -14,7 +14,7 @@ import os
 from typing import List
 
 from trl_ds.build.layout import node_log_dir
-from trl_ds.config.values import value
+from trl_ds.config.values import elastic_min_nodes, value
 
 from .script import local_addr_word, main_addr_word
 
@@ -56,8 +56,8 @@ def uses_c10d(cfg) -> bool:
 
 def nodes_arg(cfg) -> str:
     """--nnodes: N, or MIN:MAX for an elastic c10d launch."""
-    low, nodes = cfg.launcher.min_nodes, cfg.cluster.nodes
-    return f"{low}:{nodes}" if uses_c10d(cfg) and low and low < nodes else str(nodes)
+    low = elastic_min_nodes(cfg)
+    return f"{low}:{cfg.cluster.nodes}" if low else str(cfg.cluster.nodes)
 
 
 def rdzv_id(run_dir: str) -> str:

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
 from trl_ds.config.model_source import display_name, uses_preset
-from trl_ds.config.values import value
+from trl_ds.config.values import elastic_min_nodes, value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
@@ -146,9 +146,8 @@ def check_fit(cfg, current: Estimate, launching: bool) -> Optional[str]:
 def check_elastic_fit(cfg, full: Estimate, launching: bool) -> Optional[str]:
     """An elastic launch (launcher.min_nodes) may start on fewer nodes, where each rank holds larger ZeRO shards:
     the fewest nodes it may start with must fit too. Handled as check_fit handles the full cluster."""
-    low, nodes = cfg.launcher.min_nodes, cfg.cluster.nodes
-    elastic = value(cfg.launcher.rdzv_backend) == "c10d" and low and 1 <= low < nodes
-    if not elastic or preflight_mode(cfg) == "off" or full.verdict != "fits":
+    low, nodes = elastic_min_nodes(cfg), cfg.cluster.nodes
+    if low is None or preflight_mode(cfg) == "off" or full.verdict != "fits":
         return None
     smallest = estimate(replace(full.setup, nodes=low))
     if smallest.verdict == "fits":
