@@ -51,6 +51,8 @@ def test_rendezvous_settings_are_checked(compose_cfg, monkeypatch):
     assert problems(compose_cfg, ELASTIC[:-1] + ["launcher.min_nodes=2"]) == [
         "launcher.min_nodes=2 needs torchrun's elastic rendezvous. Add launcher.rdzv_backend=c10d, or drop "
         "launcher.min_nodes."]
+    assert problems(compose_cfg, ELASTIC + ["launcher.last_call_s=-1"]) == [
+        "launcher.last_call_s=-1 must be 0 or more (seconds), e.g. launcher.last_call_s=30."]
     assert ("launcher.rdzv_backend=c10d is torchrun's rendezvous; the deepspeed launcher has none. Use "
             "launcher=torchrun, or drop launcher.rdzv_backend.") in problems(
         compose_cfg, ELASTIC + ["launcher=deepspeed", "launcher.no_ssh=true"])

@@ -14,7 +14,8 @@ def check_rendezvous(cfg) -> List[str]:
         problems.append("launcher.rdzv_backend=c10d is torchrun's rendezvous; the deepspeed launcher has none. Use "
                         "launcher=torchrun, or drop launcher.rdzv_backend.")
     if launcher.last_call_s < 0:
-        problems.append(f"launcher.last_call_s={launcher.last_call_s} must be 0 or more (seconds).")
+        problems.append(f"launcher.last_call_s={launcher.last_call_s} must be 0 or more (seconds), e.g. "
+                        f"launcher.last_call_s=30.")
     low = launcher.min_nodes
     if low is None:
         return problems
