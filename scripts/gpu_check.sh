@@ -6,7 +6,7 @@
 #   bash scripts/gpu_check.sh OUT --cpu-smoke    # here: the same pipeline on one CPU rank, tiny model
 #
 # Installs .whl/*.whl into a temporary site folder (GPU mode), puts it and this repo on PYTHONPATH, and runs
-# `python -m trl_ds.cli.gpu_check` (see its docstring for the checks and the files written under OUT).
+# `scripts/gpu_check.py` (see its docstring for the checks and the files written under OUT).
 # PY: the interpreter (there: python3; here: .venv/bin/python). RUN_TIMEOUT, DEADLINE, HARD_END: seconds (per run;
 # no run starts after DEADLINE; everything is killed at HARD_END), counted from this script's start. WORK: the
 # folder for run dirs and model folders (default /tmp/trl_ds_gpu_check).
@@ -54,4 +54,4 @@ else
   export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 fi
 cd "$REPO"
-"$PY" -m trl_ds.cli.gpu_check "$OUT" ${MODE:+"$MODE"} ${WORK:+--work "$WORK"} 2>&1 | tee -a "$OUT/check.log"
+"$PY" scripts/gpu_check.py "$OUT" ${MODE:+"$MODE"} ${WORK:+--work "$WORK"} 2>&1 | tee -a "$OUT/check.log"

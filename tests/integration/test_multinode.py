@@ -38,7 +38,7 @@ def tiny_model_dir(tmp_path_factory) -> str:
     folder = tmp_path_factory.getbasetemp() / "tiny_model"
     if not (folder / "config.json").exists():
         code = ("import sys; from trl_ds.worker.models import save_tiny_model; "
-                "from trl_ds.build.layout import load_run_config; "
+                "from trl_ds.rundir.layout import load_run_config; "
                 "cfg = load_run_config(sys.argv[1]); save_tiny_model(cfg.model, sys.argv[2], cfg.seed)")
         run_dir = tmp_path_factory.mktemp("tiny_model_cfg")
         assert run_app(["dry_run=true"], run_dir, timeout=120).returncode == 0

@@ -135,7 +135,7 @@ SHAPES = [(["cluster.gpus_per_node=1"], 1, 2), (["cluster.gpus_per_node=3"], 3, 
 
 @pytest.mark.parametrize("change, world, stage", SHAPES)
 def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage, reference, tmp_path):
-    from trl_ds.build.universal import ensure_universal
+    from trl_ds.rundir.universal import ensure_universal
 
     run_dir = killed_copy(reference, tmp_path / "run")
     outside = snapshot(reference.parent)

@@ -1,4 +1,4 @@
-"""`trl-ds COMMAND`: the registry lists every command, each command's --help runs, the old `python -m` forms still work.
+"""`trl-ds COMMAND`: the registry lists every command, each --help runs, `python -m trl_ds.plan` is `trl-ds plan`.
 
 Run as `python -m trl_ds.cli`, the same `main` the `trl-ds` console script calls (pyproject [project.scripts]).
 """
@@ -58,25 +58,3 @@ def test_a_command_takes_the_same_overrides_and_exit_codes_as_its_module_form():
     assert new.returncode == old.returncode == 0 and new.stdout == old.stdout and '"rows"' in new.stdout
     mistake = trl_ds("plan", "zero=stage9")
     assert mistake.returncode == 2 and "trl-ds plan: " in mistake.stderr and "stage9" in mistake.stderr
-
-
-@pytest.mark.parametrize("old, expected", [
-    ("trl_ds.report", "usage: trl-ds report"),
-    ("trl_ds.export", "usage: trl-ds export"),
-    ("trl_ds.env", "usage: trl-ds env"),
-    ("trl_ds.calibrate", "usage: trl-ds calibrate"),
-    ("trl_ds.check_equivalence", "usage: trl-ds check-equivalence"),
-    ("trl_ds.build_ops", "usage: trl-ds build-ops"),
-])
-def test_old_module_forms_still_run(old, expected):
-    out = trl_ds("--help", module=old)
-    assert out.returncode == 0 and expected in out.stdout, out.stderr
-
-
-def test_old_worker_module_and_reward_path_still_resolve():
-    # launch.sh files written before the move run `-m trl_ds.train RUN_DIR`; configs name trl_ds.rewards.*.
-    out = trl_ds("/nonexistent/run", module="trl_ds.train")
-    assert out.returncode != 0 and "/nonexistent/run/config.yaml" in out.stderr
-    from trl_ds.rewards import arithmetic_reward
-    from trl_ds.worker.rewards import arithmetic_reward as moved
-    assert arithmetic_reward is moved

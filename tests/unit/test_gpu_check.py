@@ -5,11 +5,14 @@ The whole pipeline on a real CPU rank is tests/integration/test_gpu_check_smoke.
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
+from conftest import REPO
 
-from trl_ds.cli import gpu_check
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import gpu_check  # noqa: E402  (scripts/ is not a package)
 
 GiB = 2 ** 30
 

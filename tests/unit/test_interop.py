@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
-from trl_ds.build.interop import AUTO_KEYS, auto_ds_config, parallelism_config, write_interop_files
 from trl_ds.cli.app import build
+from trl_ds.rundir.interop import AUTO_KEYS, auto_ds_config, parallelism_config, write_interop_files
 
 
 def written(compose_cfg, tmp_path, overrides):

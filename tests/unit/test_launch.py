@@ -10,12 +10,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import REPO, run_app
-from trl_ds.build.deepspeed_config import build_ds_config
 from trl_ds.check.validate import validate
 from trl_ds.errors import ConfigError
 from trl_ds.launch import build_commands, launch_env, render_launch_files, summarizes_here, write_launch_files
 from trl_ds.launch.script import format_command
 from trl_ds.launch.slurm import sbatch_word
+from trl_ds.rundir.deepspeed_config import build_ds_config
 
 HOSTILE_LINE = "a b 'q' \"dq\" ; $(touch pwned) `touch pwned2` \\ $HOME %j #not a comment"
 HOSTILE = HOSTILE_LINE + "\nsecond line"

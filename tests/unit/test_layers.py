@@ -1,12 +1,12 @@
 """The import rule between trl_ds's folders, read from the source with ast (lazy imports inside functions count too).
 
     config  ← errors only               the typed schema, composition, derived values
-    build   ← config                    what the run dir holds and where (build/layout.py names every file)
+    rundir  ← config                    what the run dir holds and where (rundir/layout.py names every file)
     plan    ← config                    counts, memory and step-time estimates, the grid, auto-fit
-    worker  ← config, build             what a rank runs: it reads the run dir and nothing of the launching side
-    launch  ← config, build             commands, scripts, the one spawner
-    check   ← config, build, plan, launch   every rule before launch (the launchers check their own settings)
-    study   ← config, build, plan, launch   reports over finished runs, calibration
+    worker  ← config, rundir            what a rank runs: it reads the run dir and nothing of the launching side
+    launch  ← config, rundir            commands, scripts, the one spawner
+    check   ← config, rundir, plan, launch   every rule before launch (the launchers check their own settings)
+    study   ← config, rundir, plan, launch   reports over finished runs, calibration
     cli     ← everything                the `trl-ds` command and its pipeline
 
 trl_ds/errors.py and trl_ds/short_lived.py import nothing of trl_ds and every folder may use them.
@@ -20,15 +20,15 @@ PACKAGE = Path(__file__).resolve().parents[2] / "trl_ds"
 BASE = {"errors", "short_lived"}
 ALLOWED = {
     "config": {"config"},
-    "build": {"config", "build"},
+    "rundir": {"config", "rundir"},
     "plan": {"config", "plan"},
-    "worker": {"config", "build", "worker"},
-    "launch": {"config", "build", "launch"},
-    "check": {"config", "build", "plan", "launch", "check"},
-    "study": {"config", "build", "plan", "launch", "study"},
-    "cli": {"config", "build", "plan", "worker", "launch", "check", "study", "cli"},
+    "worker": {"config", "rundir", "worker"},
+    "launch": {"config", "rundir", "launch"},
+    "check": {"config", "rundir", "plan", "launch", "check"},
+    "study": {"config", "rundir", "plan", "launch", "study"},
+    "cli": {"config", "rundir", "plan", "worker", "launch", "check", "study", "cli"},
 }
-SHIMS = {"__init__", "__main__"}  # trl_ds/__main__.py and the old `python -m trl_ds.<x>` modules: cli's entry points
+ENTRY = {"__init__", "__main__"}  # trl_ds/__main__.py: `python -m trl_ds`, which is `trl-ds run`
 
 
 def module_name(path: Path) -> str:
@@ -53,7 +53,7 @@ def imported_modules(path: Path):
 
 
 def layer(module: str) -> str:
-    """The folder (or base module) a trl_ds module belongs to; top-level modules are shims or base."""
+    """The folder (or base module) a trl_ds module belongs to; top-level modules are the entry point or base."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "trl_ds"
 
@@ -64,7 +64,7 @@ def problems_of(path: Path):
         allowed = set()
     elif own in ALLOWED:
         allowed = ALLOWED[own] | BASE
-    else:  # a top-level module outside the folders: an entry point or a shim, which may import anything
+    else:  # trl_ds/__main__.py, the entry point, may import anything
         allowed = set(ALLOWED) | BASE
     for name, line in imported_modules(path):
         target = layer(name)
@@ -77,23 +77,18 @@ def test_every_import_follows_the_folder_rule():
     assert problems == []
 
 
-def test_every_module_lives_in_a_known_folder_or_is_a_base_module_or_shim():
-    strays = [str(p.relative_to(PACKAGE)) for p in PACKAGE.glob("*.py")
-              if p.stem not in BASE | SHIMS and not is_shim(p)]
+def test_every_module_lives_in_a_known_folder_or_is_a_base_module():
+    strays = [str(p.relative_to(PACKAGE)) for p in PACKAGE.glob("*.py") if p.stem not in BASE | ENTRY]
     dirs = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
     assert strays == [] and dirs == sorted(ALLOWED)
-
-
-def is_shim(path: Path) -> bool:
-    """An old `python -m trl_ds.<x>` form: a few lines that hand over to the module's new home."""
-    return len(path.read_text().splitlines()) <= 15
 
 
 @pytest.mark.parametrize("source, expected", [
     ("from trl_ds.plan.memory import estimate\n", ["trl_ds/worker/x.py:1: worker may not import trl_ds.plan.memory"]),
     ("def f():\n    from ..launch import run\n", ["trl_ds/worker/x.py:2: worker may not import trl_ds.launch"]),
     ("import trl_ds.cli.app\n", ["trl_ds/worker/x.py:1: worker may not import trl_ds.cli.app"]),
-    ("from trl_ds.build.layout import SUMMARY\nfrom .data import NUMBERS\nfrom trl_ds.errors import ConfigError\n", []),
+    ("from trl_ds.rundir.layout import SUMMARY\nfrom .data import NUMBERS\nfrom trl_ds.errors import ConfigError\n",
+     []),
 ])
 def test_the_rule_catches_a_forbidden_import(tmp_path, source, expected):
     # The checker itself, on a module written here: absolute, relative and lazy imports are all seen.
@@ -106,3 +101,39 @@ def test_the_rule_catches_a_forbidden_import(tmp_path, source, expected):
         assert list(problems_of(fake / "x.py")) == expected
     finally:
         PACKAGE = saved
+
+
+def import_graph():
+    """module -> the trl_ds modules it imports (a package import counts as its __init__)."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {name: {target for target, _ in imported_modules(path) if target in modules and target != name}
+            for name, path in modules.items()}
+
+
+def cycles(graph):
+    """Every import circle, each once, as the modules along it (depth-first, three colours)."""
+    found, state, stack = [], {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_no_import_circle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_circle_finder_sees_a_lazy_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]

@@ -52,8 +52,8 @@ def test_trl_cli_parses_trainer_yaml_into_its_config_class(tmp_path, trainer):
 
 
 def test_gpu_runs_leave_use_cpu_out(compose_cfg):
-    from trl_ds.build.trainer_config import build_trainer_args
     from trl_ds.config.batch import Batch
+    from trl_ds.rundir.trainer_config import build_trainer_args
 
     args = build_trainer_args(compose_cfg(["cluster=1x8", "trainer.dataloader_drop_last=true"]), Batch(2, 8, 1),
                               "/run")

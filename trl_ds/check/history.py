@@ -8,8 +8,8 @@
 import os
 from typing import List, Optional
 
-from trl_ds.build.checkpoint import checkpoints
-from trl_ds.build.layout import CHECKPOINT_DIR, METRICS, SUMMARY, read_json
+from trl_ds.rundir.checkpoint import checkpoints
+from trl_ds.rundir.layout import CHECKPOINT_DIR, METRICS, SUMMARY, read_json
 
 
 def check_history(cfg, run_dir: str) -> List[str]:

@@ -6,10 +6,10 @@ from typing import Dict, List
 import yaml
 from omegaconf import OmegaConf
 
-from trl_ds.build.layout import RESOLVED_CONFIG
+from trl_ds.rundir.layout import RESOLVED_CONFIG
 
 # Keys that may change between launches of the same run: how it is started, not what it trains. The cluster and the
-# ZeRO setup may change too: resume converts a checkpoint of another shape (trl_ds/build/universal.py).
+# ZeRO setup may change too: resume converts a checkpoint of another shape (trl_ds/rundir/universal.py).
 RELAUNCH_KEYS = ("dry_run", "resume", "cluster.", "zero.", "trainer.max_steps", "trainer.num_train_epochs",
                  "preflight.", "launcher.")
 

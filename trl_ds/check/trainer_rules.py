@@ -12,13 +12,13 @@ from typing import List, Optional
 
 from omegaconf import ListConfig, OmegaConf
 
-from trl_ds.build.trainer_config import TRAINER_ONLY
 from trl_ds.check.dataset_columns import first_record_columns
 from trl_ds.check.trl_arguments import check_arguments
 from trl_ds.config.batch import Batch
 from trl_ds.config.schema import TrainerConfig
 from trl_ds.config.values import LOCAL_DATA_SUFFIXES, is_local_path, value, world_size
 from trl_ds.plan.params import architecture, layer_modules
+from trl_ds.rundir.trainer_config import TRAINER_ONLY
 
 # Any one of these column sets will do (TRL's dataset formats for each trainer).
 NEEDED_COLUMNS = {

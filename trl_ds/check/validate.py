@@ -11,7 +11,6 @@ import subprocess
 import tempfile
 from typing import Callable, List
 
-from trl_ds.build.layout import nvme_path
 from trl_ds.check.history import check_history
 from trl_ds.check.rendezvous import check_elastic_batch, check_rendezvous
 from trl_ds.check.reuse import check_run_dir
@@ -34,6 +33,7 @@ from trl_ds.launch.gpu_count import partition_gpu_problems, ranks_run_here
 from trl_ds.launch.hostfile import HOST_NAME
 from trl_ds.launch.script import ENV_NAME
 from trl_ds.launch.slurm import check_slurm
+from trl_ds.rundir.layout import nvme_path
 
 LIBAIO_HEADER = "/usr/include/libaio.h"
 IPV6 = re.compile(r"^[0-9A-Fa-f:]+$")

@@ -7,11 +7,6 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
-from trl_ds.build.deepspeed_config import build_ds_config
-from trl_ds.build.disk_space import space_warning
-from trl_ds.build.interop import write_interop_files
-from trl_ds.build.layout import ENV, OVERRIDES, PLAN, RESOLVED_CONFIG, TINY_DATA_DIR, nvme_path, write_json, write_text
-from trl_ds.build.trainer_config import build_trainer_args
 from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
 from trl_ds.config.batch import Batch
@@ -23,6 +18,11 @@ from trl_ds.launch.env import collect_env
 from trl_ds.plan.autofit import resolve as resolve_auto
 from trl_ds.plan.memory import estimate, setup_from_config
 from trl_ds.plan.planner import check_elastic_fit, check_fit, plan_for_run_dir
+from trl_ds.rundir.deepspeed_config import build_ds_config
+from trl_ds.rundir.disk_space import space_warning
+from trl_ds.rundir.interop import write_interop_files
+from trl_ds.rundir.layout import ENV, OVERRIDES, PLAN, RESOLVED_CONFIG, TINY_DATA_DIR, nvme_path, write_json, write_text
+from trl_ds.rundir.trainer_config import build_trainer_args
 from trl_ds.worker.data import write_tiny_dataset
 
 

@@ -14,9 +14,9 @@ import os
 import sys
 from typing import List, Optional
 
-from trl_ds.build.layout import ACCELERATE_YAML, DS_CONFIG, TRAINER_YAML
 from trl_ds.config.compose import compose
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
+from trl_ds.rundir.layout import ACCELERATE_YAML, DS_CONFIG, TRAINER_YAML
 
 FILES = (DS_CONFIG, TRAINER_YAML, ACCELERATE_YAML)
 
@@ -31,8 +31,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 def export(folder: str, overrides: List[str], auto: bool):
     """Validate as for a dry run, then write the files; returns their paths and the config."""
-    from trl_ds.build.interop import auto_ds_config, write_interop_files
     from trl_ds.cli.app import build
+    from trl_ds.rundir.interop import auto_ds_config, write_interop_files
 
     folder = os.path.abspath(folder)
     cfg = compose(overrides)

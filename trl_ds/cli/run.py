@@ -14,7 +14,6 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from trl_ds.build.disk_space import full_disk_line, is_disk_full
 from trl_ds.check.history import finished_run
 from trl_ds.config.compose import CONFIG_DIR, CONFIG_NAME, HYDRA_VERSION_BASE
 from trl_ds.config.schema import register
@@ -28,6 +27,7 @@ from trl_ds.launch.summary import (
     record_skipped,
     record_stopped,
 )
+from trl_ds.rundir.disk_space import full_disk_line, is_disk_full
 from trl_ds.short_lived import pause_collection, resume_collection
 
 _task_started = False
@@ -113,9 +113,9 @@ def ready_resume(cfg, run_dir: str) -> None:
 
     if cfg.resume != "auto" or this_node_rank(cfg) != 0:
         return
-    from trl_ds.build.layout import CHECKPOINT_DIR
-    from trl_ds.build.resume import prepare_resume
     from trl_ds.config.values import world_size
+    from trl_ds.rundir.layout import CHECKPOINT_DIR
+    from trl_ds.rundir.resume import prepare_resume
 
     try:
         lines = prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage)[2]

@@ -26,7 +26,7 @@ def sweep_size(sweep_overrides) -> int:
 
 def point_line(run_dir: str) -> str:
     """status, final loss, peak memory and time of a finished point, from its summary.json and memory files."""
-    from trl_ds.build.layout import MEMORY_DIR, SUMMARY, read_json
+    from trl_ds.rundir.layout import MEMORY_DIR, SUMMARY, read_json
 
     try:
         s = read_json(os.path.join(run_dir, SUMMARY))

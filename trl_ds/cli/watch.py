@@ -17,7 +17,9 @@ import sys
 import time
 from typing import Optional
 
-from trl_ds.build.layout import (
+from trl_ds.errors import EXIT_USER_ERROR
+from trl_ds.launch.progress import Display, MetricsTail, Progress, read_peaks, total_steps
+from trl_ds.rundir.layout import (
     CHECKPOINT_DIR,
     CHECKPOINT_MARKER,
     LOGS_DIR,
@@ -27,8 +29,6 @@ from trl_ds.build.layout import (
     SUMMARY,
     read_json,
 )
-from trl_ds.errors import EXIT_USER_ERROR
-from trl_ds.launch.progress import Display, MetricsTail, Progress, read_peaks, total_steps
 
 START_GRACE_S = 30  # a run dir with neither a running launch nor a summary: wait this long for a launch to start
 
@@ -132,8 +132,8 @@ def watch(run_dir: str, every_s: float, stream=sys.stderr, job: Optional[str] = 
 
 
 def finished(run_dir: str) -> int:
-    from trl_ds.build.layout import load_run_config
     from trl_ds.launch.summary import print_outcome
+    from trl_ds.rundir.layout import load_run_config
 
     print_outcome(load_run_config(run_dir), run_dir)
     return exit_status(read_json(os.path.join(run_dir, SUMMARY)))

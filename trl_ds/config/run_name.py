@@ -10,11 +10,16 @@ from datetime import datetime
 from omegaconf import OmegaConf
 
 RESOLVER = "trl_ds_run_name"
+_given = set()  # one process asking twice in a millisecond: 4 hex digits clash there 1 time in 65536 per pair
 
 
 def run_name() -> str:
-    now = datetime.now()
-    return f"{now:%Y-%m-%d}/{now:%H-%M-%S}.{now.microsecond // 1000:03d}-{secrets.token_hex(2)}"
+    while True:
+        now = datetime.now()
+        name = f"{now:%Y-%m-%d}/{now:%H-%M-%S}.{now.microsecond // 1000:03d}-{secrets.token_hex(2)}"
+        if name not in _given:
+            _given.add(name)
+            return name
 
 
 def register_run_name() -> None:

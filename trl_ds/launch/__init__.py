@@ -9,7 +9,8 @@ import os
 import sys
 from typing import Dict, List
 
-from trl_ds.build.layout import (
+from trl_ds.config.values import value
+from trl_ds.rundir.layout import (
     DEEPSPEED_ENV,
     HOSTFILE,
     JOINED_FILE,
@@ -18,7 +19,6 @@ from trl_ds.build.layout import (
     node_log_dir,
     write_text,
 )
-from trl_ds.config.values import value
 
 from ..errors import ConfigError
 from .deepspeed import (

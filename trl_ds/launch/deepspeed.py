@@ -8,11 +8,11 @@ run dir's .deepspeed_env as well, and launch.sh points DS_ENV_FILE at it.
 import re
 from typing import Dict, List, Tuple
 
-from trl_ds.build.layout import HOSTFILE, node_log_dir
 from trl_ds.config.values import value
+from trl_ds.rundir.layout import HOSTFILE, node_log_dir
 
 from .hostfile import Host, check_against_cluster, default_hosts, read_hostfile, select_slots
-from .script import main_addr_word
+from .shell_words import main_addr_word
 from .torchrun import WORKER_MODULE
 
 # The runner strips each value and wraps it in double quotes for the remote shell when it holds other characters

@@ -7,7 +7,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from trl_ds.build.layout import FAILURE_FILE, LOGS_DIR, node_log_dir
+from trl_ds.rundir.layout import FAILURE_FILE, LOGS_DIR, node_log_dir
 
 # torchrun's "Root Cause (first observed failure)" block.
 TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, TextIO
 
-from trl_ds.build.layout import METRICS, PROGRESS_DIR, RESOLVED_CONFIG
+from trl_ds.rundir.layout import METRICS, PROGRESS_DIR, RESOLVED_CONFIG
 
 LIVE_MEMORY_GLOB = os.path.join(PROGRESS_DIR, "rank_*.json")
 MiB = 2 ** 20

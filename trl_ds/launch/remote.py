@@ -8,7 +8,7 @@ import shlex
 import subprocess
 from typing import Dict, List
 
-from trl_ds.build.layout import node_log_dir
+from trl_ds.rundir.layout import node_log_dir
 
 KILL_TIMEOUT_S = 30
 

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import IO, List, Optional
 
-from trl_ds.build.layout import FAILURE_FILE, JOINED_FILE
+from trl_ds.rundir.layout import FAILURE_FILE, JOINED_FILE
 
 from .failure import (  # noqa: F401  (summary.py imports them from here)
     Failure,

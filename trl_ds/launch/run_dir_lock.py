@@ -12,8 +12,8 @@ import sys
 import time
 from typing import Optional
 
-from trl_ds.build.layout import launch_lock
 from trl_ds.errors import ConfigError
+from trl_ds.rundir.layout import launch_lock
 
 UNREADABLE_GRACE_S = 5  # a lock file just created and not yet written reads as empty
 

@@ -1,42 +1,17 @@
 """launch.sh: the exact per-node commands, every value shell-quoted, runnable from a copy of the run dir.
 
-Commands are lists of plain strings (quoted when written) and `Shell` words, which the script writes as they are
-because the shell must expand them on the node ("$MAIN_ADDR").
+Commands are lists of plain strings (quoted when written) and `Shell` words (shell_words.py), which the script
+writes as they are because the shell must expand them on the node ("$MAIN_ADDR").
 """
 import re
 import shlex
 from typing import Dict, List, Optional
 
 from .gpu_count import node_gpu_check_lines
+from .shell_words import LOCAL_ADDR_VAR, RUN_DIR_VAR, Shell
 from .slurm import MAIN_ADDR_FROM_SLURM
 
-
-class Shell(str):
-    """A word written verbatim into a script: a variable the node's shell expands, never config data.
-    `shown` is its value outside SLURM, for printing commands; `main_addr`, the configured main address a word
-    holding $MAIN_ADDR stands for."""
-
-    def __new__(cls, text: str, shown: str, main_addr: Optional[str] = None):
-        word = super().__new__(cls, text)
-        word.shown, word.main_addr = shown, main_addr
-        return word
-
-
-RUN_DIR_VAR = '"$RUN_DIR"'
-LOCAL_ADDR_VAR = '"$LOCAL_ADDR"'
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def main_addr_word(master_addr: str, suffix: str = "") -> Shell:
-    """The main node's address (then suffix, e.g. ":PORT"): cluster.master_addr, or the job's first node when srun
-    starts launch.sh."""
-    return Shell(f'"$MAIN_ADDR"{suffix}', shown=master_addr + suffix, main_addr=master_addr)
-
-
-def local_addr_word() -> Shell:
-    """This node's address as the other nodes reach it: $PET_LOCAL_ADDR (torchrun's own variable) if set, else
-    the source address of the route to the main node (launch/route.py)."""
-    return Shell(LOCAL_ADDR_VAR, shown="<this-node-addr>")
 
 
 def render_launch_script(node_commands: List[List[str]], run_dir: str, env: Dict[str, str], nodes: int,

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from typing import Dict, List
 
-from trl_ds.build.layout import SBATCH_SCRIPT, SLURM_JOB_ID
 from trl_ds.config.values import value
+from trl_ds.rundir.layout import SBATCH_SCRIPT, SLURM_JOB_ID
 
 # Shell lines (launch.sh, and this module under an allocation): rank 0's node is the job's first node, at the
 # address SLURM itself reaches it by (NodeAddr), which may differ from its name.

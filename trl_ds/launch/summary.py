@@ -7,14 +7,14 @@ from typing import Optional
 
 import yaml
 
-from trl_ds.build.disk_space import remove_incomplete
-from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, SBATCH_SCRIPT, SUMMARY, read_json, write_json, write_text
 from trl_ds.config.model_source import display_name
 from trl_ds.config.partial_batch import count_rows, epoch_end_text
 from trl_ds.config.training_steps import describe as describe_steps
 from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
+from trl_ds.rundir.disk_space import remove_incomplete
+from trl_ds.rundir.layout import MEMORY_DIR, OVERRIDES, SBATCH_SCRIPT, SUMMARY, read_json, write_json, write_text
 
 MiB = 2 ** 20
 DISK_FULL = "DiskFullError: "  # how trl_ds.worker.train reports a write that found the disk full or read-only

@@ -13,10 +13,10 @@ import hashlib
 import os
 from typing import List
 
-from trl_ds.build.layout import node_log_dir
 from trl_ds.config.values import elastic_min_nodes, value
+from trl_ds.rundir.layout import node_log_dir
 
-from .script import local_addr_word, main_addr_word
+from .shell_words import local_addr_word, main_addr_word
 
 WORKER_MODULE = "trl_ds.worker.train"
 

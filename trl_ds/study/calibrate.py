@@ -22,9 +22,9 @@ from typing import Callable, Dict, List
 
 import yaml
 
-from trl_ds.build.deepspeed_config import ZERO_1_2, ZERO_3, ZERO_COMMON
 from trl_ds.config.schema import ZeroConfig
 from trl_ds.launch import spawn_env
+from trl_ds.rundir.deepspeed_config import ZERO_1_2, ZERO_3, ZERO_COMMON
 
 GB = 1e9
 MATMUL_N = {"cpu": 768, "cuda": 8192}

@@ -21,9 +21,9 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from trl_ds.build.layout import FINAL_MODEL_DIR, METRICS
 from trl_ds.config.partial_batch import count_rows, explain_divergence
 from trl_ds.config.run_name import run_name
+from trl_ds.rundir.layout import FINAL_MODEL_DIR, METRICS
 
 LOSS_RTOL = 1e-5
 WEIGHT_RTOL = 1e-5
@@ -96,7 +96,7 @@ def compare(runs: Dict[str, str], global_batch: Optional[int] = None) -> Dict:
 
 
 def dataset_rows(run_dir: str):
-    from trl_ds.build.layout import load_run_config
+    from trl_ds.rundir.layout import load_run_config
 
     cfg = load_run_config(run_dir)
     return None if cfg.trainer.dataloader_drop_last else count_rows(cfg.trainer.dataset_name)

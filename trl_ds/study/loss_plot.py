@@ -1,4 +1,4 @@
-"""loss.png for one run: train and eval loss by step, from its metrics.jsonl (`python -m trl_ds.report RUN_DIR`)."""
+"""loss.png for one run: train and eval loss by step, from its metrics.jsonl (`trl-ds report RUN_DIR`)."""
 import json
 import os
 from typing import List, Tuple

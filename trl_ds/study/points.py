@@ -17,8 +17,8 @@ from typing import Dict, List, Optional
 
 import yaml
 
-from trl_ds.build.layout import MEMORY_DIR, OVERRIDES, PLAN, SUMMARY, memory_file
 from trl_ds.plan.memory import CUDA_CONTEXT_BYTES
+from trl_ds.rundir.layout import MEMORY_DIR, OVERRIDES, PLAN, SUMMARY, memory_file
 
 KINDS = ("params", "gradients", "optimizer")
 PEAK_PARTS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead", "offloaded")

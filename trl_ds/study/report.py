@@ -16,8 +16,8 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-from trl_ds.build.layout import OVERRIDES, PLAN, RESOLVED_CONFIG, SUMMARY
 from trl_ds.errors import EXIT_USER_ERROR
+from trl_ds.rundir.layout import OVERRIDES, PLAN, RESOLVED_CONFIG, SUMMARY
 from trl_ds.study.points import read_point
 from trl_ds.study.table import render_markdown, write_csv
 

@@ -11,9 +11,10 @@ import time
 
 from transformers import TrainerCallback
 
-from trl_ds.build.checkpoint import checkpoints, latest_complete, mark_complete, rotate
-from trl_ds.build.disk_space import full_disk_line, is_disk_full
-from trl_ds.build.layout import (
+from trl_ds.config.values import sp_size
+from trl_ds.rundir.checkpoint import checkpoints, latest_complete, mark_complete, rotate
+from trl_ds.rundir.disk_space import full_disk_line, is_disk_full
+from trl_ds.rundir.layout import (
     CHECKPOINT_DIR,
     FINAL_MODEL_DIR,
     JOINED_FILE,
@@ -27,9 +28,8 @@ from trl_ds.build.layout import (
     write_json,
     write_text,
 )
-from trl_ds.build.resume import prepare_resume
-from trl_ds.build.universal import shape_change
-from trl_ds.config.values import sp_size
+from trl_ds.rundir.resume import prepare_resume
+from trl_ds.rundir.universal import shape_change
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.cores import share_cores
 from trl_ds.worker.measure import measure_rank, peak_memory
@@ -120,7 +120,7 @@ def folder_bytes(path: str) -> int:
 def choose_resume(cfg, run_dir: str, state):
     """(the checkpoint to resume from or None, whether to load it in DeepSpeed's universal format).
 
-    Rank 0 readies it (trl_ds/build/resume.py); the other ranks wait, then read the same answer from the run dir.
+    Rank 0 readies it (trl_ds/rundir/resume.py); the other ranks wait, then read the same answer from the run dir.
     """
     output_dir = os.path.join(run_dir, CHECKPOINT_DIR)
     if state.is_main_process:

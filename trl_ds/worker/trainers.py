@@ -10,9 +10,9 @@ from typing import List
 
 import yaml
 
-from trl_ds.build.layout import DS_CONFIG, TRAINER_YAML, read_json
-from trl_ds.build.trainer_config import RUN_DIR_PATHS, eval_dataset_path, in_run_dir, is_run_dir_path
 from trl_ds.config.values import sp_size, value, world_size
+from trl_ds.rundir.layout import DS_CONFIG, TRAINER_YAML, read_json
+from trl_ds.rundir.trainer_config import RUN_DIR_PATHS, eval_dataset_path, in_run_dir, is_run_dir_path
 from trl_ds.worker.elastic import fit_to_world
 from trl_ds.worker.moe_leaf import mark_moe_leaf_modules
 
@@ -57,11 +57,11 @@ def parse_trainer_yaml(cfg, run_dir: str, load_universal: bool = False):
     fitted = fit_to_world(args, args["deepspeed"], world_size(cfg), world)
     if fitted:
         print(fitted, flush=True)
-    if load_universal:  # a checkpoint of another cluster shape, converted (trl_ds/build/universal.py)
+    if load_universal:  # a checkpoint of another cluster shape, converted (trl_ds/rundir/universal.py)
         args["deepspeed"]["checkpoint"] = {**args["deepspeed"].get("checkpoint", {}), "load_universal": True}
     args["accelerator_config"] = {"use_configured_state": True}  # see train.init_distributed
     if sp_size(cfg) > 1:
-        from trl_ds.build.interop import parallelism_config
+        from trl_ds.rundir.interop import parallelism_config
 
         args["parallelism_config"] = parallelism_config(cfg)
     parser = importlib.import_module(f"trl.scripts.{value(cfg.trainer.name)}").make_parser()

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from typing import Optional
 
-from trl_ds.build.checkpoint import _write_atomic, file_sizes, read_marker
-from trl_ds.build.layout import LATEST_UNIVERSAL, UNIVERSAL_MARKER
+from trl_ds.rundir.checkpoint import _write_atomic, file_sizes, read_marker
+from trl_ds.rundir.layout import LATEST_UNIVERSAL, UNIVERSAL_MARKER
 
 # The file a ZeRO-3 engine's universal load reads its metadata from (engine._get_all_ckpt_names with
 # pp_placeholder "0"); stages 0-2 read mp_rank_00_model_states.pt. The weights come from zero/ in both cases.

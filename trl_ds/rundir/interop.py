@@ -9,10 +9,10 @@ from typing import Any, Dict
 
 import yaml
 
-from trl_ds.build.layout import ACCELERATE_YAML, DS_CONFIG, TINY_MODEL_DIR, TRAINER_YAML, write_json, write_text
-from trl_ds.build.trainer_config import nvme_blocks, relative_to_run_dir, run_dir_relative_args
 from trl_ds.config.topology import topology
 from trl_ds.config.values import sp_size, value, world_size
+from trl_ds.rundir.layout import ACCELERATE_YAML, DS_CONFIG, TINY_MODEL_DIR, TRAINER_YAML, write_json, write_text
+from trl_ds.rundir.trainer_config import nvme_blocks, relative_to_run_dir, run_dir_relative_args
 
 # Keys Hugging Face's Trainer fills from its TrainingArguments when they hold "auto" (HfTrainerDeepSpeedConfig).
 AUTO_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",

@@ -11,8 +11,8 @@ import os
 import shutil
 from typing import Optional
 
-from trl_ds.build.checkpoint import checkpoints, is_complete
-from trl_ds.build.layout import CHECKPOINT_DIR
+from trl_ds.rundir.checkpoint import checkpoints, is_complete
+from trl_ds.rundir.layout import CHECKPOINT_DIR
 
 MiB = 2 ** 20
 FULL = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)

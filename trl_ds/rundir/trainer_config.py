@@ -7,9 +7,9 @@ file with the same TRL parser.
 import os
 from typing import Any, Dict, Tuple
 
-from trl_ds.build.layout import ACCELERATE_YAML, CHECKPOINT_DIR, DS_CONFIG, TINY_DATA_DIR, TINY_MODEL_DIR
 from trl_ds.config.batch import Batch
 from trl_ds.config.values import dtype, sp_size, value
+from trl_ds.rundir.layout import ACCELERATE_YAML, CHECKPOINT_DIR, DS_CONFIG, TINY_DATA_DIR, TINY_MODEL_DIR
 
 # Fields of the trainer group that every TRL trainer takes, passed through unchanged.
 PASSTHROUGH = ("max_steps", "per_device_train_batch_size", "learning_rate", "weight_decay", "adam_beta1",

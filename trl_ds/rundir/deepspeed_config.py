@@ -1,9 +1,9 @@
 """The DeepSpeed JSON: concrete numbers only (no "auto"), so DeepSpeed checks every key."""
 from typing import Any, Dict
 
-from trl_ds.build.layout import nvme_path
 from trl_ds.config.batch import Batch
 from trl_ds.config.values import dtype, offloads, sp_size, value
+from trl_ds.rundir.layout import nvme_path
 
 ZERO_COMMON = ("overlap_comm", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size")
 ZERO_1_2 = ("allgather_bucket_size", "round_robin_gradients")

@@ -13,8 +13,8 @@ import shutil
 import time
 from typing import Dict, List, Optional, Tuple
 
-from trl_ds.build.layout import CHECKPOINT_MARKER as MARKER
-from trl_ds.build.layout import DAMAGED_SUFFIX
+from trl_ds.rundir.layout import CHECKPOINT_MARKER as MARKER
+from trl_ds.rundir.layout import DAMAGED_SUFFIX
 
 _STEP = re.compile(r"^checkpoint-(\d+)$")
 

@@ -6,8 +6,8 @@ terminal) and rank 0 again at start (a no-op then; it does the work when launch.
 """
 from typing import List, Optional, Tuple
 
-from trl_ds.build.checkpoint import fallback_line, newest_verified, set_aside
-from trl_ds.build.universal import ensure_universal, shape_change
+from trl_ds.rundir.checkpoint import fallback_line, newest_verified, set_aside
+from trl_ds.rundir.universal import ensure_universal, shape_change
 
 
 def prepare_resume(output_dir: str, world_size: int, zero_stage: int) -> Tuple[Optional[str], bool, List[str]]:
