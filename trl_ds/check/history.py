@@ -4,17 +4,20 @@
   mix metrics.jsonl, and rotation (newest `keep_last` by step) would delete the new run's checkpoints against the
   old run's higher steps, after which resume=auto would continue the old run.
 - The same command after the run completed: it says so and trains nothing (a raised trainer.max_steps continues).
+- trainer.max_steps below the newest complete checkpoint: refused with both numbers. Resuming would train past
+  max_steps (transformers resumes the step count), and rotation would then delete checkpoints up to that step.
+- A summary.json that a kill left empty or cut says nothing about the run: it is ignored (the launch rewrites it).
 """
 import os
 from typing import List, Optional
 
-from trl_ds.rundir.checkpoint import checkpoints
-from trl_ds.rundir.layout import CHECKPOINT_DIR, METRICS, SUMMARY, read_json
+from trl_ds.rundir.checkpoint import checkpoints, is_complete, step_of
+from trl_ds.rundir.layout import CHECKPOINT_DIR, METRICS, SUMMARY, read_json_or_none
 
 
 def check_history(cfg, run_dir: str) -> List[str]:
     if cfg.resume == "auto":
-        return []
+        return check_max_steps(cfg, run_dir)
     found = [os.path.basename(c) for c in checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))]
     if os.path.isfile(os.path.join(run_dir, METRICS)):
         found.append(METRICS)
@@ -27,12 +30,24 @@ def check_history(cfg, run_dir: str) -> List[str]:
 
 def finished_run(cfg, run_dir: str) -> Optional[str]:
     """A sentence when this run dir's run already completed trainer.max_steps (and resume=auto), else None."""
-    path = os.path.join(run_dir, SUMMARY)
-    if cfg.resume != "auto" or not os.path.isfile(path):
+    summary = read_json_or_none(os.path.join(run_dir, SUMMARY))
+    if cfg.resume != "auto" or not isinstance(summary, dict):
         return None
-    summary = read_json(path)
     steps = summary.get("steps")
     if summary.get("status") != "completed" or steps is None or steps < cfg.trainer.max_steps:
         return None
     return (f"the run in {run_dir} is complete ({steps} steps, trainer.max_steps={cfg.trainer.max_steps}); nothing "
             f"to train. Raise trainer.max_steps to continue it, or use a new hydra.run.dir for another run.")
+
+
+def check_max_steps(cfg, run_dir: str) -> List[str]:
+    """trainer.max_steps below the newest complete checkpoint, which resume would load: refused with the numbers."""
+    max_steps = cfg.trainer.max_steps
+    done = [c for c in checkpoints(os.path.join(run_dir, CHECKPOINT_DIR)) if is_complete(c)]
+    if max_steps <= 0 or not done or step_of(done[-1]) <= max_steps:
+        return []
+    newest = step_of(done[-1])
+    return [f"trainer.max_steps={max_steps} is below this run's newest checkpoint ({done[-1]}, step {newest}): "
+            f"resuming would train past step {max_steps}, and keeping checkpoint.keep_last would delete older "
+            f"checkpoints. Use trainer.max_steps={newest} or more to continue this run, or a new hydra.run.dir "
+            f"for a run of {max_steps} steps."]

@@ -75,8 +75,8 @@ def _torchrun_rank(output: str, node: NodeView) -> Optional[Failure]:
     if not match:
         return None
     rank, local, code = (int(g) for g in match.groups())
-    log = _latest(os.path.join(node.log_dir, "*", "attempt_*", str(local), "stderr.log"))
-    cause = _cause_elsewhere(log, glob.glob(os.path.join(os.path.dirname(os.path.dirname(log or "")), "*",
+    log = _latest(os.path.join(glob.escape(node.log_dir), "*", "attempt_*", str(local), "stderr.log"))
+    cause = _cause_elsewhere(log, glob.glob(os.path.join(glob.escape(os.path.dirname(os.path.dirname(log or ""))), "*",
                                                          "stderr.log")))
     if cause:  # the first rank to exit only saw a peer leave; name the one whose log holds the error
         local, log = int(os.path.basename(os.path.dirname(cause))), cause
@@ -215,7 +215,8 @@ def write_failure(node: NodeView, failure: Failure) -> None:
 
 def failed_rank_log(run_dir: str) -> Optional[str]:
     """The log named by a node's failure.json, else the first rank log holding a traceback of its own."""
-    for path in sorted(glob.glob(os.path.join(run_dir, LOGS_DIR, "node_*", FAILURE_FILE))):
+    logs = os.path.join(glob.escape(run_dir), LOGS_DIR)  # the run dir is a literal path: it may hold [ ] * ?
+    for path in sorted(glob.glob(os.path.join(logs, "node_*", FAILURE_FILE))):
         try:
             with open(path) as f:
                 log = json.load(f).get("log")
@@ -223,8 +224,8 @@ def failed_rank_log(run_dir: str) -> Optional[str]:
             continue
         if log:
             return log
-    rank_logs = glob.glob(os.path.join(run_dir, LOGS_DIR, "**", "stderr.log"), recursive=True)
-    rank_logs += glob.glob(os.path.join(run_dir, LOGS_DIR, "**", "*_rank*.log"), recursive=True)
+    rank_logs = glob.glob(os.path.join(logs, "**", "stderr.log"), recursive=True)
+    rank_logs += glob.glob(os.path.join(logs, "**", "*_rank*.log"), recursive=True)
     failed = []
     for path in sorted(rank_logs):
         with open(path, errors="replace") as f:

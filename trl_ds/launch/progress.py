@@ -113,7 +113,7 @@ def clock(seconds: float) -> str:
 
 def read_peaks(run_dir: str) -> Dict[int, int]:
     peaks = {}
-    for path in glob.glob(os.path.join(run_dir, LIVE_MEMORY_GLOB)):
+    for path in glob.glob(os.path.join(glob.escape(run_dir), LIVE_MEMORY_GLOB)):
         try:
             with open(path) as f:
                 m = json.load(f)

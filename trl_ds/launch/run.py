@@ -16,6 +16,7 @@ import time
 from typing import IO, List, Optional
 
 from trl_ds.rundir.layout import FAILURE_FILE, JOINED_FILE
+from trl_ds.rundir.lifeline import die_with_parent, launcher_env
 
 from .failure import (  # noqa: F401  (summary.py imports them from here)
     Failure,
@@ -53,7 +54,10 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
     for stale in (FAILURE_FILE, JOINED_FILE):  # from an earlier launch in this run dir
         _remove(os.path.join(node.log_dir, stale))
     attempts_before = _attempts(node.log_dir)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # The launcher and ranks end with this process, whatever kills it (SIGKILL included): rundir/lifeline.py
+    env = {**env, **launcher_env()}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=die_with_parent())
     captured: List[str] = []
     pump = threading.Thread(target=_tee, args=(proc.stdout, os.path.join(node.log_dir, "launcher.log"), captured),
                             daemon=True)
@@ -126,7 +130,7 @@ def _joined(log_dir: str, attempts_before: set) -> bool:
 
 def _attempts(log_dir: str) -> set:
     """torchrun makes an attempt folder once the rendezvous is done and it starts the ranks."""
-    return set(glob.glob(os.path.join(log_dir, "*", "attempt_*")))
+    return set(glob.glob(os.path.join(glob.escape(log_dir), "*", "attempt_*")))  # a run dir may hold [ ] * ?
 
 
 def _show(progress, method: str) -> None:

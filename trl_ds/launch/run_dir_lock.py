@@ -1,10 +1,14 @@
 """One launch per run dir (and node) at a time: a lock file taken before anything is written, released on every exit.
 
-The lock records who holds it (pid, the pid's start time, host, run dir). A lock whose launcher is gone (same host,
-no such process, or the pid now belongs to another process) or that was copied with its run dir is stale: the next
-launch takes it over and says so. A lock held on another host cannot be checked from here: it is reported with how
-to clear it.
+The lock records who holds it (pid, the pid's start time, host, run dir, and the launch id every process of the
+launch carries in its environment, rundir/lifeline.py). It is created whole and at once (written to a private file,
+then hard-linked to its name, which fails if the name exists), so a reader never sees it half-written. A lock is
+stale when no process of its launch lives on this host any more (the launcher, torchrun and every rank), or when
+it was copied with its run dir; the next launch takes it over and says so. Takeovers are serialised by an OS lock
+on the run dir, so of two launches that find the same stale lock exactly one wins and the other names the winner.
+A lock held on another host cannot be checked from here: it is reported with how to clear it.
 """
+import fcntl
 import json
 import os
 import socket
@@ -14,8 +18,7 @@ from typing import Optional
 
 from trl_ds.errors import ConfigError
 from trl_ds.rundir.layout import launch_lock
-
-UNREADABLE_GRACE_S = 5  # a lock file just created and not yet written reads as empty
+from trl_ds.rundir.lifeline import launch_processes, start_time, this_launch_id
 
 
 def lock_path(run_dir: str, node_rank: int) -> str:
@@ -31,15 +34,22 @@ class RunDirLock:
     def acquire(self) -> None:
         """Take the lock, or raise ConfigError naming the launch that holds it."""
         os.makedirs(self.run_dir, exist_ok=True)
-        for _ in range(2):  # a second try after removing a stale lock
-            if self._create():
-                return
-            holder = read_holder(self.path)
-            reason = stale_reason(holder, self.run_dir, self.path)
-            if reason is None:
-                raise ConfigError([busy_message(self.run_dir, holder, self.path)])
-            print(f"trl_ds: taking over {self.path}: {reason}", file=sys.stderr)
-            _remove(self.path)
+        if self._create():
+            return
+        with _serialised(self.run_dir):  # one judge of a stale lock at a time
+            for _ in range(3):  # the holder may release it while we read it
+                holder = read_holder(self.path)
+                if holder is None and not os.path.lexists(self.path):
+                    if self._create():
+                        return
+                    continue
+                reason = stale_reason(holder, self.run_dir, self.path)
+                if reason is None or reason.startswith(STILL_RUNNING):
+                    raise ConfigError([busy_message(self.run_dir, holder, self.path, reason)])
+                print(f"trl_ds: taking over {self.path}: {reason}", file=sys.stderr)
+                _remove(self.path)
+                if self._create():
+                    return
         raise ConfigError([busy_message(self.run_dir, read_holder(self.path), self.path)])
 
     def release(self) -> None:
@@ -48,68 +58,81 @@ class RunDirLock:
         self.held = False
 
     def _create(self) -> bool:
+        """Write the holder to a private file, then link it to the lock's name: atomic, and whole when seen."""
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(me(self.run_dir), f)
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            os.link(tmp, self.path)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as f:
-            json.dump(me(self.run_dir), f)
+        finally:
+            _remove(tmp)
         self.held = True
         return True
 
 
+STILL_RUNNING = "processes of its launch still run"
+
+
+class _serialised:
+    """An exclusive flock on the run dir itself for the with-block (released if this process dies)."""
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+
+    def __enter__(self):
+        self.fd = os.open(self.run_dir, os.O_RDONLY)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # closing releases the flock
+
+
 def me(run_dir: str) -> dict:
-    return {"pid": os.getpid(), "started": _start_time(os.getpid()), "host": socket.gethostname(),
-            "run_dir": run_dir, "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    return {"pid": os.getpid(), "started": start_time(os.getpid()), "host": socket.gethostname(),
+            "run_dir": run_dir, "launch_id": this_launch_id(), "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
 def stale_reason(holder: Optional[dict], run_dir: str, path: str) -> Optional[str]:
-    """Why the lock's holder cannot be running a launch in this run dir any more; None when it may be."""
-    if not holder:  # a launcher killed while writing it, unless one is writing it right now
-        young = time.time() - _mtime(path) < UNREADABLE_GRACE_S
-        return None if young else "it is unreadable (its launcher was killed while writing it)"
+    """Why the lock's holder cannot be running a launch in this run dir any more; None when it may be.
+    A reason that starts with STILL_RUNNING: its launcher ended but processes of its launch still run."""
+    if not holder:  # written whole by link(): an empty or cut lock is damage (an older trl_ds, a full disk)
+        return "it is unreadable (empty or cut short), so no launch can be named in it"
     who = f"pid {holder.get('pid')} on {holder.get('host')}"
     if holder.get("run_dir") != run_dir:
         return f"it was taken by {who} for {holder.get('run_dir')} (this run dir is a copy)"
     if holder.get("host") != socket.gethostname():
         return None
-    started = _start_time(holder.get("pid"))
+    started = start_time(holder.get("pid"))
+    if started is not None and started == holder.get("started"):
+        return None
+    left = launch_processes(holder.get("launch_id"))
+    if left:
+        return (f"{STILL_RUNNING}: its launcher ({who}) has ended, but {len(left)} of its processes have not "
+                f"(pids {' '.join(map(str, left))}); they end by themselves within seconds of losing their "
+                f"launcher. Wait and rerun, or stop them: kill {' '.join(map(str, left))}")
     if started is None:
         return f"its launcher ({who}) has ended"
-    if started != holder.get("started"):
-        return f"its launcher ({who}) has ended; that pid is another process now"
-    return None
+    return f"its launcher ({who}) has ended; that pid is another process now"
 
 
-def busy_message(run_dir: str, holder: Optional[dict], path: str) -> str:
+def busy_message(run_dir: str, holder: Optional[dict], path: str, reason: Optional[str] = None) -> str:
     holder = holder or {}
+    if reason:
+        return f"hydra.run.dir={run_dir} is in use: {reason}."
     return (f"hydra.run.dir={run_dir} is in use by another launch (pid {holder.get('pid')} on {holder.get('host')}, "
             f"since {holder.get('since')}). Wait for it to end or stop it, or use another hydra.run.dir; if that "
             f"launch is gone (another host that trl_ds cannot check), delete {path}.")
 
 
-def _start_time(pid) -> Optional[float]:
-    import psutil
-
-    try:
-        return psutil.Process(int(pid)).create_time()
-    except (psutil.NoSuchProcess, TypeError, ValueError):
-        return None
-
-
 def read_holder(path: str) -> Optional[dict]:
     try:
         with open(path) as f:
-            return json.load(f)
+            holder = json.load(f)
     except (OSError, ValueError):
         return None
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.path.getmtime(path)
-    except OSError:
-        return 0.0
+    return holder if isinstance(holder, dict) else None
 
 
 def _remove(path: str) -> None:

@@ -127,7 +127,7 @@ def print_outcome(cfg, run_dir: str, s: Optional[dict] = None) -> None:
     print(f"  world size     {s['world_size']} ({s['distributed_type']}, {s['device']}){joined}")
     if s.get("epoch_end"):
         print(f"  epoch end      {s['epoch_end']}")
-    for mem_path in sorted(glob.glob(os.path.join(run_dir, MEMORY_DIR, "rank_*.json"))):
+    for mem_path in sorted(glob.glob(os.path.join(glob.escape(run_dir), MEMORY_DIR, "rank_*.json"))):
         print(f"  memory         {format_memory(read_json(mem_path))}")
     print(f"  run dir        {run_dir}")
 

@@ -60,7 +60,13 @@ def file_sizes(folder: str) -> Dict[str, int]:
 
 def verify(checkpoint: str) -> Optional[str]:
     """None if every file the marker lists is there with its size, else the first difference, in words."""
-    for rel, size in read_marker(checkpoint).get("files", {}).items():
+    try:
+        marker = read_marker(checkpoint)
+    except (OSError, ValueError):  # a kill or a full disk while it was written by an older trl_ds
+        marker = None
+    if not isinstance(marker, dict) or not isinstance(marker.get("step"), int):
+        return f"its marker {MARKER} is empty or cut short"
+    for rel, size in marker.get("files", {}).items():
         path = os.path.join(checkpoint, rel)
         if not os.path.isfile(path):
             return f"{rel} is missing"
@@ -102,11 +108,12 @@ def rotate(output_dir: str, keep_last: int) -> None:
     keep = set(complete[-keep_last:])
     newest = complete[-1] if complete else None
     for path in checkpoints(output_dir):
-        if path not in keep and (is_complete(path) or (newest and _step(path) < _step(newest))):
+        if path not in keep and (is_complete(path) or (newest and step_of(path) < step_of(newest))):
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _step(path: str) -> int:
+def step_of(path: str) -> int:
+    """The step in a checkpoint-N folder's name."""
     return int(_STEP.match(os.path.basename(path)).group(1))
 
 

@@ -78,6 +78,14 @@ def read_json(path: str) -> Any:
         return json.load(f)
 
 
+def read_json_or_none(path: str) -> Any:
+    """A small file trl_ds wrote, or None when it is missing, empty or cut short (a kill, a full disk)."""
+    try:
+        return read_json(path)
+    except (OSError, ValueError):
+        return None
+
+
 def write_text(path: str, text: str, mode: int = 0o644) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:

@@ -28,10 +28,13 @@ from trl_ds.rundir.layout import (
     write_json,
     write_text,
 )
+from trl_ds.rundir.lifeline import watch_launcher
 from trl_ds.rundir.resume import prepare_resume
 from trl_ds.rundir.universal import shape_change
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.cores import share_cores
+from trl_ds.worker.data import whole_global_batches
+from trl_ds.worker.gpu_cap import apply_gpu_cap
 from trl_ds.worker.measure import measure_rank, peak_memory
 from trl_ds.worker.moe_leaf import leaf_module_names
 from trl_ds.worker.trainers import count_parameters
@@ -64,11 +67,13 @@ def newest_checkpoint(run_dir: str):
 def train(run_dir: str) -> int:
     cfg = load_run_config(run_dir)
     state = init_distributed()
+    apply_gpu_cap(cfg.cluster, state.local_process_index)  # cluster.gpu_memory_gb on a bigger GPU
     mark_joined(run_dir, state)
     if cfg.model.name_or_path is None:
         prepare_tiny_model(cfg, run_dir, state)
     resume_from, universal = choose_resume(cfg, run_dir, state) if cfg.resume == "auto" else (None, False)
     trainer = build_trainer(cfg, run_dir, load_universal=universal)
+    trainer.train_dataset = whole_global_batches(trainer, state.num_processes)
     trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage))
     trainer.add_callback(LiveMemory(run_dir, state.process_index))
     started = time.time()
@@ -314,5 +319,6 @@ def _sequence_parallel(trainer) -> int:
 
 
 if __name__ == "__main__":
+    watch_launcher()  # never outlive the launch: a SIGKILLed launcher ends its ranks within a second
     skip_final_collection()
     sys.exit(main(sys.argv[1:]))
