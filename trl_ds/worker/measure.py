@@ -37,6 +37,9 @@ def peak_memory(rank: int) -> Dict:
     if torch.cuda.is_available():
         report["gpu_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
         report["gpu_peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    from trl_ds.worker.gpu_cap import applied_cap  # cluster.gpu_memory_gb's cap on this rank, when one was set
+
+    report.update(applied_cap())
     return report
 
 
