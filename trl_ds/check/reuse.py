@@ -1,6 +1,10 @@
 """May this launch write into an existing run dir? Only a relaunch of the same config (to resume, or a real launch
-after its own dry run); a run dir of another config is never overwritten."""
+after its own dry run); a run dir of another config is never overwritten.
+
+A config.yaml that a kill left empty or cut short names no config: this launch's replaces it, with one line saying
+so (the checkpoints' own files still have to load, which a launch of another model would not)."""
 import os
+import sys
 from typing import Dict, List
 
 import yaml
@@ -18,8 +22,16 @@ def check_run_dir(cfg, run_dir: str) -> List[str]:
     saved_path = os.path.join(run_dir, RESOLVED_CONFIG)
     if not os.path.isfile(saved_path):
         return []
-    with open(saved_path) as f:
-        saved = flatten(yaml.safe_load(f) or {})
+    try:
+        with open(saved_path) as f:
+            loaded = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        loaded = None
+    if not isinstance(loaded, dict) or not loaded:
+        print(f"trl_ds: {saved_path} is empty or cut short (a kill while it was written); this launch's config "
+              f"replaces it", file=sys.stderr)
+        return []
+    saved = flatten(loaded)
     now = flatten(yaml.safe_load(OmegaConf.to_yaml(cfg, resolve=True)))
     changed = sorted(k for k in saved.keys() | now.keys()
                      if saved.get(k) != now.get(k) and not k.startswith(RELAUNCH_KEYS))

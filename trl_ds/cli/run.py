@@ -76,6 +76,7 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
     from trl_ds.cli.app import build, write_run_dir
     from trl_ds.launch import start, summarizes_here
 
+    resolve_local_paths(cfg)
     try:
         prepared = build(cfg, run_dir, launching=not cfg.dry_run)
         if not cfg.dry_run:
@@ -104,6 +105,21 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
     print_summary(cfg, prepared, rc, wall_seconds=time.time() - started)
     if rc != 0 and not multirun:
         sys.exit(1)
+
+
+LOCAL_PATH_KEYS = (("trainer", "dataset_name"), ("trainer", "eval_dataset_name"), ("model", "name_or_path"))
+
+
+def resolve_local_paths(cfg) -> None:
+    """A relative model or dataset path means the folder the user launched from, not the run dir the ranks run in
+    (nor wherever launch.sh is run later): made absolute here, before the checks and the run dir's files."""
+    from trl_ds.config.values import is_local_path
+
+    for group, key in LOCAL_PATH_KEYS:
+        name = cfg[group].get(key)
+        if isinstance(name, str) and name != "tiny" and is_local_path(name) \
+                and not os.path.isabs(os.path.expanduser(name)):
+            cfg[group][key] = os.path.abspath(name)
 
 
 def ready_resume(cfg, run_dir: str) -> None:
@@ -155,6 +171,36 @@ def _remove_if_empty(run_dir: str) -> None:
         pass
 
 
+RUN_DIR_KEYS = ("hydra.run.dir=", "hydra.sweep.dir=", "hydra.sweep.subdir=")
+
+
+def name_too_long(args: Sequence[str]) -> Optional[str]:
+    """A run dir with a name the file system cannot hold (Hydra would fail creating it, with a traceback)."""
+    for arg in args:
+        key = next((k for k in RUN_DIR_KEYS if arg.lstrip("+").startswith(k)), None)
+        if key is None:
+            continue
+        path = os.path.abspath(os.path.expanduser(arg.lstrip("+")[len(key):].strip("'\"")))
+        limit = _name_max(path)
+        for part in path.split(os.sep):
+            if len(os.fsencode(part)) > limit:
+                return (f"{key[:-1]} has a folder name of {len(os.fsencode(part))} bytes ({part[:40]}...); this file "
+                        f"system allows {limit}. Use a shorter name in {key}...")
+        if len(os.fsencode(path)) >= 4096:
+            return f"{key[:-1]} is {len(os.fsencode(path))} bytes long; Linux allows 4095. Use a shorter path."
+    return None
+
+
+def _name_max(path: str) -> int:
+    """NAME_MAX of the file system holding the path's nearest existing folder (255 on Linux's usual ones)."""
+    while path and not os.path.isdir(path):
+        path = os.path.dirname(path)
+    try:
+        return os.pathconf(path or "/", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
 def _skip_mode_probe() -> None:
     """Hydra 1.3 composes the whole config once just to read `hydra.mode`, which trl_ds never sets in config; without
     that probe Hydra takes the mode from --multirun alone. One compose less: about 0.1 s of every dry run."""
@@ -167,6 +213,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     """Hydra reads sys.argv itself; `argv`, when given, replaces the arguments after the program name."""
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
+    too_long = name_too_long(sys.argv[1:])
+    if too_long:
+        print(f"trl_ds: {too_long}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
     pause_collection()
     register()
     _skip_mode_probe()

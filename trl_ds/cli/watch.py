@@ -5,7 +5,8 @@ show its state and progress until it ends; exit with the run's own status.
 
 A finished run prints its summary and exits at once: 0 completed, 1 failed, 128+signal stopped, 2 skipped.
 A launch is running while its launcher holds the run dir's lock (launch.lock: pid and host), or, for launcher=slurm,
-while its job is in SLURM's queue.
+while its job is in SLURM's queue. A summary.json older than the run dir's launch.sh (which every launch rewrites)
+is an earlier launch's: the latest launch ended without one (killed), and watch says so instead of the old outcome.
 """
 import argparse
 import os
@@ -22,12 +23,13 @@ from trl_ds.launch.progress import Display, MetricsTail, Progress, read_peaks, t
 from trl_ds.rundir.layout import (
     CHECKPOINT_DIR,
     CHECKPOINT_MARKER,
+    LAUNCH_SCRIPT,
     LOGS_DIR,
     METRICS,
     RESOLVED_CONFIG,
     SLURM_JOB_ID,
     SUMMARY,
-    read_json,
+    read_json_or_none,
 )
 
 START_GRACE_S = 30  # a run dir with neither a running launch nor a summary: wait this long for a launch to start
@@ -125,18 +127,47 @@ def watch(run_dir: str, every_s: float, stream=sys.stderr, job: Optional[str] = 
         time.sleep(0.5 if job is None else 2.0)  # squeue is a call to the controller
     display.close()
     if not os.path.exists(os.path.join(run_dir, SUMMARY)):
-        print(f"trl_ds watch: the launch in {run_dir} ended without a {SUMMARY} (its launcher was killed?). "
-              f"Logs: {os.path.join(run_dir, LOGS_DIR)}", file=sys.stderr)
-        return 1
+        return ended_without_summary(run_dir)
     return finished(run_dir)
 
 
+def ended_without_summary(run_dir: str, earlier: str = "") -> int:
+    print(f"trl_ds watch: the latest launch in {run_dir} ended without writing its {SUMMARY} (its launcher was "
+          f"killed?){earlier}. Logs: {os.path.join(run_dir, LOGS_DIR)}; rerun the same command to resume it.",
+          file=sys.stderr)
+    return 1
+
+
 def finished(run_dir: str) -> int:
+    """The outcome of the latest launch from its summary.json; a summary of an earlier launch, or one a kill cut
+    short, is said to be so, in one line."""
     from trl_ds.launch.summary import print_outcome
     from trl_ds.rundir.layout import load_run_config
 
-    print_outcome(load_run_config(run_dir), run_dir)
-    return exit_status(read_json(os.path.join(run_dir, SUMMARY)))
+    path = os.path.join(run_dir, SUMMARY)
+    summary = read_json_or_none(path)
+    if not isinstance(summary, dict) or "status" not in summary:
+        print(f"trl_ds watch: {path} is empty or cut short (a kill while it was written); rerun the same command to "
+              f"finish the run and rewrite it. Logs: {os.path.join(run_dir, LOGS_DIR)}", file=sys.stderr)
+        return 1
+    if not written_by_latest_launch(run_dir):
+        steps = f" after {summary['steps']} steps" if summary.get("steps") is not None else ""
+        return ended_without_summary(run_dir, f"; the {SUMMARY} there is an earlier launch's ({summary['status']}"
+                                              f"{steps})")
+    try:
+        print_outcome(load_run_config(run_dir), run_dir, summary)
+    except (KeyError, TypeError, ValueError) as err:  # a summary of another trl_ds version, or a damaged config
+        print(f"trl_ds watch: run {summary['status']} (its {SUMMARY} could not be shown in full: {err!r})")
+    return exit_status(summary)
+
+
+def written_by_latest_launch(run_dir: str) -> bool:
+    """summary.json is at least as new as launch.sh, which every launch rewrites before it starts its ranks."""
+    try:
+        summary_time = os.path.getmtime(os.path.join(run_dir, SUMMARY))
+        return summary_time >= os.path.getmtime(os.path.join(run_dir, LAUNCH_SCRIPT))
+    except OSError:
+        return True
 
 
 def main(argv=None) -> int:

@@ -15,32 +15,46 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, TextIO
 
 from trl_ds.rundir.layout import METRICS, PROGRESS_DIR, RESOLVED_CONFIG
+from trl_ds.rundir.metrics import SUPERSEDED, parse_line
 
 LIVE_MEMORY_GLOB = os.path.join(PROGRESS_DIR, "rank_*.json")
 MiB = 2 ** 20
 
 
 class MetricsTail:
-    """Reads the rows appended to metrics.jsonl since the last call; a half-written last line waits for its end."""
+    """Reads the rows appended to metrics.jsonl since the last call; a half-written last line waits for its end.
+
+    A cut line (a killed writer) is skipped, rows marked superseded too; when a resumed launch rewrites the file
+    (rundir/metrics.py, a new inode) reading starts again from its top."""
 
     def __init__(self, path: str):
         self.path = path
         self.offset = 0
+        self.inode = None
 
     def skip_existing(self) -> None:
         """Start after the rows already there (a resumed run's earlier launches)."""
-        self.offset = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        try:
+            stat = os.stat(self.path)
+            self.offset, self.inode = stat.st_size, stat.st_ino
+        except OSError:
+            self.offset = 0
 
     def read(self) -> List[dict]:
         try:
             with open(self.path, "rb") as f:
+                inode = os.fstat(f.fileno()).st_ino
+                if self.inode is not None and inode != self.inode:
+                    self.offset = 0
+                self.inode = inode
                 f.seek(self.offset)
                 chunk = f.read()
         except FileNotFoundError:
             return []
         complete = chunk[:chunk.rfind(b"\n") + 1]
         self.offset += len(complete)
-        return [json.loads(line) for line in complete.splitlines() if line.strip()]
+        rows = (parse_line(line.decode(errors="replace")) for line in complete.splitlines() if line.strip())
+        return [row for row in rows if row is not None and not row.get(SUPERSEDED) and isinstance(row.get("step"), int)]
 
 
 @dataclass
@@ -62,7 +76,7 @@ class Progress:
         for row in rows:
             if "eval_loss" in row:
                 self.eval_loss = row["eval_loss"]
-            if "loss" not in row:  # eval rows and the end-of-training summary row
+            if "loss" not in row or not isinstance(row.get("time"), (int, float)):  # eval and summary rows
                 continue
             self.step = row["step"]
             self.loss, self.learning_rate = row["loss"], row.get("learning_rate")
@@ -119,7 +133,8 @@ def read_peaks(run_dir: str) -> Dict[int, int]:
                 m = json.load(f)
         except (OSError, ValueError):  # being replaced right now: the next poll reads it
             continue
-        peaks[m["rank"]] = m.get("gpu_peak_allocated_bytes", m["peak_rss_bytes"])
+        if isinstance(m, dict) and "rank" in m and "peak_rss_bytes" in m:
+            peaks[m["rank"]] = m.get("gpu_peak_allocated_bytes", m["peak_rss_bytes"])
     return peaks
 
 

@@ -2,16 +2,20 @@
 another shape is converted once to DeepSpeed's universal format, kept beside it, and loaded from there.
 
 The converted folder sits inside the checkpoint (`global_stepN_universal`, named by `latest_universal`, which is
-where DeepSpeed's `load_universal` looks), with its own completion marker: a conversion that was cut short is redone,
-a finished one is reused.
+where DeepSpeed's `load_universal` looks), with its own completion marker listing every file and its size. A
+finished one that verifies is reused; anything else (a `.partial` folder a kill left at any moment, a folder without
+its marker, an empty or cut marker, a file that no longer matches it) is removed and the conversion redone from
+scratch. The conversion dies with the process that started it (a killed launcher leaves no converter writing).
 """
 import os
+import shutil
 import subprocess
 import sys
 from typing import Optional
 
 from trl_ds.rundir.checkpoint import _write_atomic, file_sizes, read_marker
-from trl_ds.rundir.layout import LATEST_UNIVERSAL, UNIVERSAL_MARKER
+from trl_ds.rundir.layout import LATEST_UNIVERSAL, UNIVERSAL_MARKER, read_json_or_none
+from trl_ds.rundir.lifeline import die_with_parent
 
 # The file a ZeRO-3 engine's universal load reads its metadata from (engine._get_all_ckpt_names with
 # pp_placeholder "0"); stages 0-2 read mp_rank_00_model_states.pt. The weights come from zero/ in both cases.
@@ -33,24 +37,39 @@ def ensure_universal(checkpoint: str) -> tuple:
     step = read_marker(checkpoint)["step"]
     tag = f"global_step{step}_universal"
     folder = os.path.join(checkpoint, tag)
-    if os.path.isfile(os.path.join(folder, UNIVERSAL_MARKER)):
+    if converted_whole(folder) and _read(os.path.join(checkpoint, LATEST_UNIVERSAL)) == tag:
         return folder, False
     partial = f"{folder}.partial"
+    for leftover in (partial, folder):  # of a conversion cut short at any moment: redone from scratch
+        shutil.rmtree(leftover, ignore_errors=True)
     # --inject_missing_state: checkpoints saved through transformers lack the universal_checkpoint_info DeepSpeed needs.
     subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
                     os.path.join(checkpoint, f"global_step{step}"), "--output_folder", partial,
                     "--inject_missing_state", "--num_extract_workers", "1", "--num_merge_workers", "1"],
-                   check=True, stdout=subprocess.DEVNULL)
-    if not os.path.exists(os.path.join(partial, ZERO3_MODEL_STATES)):
-        loadable_by_zero3(partial)
-    if os.path.isdir(folder):  # an unmarked leftover of a conversion that was cut short
-        import shutil
-        shutil.rmtree(folder)
+                   check=True, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent())
+    loadable_by_zero3(partial)
     os.replace(partial, folder)
     _write_atomic(os.path.join(folder, UNIVERSAL_MARKER), {"step": step, "files": file_sizes(folder)})
-    with open(os.path.join(checkpoint, LATEST_UNIVERSAL), "w") as f:
+    with open(f"{checkpoint}/{LATEST_UNIVERSAL}.tmp", "w") as f:
         f.write(tag)
+    os.replace(f"{checkpoint}/{LATEST_UNIVERSAL}.tmp", os.path.join(checkpoint, LATEST_UNIVERSAL))
     return folder, True
+
+
+def converted_whole(folder: str) -> bool:
+    """The folder's marker is readable and every file it lists is there with its size."""
+    marker = read_json_or_none(os.path.join(folder, UNIVERSAL_MARKER))
+    if not isinstance(marker, dict) or not isinstance(marker.get("files"), dict):
+        return False
+    return {rel: size for rel, size in file_sizes(folder).items() if rel != UNIVERSAL_MARKER} == marker["files"]
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def loadable_by_zero3(folder: str) -> None:
@@ -63,11 +82,12 @@ def loadable_by_zero3(folder: str) -> None:
     """
     import torch
 
-    os.link(os.path.join(folder, "mp_rank_00_model_states.pt"), os.path.join(folder, ZERO3_MODEL_STATES))
+    if not os.path.exists(os.path.join(folder, ZERO3_MODEL_STATES)):
+        os.link(os.path.join(folder, "mp_rank_00_model_states.pt"), os.path.join(folder, ZERO3_MODEL_STATES))
     zero = os.path.join(folder, "zero")
     path = os.path.join(zero, "optimizer_state.pt")
     state = torch.load(path, weights_only=False)
-    if "optimizer_state_dict" not in state:
+    if "optimizer_state_dict" not in state and "param_groups" in state:
         first = next(name for name in sorted(os.listdir(zero)) if os.path.isdir(os.path.join(zero, name)))
         step = torch.load(os.path.join(zero, first, "step.pt"), weights_only=False)
         state["optimizer_state_dict"] = {"state": {0: {"step": step}}, "param_groups": state["param_groups"]}

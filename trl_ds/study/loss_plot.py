@@ -1,20 +1,21 @@
 """loss.png for one run: train and eval loss by step, from its metrics.jsonl (`trl-ds report RUN_DIR`)."""
-import json
 import os
 from typing import List, Tuple
+
+from trl_ds.rundir.metrics import read_rows
 
 Curve = List[Tuple[int, float]]
 
 
 def loss_curves(metrics_path: str) -> Tuple[Curve, Curve]:
-    """(train, eval) as (step, loss) points; a resumed run's repeated steps keep their latest value."""
+    """(train, eval) as (step, loss) points; a resumed run's repeated steps keep their latest value, and a line a
+    killed writer cut short is skipped (rundir/metrics.py)."""
     train, evaluation = {}, {}
-    with open(metrics_path) as f:
-        for row in map(json.loads, filter(str.strip, f)):
-            if "loss" in row:
-                train[row["step"]] = row["loss"]
-            if "eval_loss" in row:
-                evaluation[row["step"]] = row["eval_loss"]
+    for row in read_rows(metrics_path):
+        if "loss" in row and "step" in row:
+            train[row["step"]] = row["loss"]
+        if "eval_loss" in row and "step" in row:
+            evaluation[row["step"]] = row["eval_loss"]
     return sorted(train.items()), sorted(evaluation.items())
 
 

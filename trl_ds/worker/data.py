@@ -76,9 +76,15 @@ def write_tiny_dataset(folder: str, trainer: str = "sft") -> str:
 
 def load_split(name: str, split: str):
     """A local file by its suffix, a local folder, or a hub dataset name."""
+    import glob
+
     from datasets import load_dataset
 
+    path = os.path.expanduser(name)
+    # datasets reads data_files as glob patterns: a literal path is escaped ([, *, ? are data in a run dir's name)
+    files = [path] if os.path.isfile(path) else sorted(os.path.join(path, f) for f in os.listdir(path)
+                                                        if f.startswith(split)) if os.path.isdir(path) else []
     for suffix, builder in ((".jsonl", "json"), (".json", "json"), (".parquet", "parquet"), (".csv", "csv")):
-        if name.endswith(suffix):
-            return load_dataset(builder, data_files={split: os.path.expanduser(name)}, split=split)
-    return load_dataset(os.path.expanduser(name), split=split)
+        if files and all(f.endswith(suffix) for f in files):
+            return load_dataset(builder, data_files={split: [glob.escape(f) for f in files]}, split=split)
+    return load_dataset(path, split=split)

@@ -12,12 +12,13 @@ import time
 from transformers import TrainerCallback
 
 from trl_ds.config.values import sp_size
-from trl_ds.rundir.checkpoint import checkpoints, latest_complete, mark_complete, rotate
+from trl_ds.rundir.checkpoint import checkpoints, latest_complete, mark_complete, rotate, step_of
 from trl_ds.rundir.disk_space import full_disk_line, is_disk_full
 from trl_ds.rundir.layout import (
     CHECKPOINT_DIR,
     FINAL_MODEL_DIR,
     JOINED_FILE,
+    MEMORY_DIR,
     METRICS,
     PROGRESS_DIR,
     SUMMARY,
@@ -29,6 +30,7 @@ from trl_ds.rundir.layout import (
     write_text,
 )
 from trl_ds.rundir.lifeline import watch_launcher
+from trl_ds.rundir.metrics import mean_loss, prepare_for_resume, read_rows
 from trl_ds.rundir.resume import prepare_resume
 from trl_ds.rundir.universal import shape_change
 from trl_ds.short_lived import skip_final_collection
@@ -69,6 +71,8 @@ def train(run_dir: str) -> int:
     state = init_distributed()
     apply_gpu_cap(cfg.cluster, state.local_process_index)  # cluster.gpu_memory_gb on a bigger GPU
     mark_joined(run_dir, state)
+    if state.is_main_process:
+        forget_other_ranks(run_dir, state.num_processes)
     if cfg.model.name_or_path is None:
         prepare_tiny_model(cfg, run_dir, state)
     resume_from, universal = choose_resume(cfg, run_dir, state) if cfg.resume == "auto" else (None, False)
@@ -86,7 +90,7 @@ def train(run_dir: str) -> int:
     state.wait_for_everyone()
     swap = nvme_swap_folder(trainer.args.hf_deepspeed_config.config)
     if state.is_main_process:
-        summary = summarize(run_dir, trainer, result.metrics, wall, state)
+        summary = summarize(run_dir, trainer, result.metrics, wall, state, resumed=resume_from is not None)
         if swap:
             summary["nvme_swap_bytes"] = folder_bytes(swap)
         write_json(os.path.join(run_dir, SUMMARY), summary)
@@ -94,6 +98,16 @@ def train(run_dir: str) -> int:
     if swap and not cfg.offload.keep_nvme_files and state.is_local_main_process:
         shutil.rmtree(swap, ignore_errors=True)
     return 0
+
+
+def forget_other_ranks(run_dir: str, world_size: int) -> None:
+    """An earlier launch with more ranks left memory and progress files of ranks this one does not have."""
+    for folder in (MEMORY_DIR, PROGRESS_DIR):
+        path = os.path.join(run_dir, folder)
+        for name in os.listdir(path) if os.path.isdir(path) else []:
+            rank = name[len("rank_"):-len(".json")]
+            if name.startswith("rank_") and name.endswith(".json") and rank.isdigit() and int(rank) >= world_size:
+                os.remove(os.path.join(path, name))
 
 
 def save_final_model(trainer, run_dir: str, state) -> None:
@@ -133,6 +147,9 @@ def choose_resume(cfg, run_dir: str, state):
             print(line, flush=True)
     state.wait_for_everyone()
     chosen = latest_complete(output_dir)
+    if chosen and 0 < cfg.trainer.max_steps < step_of(chosen):  # the launcher refuses this; launch.sh run by hand
+        raise ValueError(f"trainer.max_steps={cfg.trainer.max_steps} is below the newest checkpoint {chosen}: "
+                         f"resuming would train past it. Relaunch with trainer.max_steps={step_of(chosen)} or more.")
     return chosen, bool(chosen and shape_change(chosen, state.num_processes, cfg.zero.stage))
 
 
@@ -264,6 +281,11 @@ class MetricsLogger(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.last = (time.time(), state.global_step)
+        if state.is_world_process_zero:  # before the first append: a killed launch may have cut the last row
+            cut, marked = prepare_for_resume(self.path, state.global_step)
+            if cut or marked:
+                print(f"trl_ds: {self.path}: removed {cut} cut line(s) a killed launch left; marked the {marked} "
+                      f"row(s) after step {state.global_step} superseded (those steps are trained again)", flush=True)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
@@ -284,13 +306,15 @@ class MetricsLogger(TrainerCallback):
             f.write(json.dumps(record) + "\n")
 
 
-def summarize(run_dir: str, trainer, metrics: dict, wall: float, state) -> dict:
+def summarize(run_dir: str, trainer, metrics: dict, wall: float, state, resumed: bool = False) -> dict:
+    """resumed: the mean loss is the whole run's (metrics.jsonl, every launch), not only this launch's steps."""
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    run_mean = mean_loss(read_rows(os.path.join(run_dir, METRICS))) if resumed else None
     evals = [(e["step"], e["eval_loss"]) for e in trainer.state.log_history if "eval_loss" in e]
     return {
         "status": "completed",
         "final_loss": losses[-1] if losses else None,
-        "mean_loss": metrics.get("train_loss"),
+        "mean_loss": run_mean if run_mean is not None else metrics.get("train_loss"),
         "eval_loss": evals[-1][1] if evals else None,  # the last evaluation's, at step eval_step
         "eval_step": evals[-1][0] if evals else None,
         "evaluations": len(evals),

@@ -1,0 +1,155 @@
+"""The run dir's small pieces under real faults, without a training run: two launches racing for one stale lock
+(real processes released together), a launch whose launcher died while its processes live, metrics.jsonl cut by a
+kill, a lowered trainer.max_steps, a run dir name too long for the file system."""
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from trl_ds.errors import ConfigError
+from trl_ds.launch.run_dir_lock import RunDirLock
+from trl_ds.rundir.lifeline import LAUNCH_ID
+from trl_ds.rundir.metrics import mean_loss, prepare_for_resume, read_rows
+
+
+def dead_pid() -> int:
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(ended.stdout)
+
+
+def stale_lock(run_dir, launch_id=None) -> dict:
+    holder = {"pid": dead_pid(), "started": 1.0, "host": socket.gethostname(), "run_dir": str(run_dir),
+              "launch_id": launch_id, "since": "earlier"}
+    (run_dir / "launch.lock").write_text(json.dumps(holder))
+    return holder
+
+
+def _race(run_dir, go, done, results):
+    go.wait()
+    try:
+        RunDirLock(str(run_dir)).acquire()
+        results.put(("won", os.getpid()))
+    except ConfigError as err:
+        results.put(("lost", err.problems[0]))
+    done.wait()  # the winner lives (holding the lock) until both have tried
+
+
+def test_two_takeovers_of_one_stale_lock_one_wins_and_the_loser_names_it(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(20):
+        run_dir = tmp_path / f"t{trial}"
+        run_dir.mkdir()
+        stale_lock(run_dir)
+        go, done, results = ctx.Event(), ctx.Barrier(2), ctx.Queue()
+        racers = [ctx.Process(target=_race, args=(run_dir, go, done, results)) for _ in range(2)]
+        for racer in racers:
+            racer.start()
+        go.set()
+        outcomes = sorted(results.get(timeout=30) for _ in racers)
+        for racer in racers:
+            racer.join(timeout=30)
+        assert [o[0] for o in outcomes] == ["lost", "won"], (trial, outcomes)
+        winner = outcomes[1][1]
+        assert f"(pid {winner} on {socket.gethostname()}, since " in outcomes[0][1], outcomes[0][1]
+
+
+def test_a_lock_whose_launcher_died_is_held_while_a_process_of_its_launch_lives(tmp_path):
+    orphan = subprocess.Popen(["sleep", "60"], env={**os.environ, LAUNCH_ID: "launch-under-test"})
+    try:
+        holder = stale_lock(tmp_path, "launch-under-test")
+        with pytest.raises(ConfigError) as refused:
+            RunDirLock(str(tmp_path)).acquire()
+        assert refused.value.problems == [
+            f"hydra.run.dir={tmp_path} is in use: processes of its launch still run: its launcher (pid "
+            f"{holder['pid']} on {socket.gethostname()}) has ended, but 1 of its processes have not (pids "
+            f"{orphan.pid}); they end by themselves within seconds of losing their launcher. Wait and rerun, or "
+            f"stop them: kill {orphan.pid}."]
+    finally:
+        orphan.send_signal(signal.SIGKILL)
+        orphan.wait()
+    lock = RunDirLock(str(tmp_path))
+    lock.acquire()  # none of its processes lives now: stale, taken over
+    assert json.loads((tmp_path / "launch.lock").read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not (tmp_path / "launch.lock").exists()
+
+
+def test_an_empty_lock_is_taken_over_naming_why(tmp_path, capsys):
+    (tmp_path / "launch.lock").write_text("")
+    lock = RunDirLock(str(tmp_path))
+    lock.acquire()
+    assert capsys.readouterr().err == (f"trl_ds: taking over {tmp_path}/launch.lock: it is unreadable (empty or cut "
+                                       f"short), so no launch can be named in it\n")
+    lock.release()
+
+
+def write_rows(path, steps, cut=""):
+    with open(path, "w") as f:
+        for step in steps:
+            f.write(json.dumps({"step": step, "time": 100.0 + step, "loss": float(step)}) + "\n")
+        f.write(cut)
+
+
+def test_a_cut_last_row_is_dropped_and_resumed_steps_are_marked(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    write_rows(path, range(1, 8), cut='{"step": 8, "time": 10')  # a writer killed mid-row at step 8
+    assert prepare_for_resume(str(path), resumed_step=4) == (1, 3)  # checkpoint-4: steps 5-7 are trained again
+    lines = path.read_text().splitlines()
+    assert len(lines) == 7 and path.read_text().endswith("\n")
+    assert [json.loads(line).get("superseded", False) for line in lines] == [False] * 4 + [True] * 3
+    with open(path, "a") as f:  # the resumed launch appends steps 5-8 again
+        for step in range(5, 9):
+            f.write(json.dumps({"step": step, "time": 200.0 + step, "loss": step + 0.5}) + "\n")
+    rows = read_rows(str(path))
+    assert [r["step"] for r in rows] == list(range(1, 9))  # one row per step
+    assert mean_loss(rows) == pytest.approx((1 + 2 + 3 + 4 + 5.5 + 6.5 + 7.5 + 8.5) / 8)
+    assert prepare_for_resume(str(path), resumed_step=8) == (0, 0)  # nothing to repair: not rewritten
+
+
+def test_a_row_appended_onto_a_cut_line_by_an_older_trl_ds_is_recovered(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    write_rows(path, [1, 2], cut='{"step": 3, "ti' + json.dumps({"step": 3, "time": 1.0, "loss": 3.0}) + "\n")
+    assert [r["step"] for r in read_rows(str(path))] == [1, 2, 3]
+    prepare_for_resume(str(path), resumed_step=3)
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
+
+
+def test_a_lowered_max_steps_below_the_newest_checkpoint_is_refused(tmp_path, compose_cfg):
+    from trl_ds.check.history import check_history
+
+    for step in (14, 16):
+        folder = tmp_path / "trainer" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "trl_ds_complete.json").write_text(json.dumps({"step": step, "files": {}}))
+    (tmp_path / "trainer" / "checkpoint-18").mkdir()  # no marker: never resumed from
+    assert check_history(compose_cfg(["trainer.max_steps=10"]), str(tmp_path)) == [
+        f"trainer.max_steps=10 is below this run's newest checkpoint ({tmp_path}/trainer/checkpoint-16, step 16): "
+        f"resuming would train past step 10, and keeping checkpoint.keep_last would delete older checkpoints. Use "
+        f"trainer.max_steps=16 or more to continue this run, or a new hydra.run.dir for a run of 10 steps."]
+    assert check_history(compose_cfg(["trainer.max_steps=16"]), str(tmp_path)) == []
+
+
+def test_an_empty_checkpoint_marker_fails_verification(tmp_path):
+    from trl_ds.rundir.checkpoint import newest_verified
+
+    for step in (2, 4):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "trl_ds_complete.json").write_text(json.dumps({"step": step, "files": {}}) if step == 2 else "")
+    assert newest_verified(str(tmp_path)) == (str(tmp_path / "checkpoint-2"), [
+        (str(tmp_path / "checkpoint-4"), "its marker trl_ds_complete.json is empty or cut short")])
+
+
+def test_a_run_dir_name_too_long_is_one_line(tmp_path):
+    name = "x" * 300
+    out = subprocess.run([sys.executable, "-m", "trl_ds", "dry_run=true", f"hydra.run.dir={tmp_path}/{name}"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr == (f"trl_ds: hydra.run.dir has a folder name of 300 bytes ({'x' * 40}...); this file system "
+                          f"allows {os.pathconf(tmp_path, 'PC_NAME_MAX')}. Use a shorter name in hydra.run.dir=...\n")
+    assert os.listdir(tmp_path) == []
