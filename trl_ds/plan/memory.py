@@ -22,17 +22,23 @@ trl_ds/plan/saved_activations.py).
 LoRA (peft=lora) counts frozen and trainable parameters apart: parameters are all of them, gradients, fp32 master,
 Adam and everything that follows them only the adapters. Ulysses (sp=ulysses) gives each rank seq_len / sp.size
 tokens, which divides every sequence-dependent term; ZeRO still partitions over the whole world.
+
+Trainers (trl_ds/plan/trainers.py): DPO and reward put 2 sequences per sample through the model; the reward model's
+parameters are a sequence classifier's; `reference` is the reference model DPO and GRPO keep; `generation` is what
+GRPO's generation phase needs beyond the training phase's activations and logits.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict
 
 from trl_ds.config.topology import Topology, topology
 from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, value
+from trl_ds.plan import trainers
 from trl_ds.plan.params import (
     AdapterCounts,
     Architecture,
     ParamCounts,
     architecture,
+    count_classifier,
     count_lora,
     count_params,
     linear_shapes,
@@ -102,6 +108,16 @@ class Setup:
     lora_targets: tuple = ()  # the Linear names LoRA adapts (q_proj, ..., down_proj)
     lora_dropout: float = 0.0
     sp_size: int = 1  # ranks sharing one sequence (Ulysses)
+    # The TRL trainer (trl_ds/plan/trainers.py). seq_len is a whole sequence: GRPO's prompt + completion.
+    trainer: str = "sft"
+    reference_wanted: bool = False  # DPO, or GRPO with beta != 0: the loss needs reference log-probs
+    precompute_ref: bool = False  # DPO's precompute_ref_log_probs: computed once, no reference kept
+    num_labels: int = 1  # the reward model's score outputs
+    completion_len: int = 0  # GRPO: max_completion_length
+    num_generations: int = 1  # GRPO: completions per prompt
+    ds3_gather: bool = True  # GRPO: ds3_gather_for_generation
+    generation_batch: int = 0  # GRPO: sequences generated at once across data-parallel ranks (0: micro × accumulation)
+    accumulation: int = 1  # micro-steps per optimizer step as configured (GRPO's default steps_per_generation)
 
     @property
     def topology(self) -> Topology:
@@ -147,7 +163,7 @@ class Setup:
     @property
     def tokens(self) -> int:
         """Tokens per rank per micro-step: sequence parallelism splits each sequence over sp_size ranks."""
-        return self.micro_batch * self.seq_len // self.sp_size
+        return self.micro_batch * trainers.sequences_per_sample(self.trainer) * self.seq_len // self.sp_size
 
     @property
     def persistent_params(self) -> int:
@@ -169,7 +185,14 @@ class Estimate:
     nvme: int  # per node
     after_step: Dict[str, Dict[str, int]]  # per rank: {params|gradients|optimizer: {device|host|nvme: bytes}}
     buffer_items: Dict[str, int] = field(default_factory=dict)  # per rank, the device buffers by name
+    generation_items: Dict[str, int] = field(default_factory=dict)  # per rank, GRPO's generation phase by name
     verdict: str = ""
+
+    @property
+    def reference_after_step(self) -> Dict[str, int]:
+        """The reference engine's parameters per rank by place (always the device), apart from the policy's states."""
+        held = trainers.reference_resident(self.setup)
+        return {"device": held} if held else {}
 
     @property
     def device_total(self) -> int:
@@ -190,7 +213,8 @@ def setup_from_config(cfg) -> Setup:
     checkpointing left `auto` reads as 1 and off: the planner and trl_ds.plan.autofit vary them from there."""
     arch, topo = architecture(cfg.model), topology(cfg)
     z, o, c, where, lora = cfg.zero, cfg.offload, cfg.cluster, offloads(cfg), value(cfg.peft.name) == "lora"
-    return Setup(arch=arch, counts=count_params(arch), stage=z.stage, optimizer_offload=where["optimizer"],
+    counts = count_classifier(arch) if value(cfg.trainer.name) == "reward" else count_params(arch)
+    base = Setup(arch=arch, counts=counts, stage=z.stage, optimizer_offload=where["optimizer"],
                  param_offload=where["param"], nodes=topo.nodes, gpus_per_node=topo.gpus_per_node,
                  device=value(c.device), dtype=dtype(cfg), micro_batch=micro_batch(cfg) or 1,
                  seq_len=cfg.trainer.max_length, gradient_checkpointing=bool(checkpointing(cfg)),
@@ -201,17 +225,37 @@ def setup_from_config(cfg) -> Setup:
                  buffer_count=o.buffer_count, buffer_size=o.buffer_size, zeropp=bool(z.get("zeropp", False)),
                  lora_r=cfg.peft.r if lora else 0, lora_targets=tuple(cfg.peft.target_modules) if lora else (),
                  lora_dropout=cfg.peft.lora_dropout if lora else 0.0, sp_size=topo.sp_size)
+    return replace(base, **trainer_fields(cfg, topo))
+
+
+def trainer_fields(cfg, topo: Topology) -> dict:
+    """The trainer's own settings (TRL's names; + trainer.args passthroughs such as precompute_ref_log_probs)."""
+    t, name = cfg.trainer, value(cfg.trainer.name)
+    args = t.get("args") or {}
+    fields = {"trainer": name, "reference_wanted": name == "dpo" or (name == "grpo" and t.beta != 0),
+              "precompute_ref": name == "dpo" and bool(args.get("precompute_ref_log_probs", False)),
+              "accumulation": t.gradient_accumulation_steps or 1}
+    if name == "grpo":
+        steps = args.get("steps_per_generation")
+        generation = args.get("generation_batch_size") or (
+            (micro_batch(cfg) or 1) * steps * topo.data_parallel if steps else cfg.batch.global_size or 0)
+        fields.update(seq_len=t.max_length + t.max_completion_length, completion_len=t.max_completion_length,
+                      num_generations=t.num_generations, generation_batch=generation,
+                      ds3_gather=bool(args.get("ds3_gather_for_generation", True)))
+    return fields
 
 
 def estimate(s: Setup) -> Estimate:
     states, host_states = model_states(s)
     items = device_buffers(s)
-    device = {**states, "activations": activations(s), "logits": logits(s), "buffers": sum(items.values())}
+    transients = {"activations": activations(s), "logits": logits(s)}
+    device = {**states, **transients, "buffers": sum(items.values()), "reference": trainers.reference_peak(s),
+              "generation": trainers.generation_excess(s, sum(transients.values()))}
     device["overhead"] = overhead(s, sum(device.values()))
     host = {"model_states": host_model_states(s, host_states), "buffers": host_buffers(s),
             "processes": s.gpus_per_node * (0 if s.judged_on_host else HOST_BYTES_PER_GPU_RANK)}
     result = Estimate(setup=s, device=device, host=host, nvme=nvme_bytes(s), after_step=after_step(s),
-                      buffer_items=items)
+                      buffer_items=items, generation_items=trainers.generation_items(s))
     result.verdict = verdict(result)
     return result
 
@@ -252,7 +296,9 @@ def host_model_states(s: Setup, per_rank_host: int) -> int:
     if s.stage == 3:
         peak = on_cpu or LOAD_BYTES_PER_PARAM * s.counts.largest_module * s.gpus_per_node
     else:
-        peak = max(LOAD_BYTES_PER_PARAM * s.total_params * s.gpus_per_node, on_cpu)
+        # the reference model (below ZeRO-3) is loaded in the policy's dtype while the policy is still on the host
+        reference = trainers.reference_resident(s) * s.gpus_per_node
+        peak = max(LOAD_BYTES_PER_PARAM * s.total_params * s.gpus_per_node + reference, on_cpu)
     return int(peak * HOST_BUFFER_FACTOR)
 
 
@@ -300,7 +346,10 @@ def activations(s: Setup) -> int:
 
 
 def logits(s: Setup) -> int:
-    """Peak of TRL's fused LM head + loss; checkpointing does not change it, and the full logits never exist."""
+    """Peak of TRL's fused LM head + loss; checkpointing does not change it, and the full logits never exist. The
+    reward model has no vocabulary head (trl_ds/plan/trainers.py reward_head_peak)."""
+    if s.trainer == "reward":
+        return trainers.reward_head_peak(s)
     return fused_head_peak(s.tokens, s.arch.vocab_size, s.arch.hidden_size, s.width, on_cpu=s.device == "cpu",
                            frozen=s.uses_lora)
 

@@ -372,6 +372,21 @@ def count_params(arch: Architecture) -> ParamCounts:
                        tensors=tuple(n for m in lay.modules for n in m), method=lay.method)
 
 
+def count_classifier(arch: Architecture, num_labels: int = 1) -> ParamCounts:
+    """AutoModelForSequenceClassification of the same config (the reward model): the base model with a `score`
+    Linear(hidden, num_labels, bias=False) where the causal LM has its lm_head (a tied head held no tensor of its
+    own, so only the score is added). Every family trl_ds counts builds its score without a bias."""
+    counts = count_params(arch)
+    score = arch.hidden_size * num_labels
+    tensors = list(counts.tensors)
+    if counts.lm_head:
+        tensors.remove(counts.lm_head)  # the lm_head is one module holding one tensor
+    tensors.append(score)
+    total = counts.total - counts.lm_head + score
+    return replace(counts, total=total, active=counts.active - counts.lm_head + score, lm_head=0,
+                   largest_module=max(tensors), tensors=tuple(tensors))
+
+
 def linear_shapes(arch: Architecture) -> Dict[str, tuple]:
     """(in, out) of each Linear in the first decoder layer, by the name PEFT targets."""
     if not arch.fast:

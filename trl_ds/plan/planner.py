@@ -20,6 +20,7 @@ from trl_ds.config.compose import compose
 from trl_ds.config.model_source import display_name, uses_preset
 from trl_ds.config.values import elastic_min_nodes, value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
+from trl_ds.plan import trainers
 from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
 from trl_ds.plan.params import describe_count
@@ -33,6 +34,12 @@ GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.
 NOT_FOR_RUNNING = ("dry_run=", "preflight.")  # dropped from the recommended run command
 FLAGS = ("--json", "--fits")  # JSON instead of the table; only the rows that fit
 COLUMNS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
+# The trainer's own columns (trl_ds/plan/trainers.py), shown for the trainers that can hold them; plan.json has all.
+TRAINER_COLUMNS = {"dpo": ("reference",), "grpo": ("reference", "generation")}
+
+
+def columns(s: Setup) -> Tuple[str, ...]:
+    return COLUMNS[:-1] + TRAINER_COLUMNS.get(s.trainer, ()) + COLUMNS[-1:]
 
 
 def grid(base: Setup, global_size: Optional[int] = None) -> List[Estimate]:
@@ -165,7 +172,7 @@ def check_elastic_fit(cfg, full: Estimate, launching: bool) -> Optional[str]:
 def overflow(e: Estimate) -> str:
     """What exceeds which limit, for an estimate that does not fit."""
     s = e.setup
-    parts = ", ".join(f"{k} {size(v)}" for k, v in e.device.items())
+    parts = ", ".join(f"{k} {size(v)}" for k, v in e.device.items() if v or k in COLUMNS)
     if e.verdict == "does not fit":
         return f"estimated {size(e.device_total)} GiB per GPU ({parts}) > cluster.gpu_memory_gb={s.gpu_memory_gb:g}."
     return (f"estimated {size(e.host_total)} GiB of host RAM per node > cluster.cpu_memory_gb={s.cpu_memory_gb:g} "
@@ -177,12 +184,38 @@ def not_fit_message(cfg, e: Estimate) -> str:
     what = overflow(e)
     head = f"{model_label(cfg.model)} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
            f"offload {offload_name(s)}, micro-batch {s.micro_batch}, {s.seq_len} tokens): {what}"
+    head += trainer_terms(e)
+    fix = trainer_fix(s)
+    if fix is not None:
+        overrides, fitted = fix
+        return (head + f" Fits with {' '.join(overrides)} (estimated {size(fitted.device_total)} GiB per rank, "
+                       f"{size(fitted.host_total)} GiB host per node).")
     best = smallest_fitting_change(s, cfg.batch.global_size)
     if best is None:
         return (head + " Nothing in the planner's grid fits either: add GPUs (cluster.nodes=...), shorten "
                        "sequences (trainer.max_length=...) or use larger devices.")
     return (head + f" The smallest change that fits: {' '.join(change_overrides(s, best.setup))} (estimated "
                    f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).")
+
+
+def trainer_terms(e: Estimate) -> str:
+    """What the trainer adds to SFT's bill, named, for a refusal (empty for SFT)."""
+    s = e.setup
+    labels = {"reference": "the reference model", "generation": "generation beyond training's activations"}
+    parts = [f"{labels[k]} {size(e.device[k])} GiB" for k in TRAINER_COLUMNS.get(s.trainer, ()) if e.device[k]]
+    if trainers.sequences_per_sample(s.trainer) > 1:
+        parts.append(f"activations and logits for {trainers.sequences_per_sample(s.trainer)} sequences per sample "
+                     f"(chosen + rejected)")
+    return f" trainer={s.trainer} holds: {', '.join(parts)}." if parts else ""
+
+
+def trainer_fix(s: Setup) -> Optional[Tuple[List[str], Estimate]]:
+    """The first trainer setting (PEFT, precompute, beta 0, no ZeRO-3 gather) with which this config fits."""
+    for overrides, changes in trainers.fixes(s):
+        fitted = estimate(replace(s, **changes))
+        if fitted.verdict == "fits":
+            return overrides, fitted
+    return None
 
 
 def model_label(model_cfg) -> str:
@@ -213,11 +246,11 @@ def table_unit(rows: Sequence[Estimate]) -> Tuple[int, str]:
 
 
 def render_table(rows: Sequence[Estimate], times: Times) -> str:
-    unit = table_unit(rows)[0]
-    head = ["zero", "offload", "ckpt", "micro", *COLUMNS, "per-rank", "host/node", "nvme/node", "s/step", "s/sample",
+    unit, shown = table_unit(rows)[0], columns(rows[0].setup)
+    head = ["zero", "offload", "ckpt", "micro", *shown, "per-rank", "host/node", "nvme/node", "s/step", "s/sample",
             "verdict"]
     lines = [[str(e.setup.stage), offload_name(e.setup), "yes" if e.setup.gradient_checkpointing else "no",
-              str(e.setup.micro_batch), *(size(e.device[k], unit) for k in COLUMNS), size(e.device_total, unit),
+              str(e.setup.micro_batch), *(size(e.device[k], unit) for k in shown), size(e.device_total, unit),
               size(e.host_total, unit), size(e.nvme, unit), seconds(times[e.setup]),
               f"{times[e.setup].per_sample:.3g}", e.verdict] for e in rows]
     widths = [max(len(r[i]) for r in [head] + lines) for i in range(len(head))]
@@ -268,7 +301,7 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, mode
     lora = f", LoRA r={s.lora_r}" if s.uses_lora else ""
     return [f"trl_ds plan: {model_name} ({describe_params(s)}, largest module "
             f"{describe_count(s.counts.largest_module)}){lora}, {s.dtype}, {describe_sequence(s)}",
-            *describe_architecture(s, model_cfg),
+            *describe_architecture(s, model_cfg), *trainers.describe(s),
             f"cluster {cluster_name}: {s.nodes} node(s) x {s.gpus_per_node} {s.device} rank(s), {capacity}, "
             f"{s.cpu_memory_gb:g} GiB host RAM per node",
             f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: the peak of "
@@ -312,6 +345,7 @@ def as_json(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str],
                              "experts_per_token": a.experts_per_token,
                              "expert_parallelism": "out of scope: every rank holds every expert" if a.is_moe
                              else None},
+            "trainer": trainer_json(s),
             "lora_r": s.lora_r, "largest_module": s.counts.largest_module, "dtype": s.dtype, "seq_len": s.seq_len,
             "sp_size": s.sp_size,
             "cluster": {"name": names[0], "nodes": s.nodes, "gpus_per_node": s.gpus_per_node, "device": s.device,
@@ -321,13 +355,25 @@ def as_json(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str],
                                                          "command": run_command(best.setup, overrides)}}
 
 
+def trainer_json(s: Setup) -> dict:
+    return {"name": s.trainer, "sequences_per_sample": trainers.sequences_per_sample(s.trainer),
+            "reference_model": trainers.reference_state(s), "reference_parameters": s.counts.total
+            if trainers.keeps_reference(s) else 0, "head": "score" if s.trainer == "reward" else "lm_head",
+            "num_labels": s.num_labels if s.trainer == "reward" else None,
+            "generation": {"completions_per_rank": trainers.generation_sequences(s), "num_generations":
+                           s.num_generations, "max_completion_length": s.completion_len,
+                           "ds3_gather_for_generation": s.ds3_gather} if s.trainer == "grpo" else None}
+
+
 def row_json(e: Estimate, times: Times) -> dict:
     s, t = e.setup, times[e.setup]
     return {"zero_stage": s.stage, "offload": offload_name(s), "offload_optimizer": s.optimizer_offload,
             "offload_param": s.param_offload, "gradient_checkpointing": s.gradient_checkpointing,
             "micro_batch": s.micro_batch, "device_bytes": dict(e.device), "device_total_bytes": e.device_total,
-            "buffer_items": dict(e.buffer_items), "host_bytes": dict(e.host), "host_total_bytes": e.host_total,
-            "nvme_bytes": e.nvme, "after_step_bytes": e.after_step, "verdict": e.verdict,
+            "buffer_items": dict(e.buffer_items), "generation_items": dict(e.generation_items),
+            "host_bytes": dict(e.host), "host_total_bytes": e.host_total,
+            "nvme_bytes": e.nvme, "after_step_bytes": e.after_step,
+            "reference_after_step_bytes": e.reference_after_step, "verdict": e.verdict,
             "step_seconds": t.seconds, "step_terms": dict(t.terms), "samples_per_step": t.samples,
             "overrides": grid_overrides(s)}
 

@@ -15,8 +15,11 @@ GiB = 2 ** 30
 def measure_rank(trainer, rank: int) -> Dict:
     engine = getattr(trainer, "deepspeed", None) or trainer.model_wrapped
     states = model_state_bytes(engine)
+
     params = engine.module.parameters()
+    # DPO / GRPO's reference engine (trl/models/utils.py prepare_deepspeed), apart from the policy's model states
     report = {**peak_memory(rank), "model_states": states,
+              "reference": reference_bytes(getattr(trainer, "ref_model", None)),
               "parameters": sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in params)}
     inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
     report["optimizer_class"] = type(inner).__name__  # FusedAdam, DeepSpeedCPUAdam or torch's AdamW
@@ -78,6 +81,26 @@ def model_state_bytes(engine) -> Dict[str, Dict[str, int]]:
         add("optimizer", (q for group in inner.param_groups for q in group["params"]))
         add("optimizer", (v for state in inner.state.values() for v in state.values()))
     return counts
+
+
+def reference_bytes(ref_model) -> Dict[str, int]:
+    """Bytes per device of a reference model's parameters: its ZeRO-3 partitions (ds_tensor) and whatever it holds
+    whole (every parameter below ZeRO-3, the persistent small ones under it), each storage once."""
+    if ref_model is None:
+        return {}
+    import torch
+
+    module = getattr(ref_model, "module", ref_model)
+    seen, out = set(), {}
+    for p in module.parameters():
+        for t in (getattr(p, "ds_tensor", None), p.data):
+            if not torch.is_tensor(t) or t.numel() == 0:
+                continue
+            key = (t.device.type, t.untyped_storage().data_ptr())
+            if key not in seen:
+                seen.add(key)
+                out[t.device.type] = out.get(t.device.type, 0) + t.untyped_storage().nbytes()
+    return out
 
 
 def _flatten(value) -> list:

@@ -1,0 +1,166 @@
+"""The planner knows which trainer runs: DPO's and GRPO's reference model, paired sequences, the reward model's score
+head, GRPO's generation. Expected values come from published parameter counts, transformers' meta-device models,
+bytes per element and what TRL 1.16 does (trl/models/utils.py prepare_deepspeed, the trainers' __init__)."""
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+from conftest import REPO
+
+from trl_ds.errors import ConfigError
+from trl_ds.plan.memory import GiB, estimate, setup_from_config
+from trl_ds.plan.planner import check_fit
+
+PSI_8B = 8_030_261_248  # Llama-3-8B's published parameter count
+L, KV_WIDTH, VOCAB, HIDDEN = 32, 8 * 128, 128_256, 4096  # its config.json: layers, kv heads x head_dim
+NORMS_8B = (2 * L + 1) * HIDDEN  # two RMSNorm weights per layer and the final one: below ZeRO-3's threshold
+BF16 = 2
+LLAMA_8B = ["model=llama3-8b", "cluster=1x8", "trainer.max_length=2048", "trainer.per_device_train_batch_size=1"]
+
+
+def planned(compose_cfg, *overrides):
+    return estimate(setup_from_config(compose_cfg([*LLAMA_8B, *overrides])))
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_dpo_below_zero3_holds_a_whole_16bit_reference_on_every_rank(compose_cfg, stage):
+    sft, dpo = planned(compose_cfg, f"zero=stage{stage}"), planned(compose_cfg, f"zero=stage{stage}", "trainer=dpo")
+    assert dpo.device["reference"] == dpo.reference_after_step["device"] == BF16 * PSI_8B  # prepare_deepspeed: stage 0
+    assert dpo.device_total - sft.device_total >= BF16 * PSI_8B
+    assert sft.device["reference"] == 0 and sft.reference_after_step == {}
+
+
+def test_dpo_under_zero3_partitions_the_reference_like_the_policy(compose_cfg):
+    dpo = planned(compose_cfg, "zero=stage3", "trainer=dpo")
+    partition = BF16 * PSI_8B // 8 + BF16 * NORMS_8B  # its shard, and the small tensors ZeRO-3 keeps whole
+    assert dpo.reference_after_step["device"] == pytest.approx(partition, abs=8)
+    assert dpo.after_step["params"] == dpo.reference_after_step  # the same partitioning as the policy's parameters
+    gathered = BF16 * VOCAB * HIDDEN  # the largest module (embedding), gathered during the reference's forward
+    assert dpo.device["reference"] == pytest.approx(partition + gathered, abs=8)
+    assert dpo.device["reference"] < BF16 * PSI_8B / 4  # "about an eighth" of the copy below ZeRO-3
+
+
+@pytest.mark.parametrize("extra", [["peft=lora"], ["+trainer.args.precompute_ref_log_probs=true"]])
+def test_peft_and_precompute_keep_no_reference(compose_cfg, extra):
+    """PEFT: the reference is the base model with the adapter disabled. precompute_ref_log_probs: TRL computes the
+    reference log-probs once before training with the policy itself and keeps no reference model."""
+    for stage in (2, 3):
+        dpo = planned(compose_cfg, f"zero=stage{stage}", "trainer=dpo", *extra)
+        assert dpo.device["reference"] == 0 and dpo.reference_after_step == {}
+
+
+def test_dpo_and_reward_put_chosen_and_rejected_through_together(compose_cfg):
+    """Chosen and rejected are concatenated along the batch: a micro-batch of b pairs is 2b sequences."""
+    sft2 = planned(compose_cfg, "zero=stage2", "trainer.per_device_train_batch_size=2")
+    for trainer in ("dpo", "reward"):
+        paired = planned(compose_cfg, "zero=stage2", f"trainer={trainer}")
+        assert paired.setup.tokens == 2 * 2048
+        assert paired.device["activations"] == sft2.device["activations"]
+    assert planned(compose_cfg, "zero=stage2", "trainer=dpo").device["logits"] == sft2.device["logits"]
+
+
+def test_reward_model_count_is_a_sequence_classifier_exactly(compose_cfg):
+    """AutoModelForSequenceClassification(num_labels=1), as the reward trainer loads it, built on the meta device."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    for preset, raw in [("tiny", dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2, model_type="llama")),
+                        ("qwen2.5-0.5b", None)]:
+        setup = setup_from_config(compose_cfg([f"model={preset}", "trainer=reward"]))
+        if raw is None:
+            raw = json.loads(setup.arch.config_json) if setup.arch.config_json else None
+        kind = raw.pop("model_type") if raw else setup.arch.model_type
+        config = AutoConfig.for_model(kind, **(raw or dimensions(setup.arch)), num_labels=1)
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(config)
+        assert setup.counts.total == sum(p.numel() for p in model.parameters()), preset
+        assert setup.counts.lm_head == 0 and model.score.weight.shape == (1, setup.arch.hidden_size)
+
+
+def dimensions(arch):
+    return dict(vocab_size=arch.vocab_size, hidden_size=arch.hidden_size, intermediate_size=arch.intermediate_size,
+                num_hidden_layers=arch.num_hidden_layers, num_attention_heads=arch.num_attention_heads,
+                num_key_value_heads=arch.num_key_value_heads, tie_word_embeddings=arch.tie_word_embeddings)
+
+
+def test_reward_model_of_llama3_8b_has_no_vocabulary_head(compose_cfg):
+    reward = planned(compose_cfg, "zero=stage2", "trainer=reward")
+    assert reward.setup.total_params == PSI_8B - VOCAB * HIDDEN + HIDDEN  # lm_head out, score (hidden x 1) in
+    tokens = 2 * 2048
+    assert reward.device["logits"] == tokens * (4 + BF16 * HIDDEN)  # the score's output and d(loss)/d(hidden)
+
+
+def test_grpo_under_zero3_gathers_the_whole_16bit_model_for_generation(compose_cfg):
+    grpo = planned(compose_cfg, "zero=stage3", "trainer=grpo", "trainer.max_completion_length=1024",
+                   "trainer.num_generations=8", "batch.global_size=64", "trainer.gradient_checkpointing=true")
+    items = grpo.generation_items
+    assert items["gathered_model"] == BF16 * (PSI_8B - NORMS_8B)  # GatheredParameters(model.parameters())
+    seqs, tokens = 64 // 8, 2048 + 1024  # the generation batch over 8 ranks; prompt + completion
+    assert items["kv_cache"] == 2 * L * KV_WIDTH * BF16 * seqs * tokens
+    assert grpo.setup.seq_len == tokens and grpo.setup.tokens == tokens
+    transients = grpo.device["activations"] + grpo.device["logits"]
+    assert grpo.device["generation"] == sum(items.values()) - transients > BF16 * PSI_8B * 0.5
+    no_gather = planned(compose_cfg, "zero=stage3", "trainer=grpo", "+trainer.args.ds3_gather_for_generation=false")
+    assert "gathered_model" not in no_gather.generation_items
+    assert "gathered_model" not in planned(compose_cfg, "zero=stage2", "trainer=grpo").generation_items
+
+
+def test_grpo_keeps_a_reference_only_with_beta(compose_cfg):
+    assert planned(compose_cfg, "zero=stage2", "trainer=grpo").device["reference"] == 0  # the preset's beta 0.0
+    assert planned(compose_cfg, "zero=stage2", "trainer=grpo", "trainer.beta=0.04").device["reference"] == \
+        BF16 * PSI_8B
+    assert planned(compose_cfg, "zero=stage2", "trainer=grpo", "trainer.beta=0.04", "peft=lora"
+                   ).device["reference"] == 0
+
+
+def test_preflight_refuses_dpo_that_fits_as_sft_and_names_a_fix_that_works(compose_cfg):
+    args = ["zero=stage2", "trainer.gradient_checkpointing=true", "cluster.gpu_memory_gb=60"]
+    assert planned(compose_cfg, *args).verdict == "fits"
+    cfg = compose_cfg([*LLAMA_8B, *args, "trainer=dpo"])
+    dpo = estimate(setup_from_config(cfg))
+    assert dpo.verdict == "does not fit"
+    holds = r"trainer=dpo holds: the reference model 15\.0 GiB, activations and logits for 2 sequences per sample"
+    with pytest.raises(ConfigError, match=holds) as err:
+        check_fit(cfg, dpo, launching=True)
+    message = err.value.render()
+    assert "Fits with peft=lora" in message
+    fixed = compose_cfg([*LLAMA_8B, *args, "trainer=dpo", "peft=lora"])
+    assert check_fit(fixed, estimate(setup_from_config(fixed)), launching=True) is None
+
+
+def test_grpo_refusal_offers_the_gather_switch(compose_cfg):
+    args = ["zero=stage3", "trainer=grpo", "trainer.gradient_checkpointing=true", "trainer.max_completion_length=256",
+            "batch.global_size=8"]
+    gather = planned(compose_cfg, *args)
+    limit = (gather.device_total - gather.device["generation"] // 2) / GiB
+    cfg = compose_cfg([*LLAMA_8B, *args, f"cluster.gpu_memory_gb={limit:.1f}"])
+    with pytest.raises(ConfigError, match=r"Fits with \+trainer\.args\.ds3_gather_for_generation=false"):
+        check_fit(cfg, estimate(setup_from_config(cfg)), launching=True)
+    fixed = compose_cfg([*LLAMA_8B, *args, f"cluster.gpu_memory_gb={limit:.1f}",
+                         "+trainer.args.ds3_gather_for_generation=false"])
+    assert estimate(setup_from_config(fixed)).verdict == "fits"
+
+
+def test_plan_shows_the_trainer_columns_and_json_names_them():
+    dpo = subprocess.run([sys.executable, "-m", "trl_ds.plan", *LLAMA_8B, "trainer=dpo"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert dpo.returncode == 0, dpo.stderr
+    lines = dpo.stdout.splitlines()
+    assert "trainer dpo: 2 sequences per sample (chosen + rejected); reference model: a whole copy on every rank " \
+           "(ZeRO disabled)" in lines
+    head = next(line for line in lines if line.startswith("zero"))
+    assert "reference" in head.split() and "generation" not in head.split()
+    data = json.loads(subprocess.run([sys.executable, "-m", "trl_ds.plan", *LLAMA_8B, "trainer=grpo", "--json"],
+                                     cwd=REPO, capture_output=True, text=True, timeout=60).stdout)
+    assert data["trainer"]["name"] == "grpo" and data["trainer"]["generation"]["ds3_gather_for_generation"] is True
+    for row in data["rows"]:
+        assert {"reference", "generation"} <= set(row["device_bytes"]) and "generation_items" in row
+
+
+def test_sft_plan_is_unchanged_by_the_trainer_terms(compose_cfg):
+    sft = planned(compose_cfg, "zero=stage3")
+    assert sft.device["reference"] == sft.device["generation"] == 0 and sft.generation_items == {}
+    assert replace(sft.setup, trainer="sft").tokens == 2048

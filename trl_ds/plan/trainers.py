@@ -1,0 +1,135 @@
+"""What each TRL trainer holds beyond SFT's bill: the reference model, paired sequences, the reward head, GRPO's
+generation. trl_ds/plan/memory.py adds these terms to the estimate; each has its own column (and plan.json entry).
+
+From the installed TRL (1.16) source, what really runs:
+- DPO (trl/trainer/dpo_trainer.py) builds a reference model from the policy's path unless the policy is a PEFT
+  model ("the adapter can be disabled to revert to the initial model") or precompute_ref_log_probs is set (then the
+  policy itself, wrapped in an inference engine, computes the reference log-probs once before training). GRPO
+  (grpo_trainer.py) builds one when beta != 0 and the model is not a PEFT model.
+- The reference goes through trl/models/utils.py prepare_deepspeed: "If ZeRO-3 is used, we shard both the active and
+  reference model. Otherwise ... initialized on each device with ZeRO disabled (stage 0)": a whole copy in the
+  policy's dtype on every rank below ZeRO-3, a ZeRO-3 partition (plus the parameters below the persistence
+  threshold, whole) under it. Its forward runs under no_grad, inside the loss after the policy's forward (DPO), so
+  under ZeRO-3 one gathered module of it is alive beside the policy's saved activations.
+- DPO and the reward trainer concatenate chosen and rejected along the batch: 2 × micro-batch sequences of up to
+  max_length tokens per micro-step.
+- The reward model is AutoModelForSequenceClassification(num_labels=1): `score` (hidden × 1) instead of the
+  lm_head, counted by trl_ds.plan.params.count_classifier; its head's activations are the score's output and the
+  gradient of the last hidden states, not a vocabulary's logits.
+- GRPO generates per rank micro-batch × steps_per_generation completions at once (its generation batch), each up to
+  max_completion_length tokens after the prompt, with a KV cache; under ZeRO-3 with ds3_gather_for_generation (the
+  default) `deepspeed.zero.GatheredParameters(model.parameters())` gathers the whole 16-bit model on every rank
+  for the duration. Its training sequences are prompt + completion. Generation runs before the training forward, so
+  its bytes and the activations are never alive together: the estimate charges the larger of the two phases.
+"""
+from typing import Dict, List, Tuple
+
+from trl_ds.config.schema import PeftConfig
+
+PAIRED = ("dpo", "reward")  # chosen and rejected through the model together
+KV = 2  # a key and a value per layer and token
+SAMPLING_FP32_COPIES = 2  # generate's last-position logits in fp32 and the softmax over them, per sequence
+
+
+def sequences_per_sample(trainer: str) -> int:
+    return 2 if trainer in PAIRED else 1
+
+
+def keeps_reference(s) -> bool:
+    """TRL builds a separate reference model: DPO or GRPO with beta != 0, without PEFT and without precompute."""
+    return s.reference_wanted and not s.uses_lora and not s.precompute_ref
+
+
+def reference_state(s) -> str:
+    """How the reference log-probs are obtained, for the plan's header and plan.json."""
+    if not s.reference_wanted:
+        return "none (beta=0)" if s.trainer == "grpo" else "none"
+    if s.uses_lora:
+        return "the base model with the adapter disabled (no copy)"
+    if s.precompute_ref:
+        return "precomputed once before training (no copy kept)"
+    return "a ZeRO-3 partition on every rank" if s.stage == 3 else "a whole copy on every rank (ZeRO disabled)"
+
+
+def reference_resident(s) -> int:
+    """Bytes per rank the reference engine holds through training, in the policy's dtype.
+
+    prepare_deepspeed also passes ZeRO-3 keys as "zero_optimization.stage3_param_persistence_threshold" at the top
+    of the config; DeepSpeed reads only the nested block, so the policy's threshold applies (measured: the CPU
+    integration test counts the reference engine's tensors)."""
+    if not keeps_reference(s):
+        return 0
+    psi, w = s.counts.total, s.width
+    if s.stage < 3:
+        return w * psi
+    return int(w * psi / s.world) + w * s.counts.persistent(s.persistence_threshold)
+
+
+def reference_peak(s) -> int:
+    """Resident bytes, plus under ZeRO-3 the module the reference forward gathers beside the policy's activations."""
+    resident = reference_resident(s)
+    return resident + (s.width * s.counts.largest_module if resident and s.stage == 3 else 0)
+
+
+def reward_head_peak(s) -> int:
+    """The score's output (tokens × num_labels, fp32 for the loss) and the gradient into the last hidden states."""
+    return s.tokens * (4 * s.num_labels + s.width * s.arch.hidden_size)
+
+
+def generation_sequences(s) -> int:
+    """Completions one rank generates at once: TRL's generation batch over the data-parallel ranks."""
+    if s.generation_batch:
+        return max(s.generation_batch // s.data_parallel, 1)
+    return s.micro_batch * s.accumulation
+
+
+def generation_items(s) -> Dict[str, int]:
+    """GRPO's generation-phase bytes per rank, by name (empty for other trainers)."""
+    if s.trainer != "grpo":
+        return {}
+    a, seqs = s.arch, generation_sequences(s)
+    kv_width = a.num_key_value_heads * a.head_dim
+    items = {"kv_cache": KV * a.num_hidden_layers * kv_width * s.width * seqs * s.seq_len,
+             "sampling_logits": SAMPLING_FP32_COPIES * 4 * seqs * a.vocab_size}
+    if s.stage == 3 and s.ds3_gather:
+        items["gathered_model"] = s.width * (s.total_params - s.persistent_params)
+    return items
+
+
+def generation_excess(s, training_transients: int) -> int:
+    """What the generation phase needs beyond the training phase's transients (activations, logits), which it never
+    coexists with: the estimate's sum then holds the larger of the two phases."""
+    return max(sum(generation_items(s).values()) - training_transients, 0)
+
+
+def describe(s) -> List[str]:
+    """Header lines of the plan for a trainer other than SFT."""
+    if s.trainer == "sft":
+        return []
+    seqs = f"{sequences_per_sample(s.trainer)} sequences per sample (chosen + rejected)" if s.trainer in PAIRED \
+        else f"sequences of prompt + up to {s.completion_len} completion tokens"
+    lines = [f"trainer {s.trainer}: {seqs}; reference model: {reference_state(s)}"]
+    if s.trainer == "reward":
+        lines[0] += f"; a score head (hidden x {s.num_labels}) instead of the lm_head"
+    if s.trainer == "grpo":
+        gather = "the whole 16-bit model gathered on every rank (ds3_gather_for_generation)" \
+            if s.ds3_gather else "parameters gathered module by module (ds3_gather_for_generation=false)"
+        lines.append(f"generation: {generation_sequences(s)} completions per rank at once ({s.num_generations} per "
+                     f"prompt), KV cache of {s.seq_len} tokens each" + (f"; under ZeRO-3 {gather}"))
+    return lines
+
+
+def fixes(s) -> List[Tuple[List[str], dict]]:
+    """Trainer settings that shrink the bill: (overrides, the Setup fields they change), for a refusal to try."""
+    out = []
+    if keeps_reference(s):
+        lora = PeftConfig()
+        out.append((["peft=lora"], {"lora_r": lora.r, "lora_targets": tuple(lora.target_modules),
+                                    "lora_dropout": lora.lora_dropout}))
+        if s.trainer == "dpo":
+            out.append((["+trainer.args.precompute_ref_log_probs=true"], {"precompute_ref": True}))
+        else:
+            out.append((["trainer.beta=0.0"], {"reference_wanted": False}))
+    if s.trainer == "grpo" and s.stage == 3 and s.ds3_gather:
+        out.append((["+trainer.args.ds3_gather_for_generation=false"], {"ds3_gather": False}))
+    return out
