@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 from typing import Callable, List
 
+from trl_ds.check.deepspeed_rules import DEEPSPEED_RULES, deepspeed_problems
 from trl_ds.check.history import check_history
 from trl_ds.check.rendezvous import check_elastic_batch, check_rendezvous
 from trl_ds.check.reuse import check_run_dir
@@ -53,6 +54,8 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
     except ConfigError as err:
         problems += err.problems
     problems += check_run_dir(cfg, run_dir)
+    if batch is not None and not problems:  # DeepSpeed's own classes, when the config holds more than trl_ds's keys
+        problems += deepspeed_problems(cfg, batch, run_dir)
     if launching:
         problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_history(cfg, run_dir)
         problems += check_trainer_here(cfg)
@@ -265,5 +268,5 @@ def count_gpus() -> int:
 RULES: List[Callable] = [
     check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer,
     check_model, check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm, check_trainer_options,
-    check_peft, check_sequence_parallel, check_passthrough, check_eval, check_rendezvous,
+    check_peft, check_sequence_parallel, check_passthrough, check_eval, check_rendezvous, *DEEPSPEED_RULES,
 ]

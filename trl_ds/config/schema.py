@@ -127,6 +127,18 @@ class ZeroConfig:
     # ZeRO++ (stage 3, GPUs): hierarchical partitioning with a secondary partition of cluster.gpus_per_node ranks,
     # quantized weights and gradients (DeepSpeed's zero_hpz_partition_size, zero_quantized_*).
     zeropp: bool = False
+    # ZeRO++ part by part (stage 3, GPUs; zeropp=true turns on the first three): a secondary copy of the weights
+    # partitioned over this many ranks inside a node (hpZ; 1: off), all-gathers in int8 (qwZ), gradients reduced in
+    # int4 (qgZ), frozen weights kept quantized (LoRA bases).
+    zero_hpz_partition_size: int = 1
+    zero_quantized_weights: bool = False
+    zero_quantized_gradients: bool = False
+    zero_quantized_nontrainable_weights: bool = False
+    # ZenFlow (needs offload.optimizer=cpu): DeepSpeed's ZenFlowConfig by its own names, e.g.
+    # zero.zenflow={topk_ratio:0.1,update_interval:4}; {} takes DeepSpeed's defaults; null: off.
+    zenflow: Any = None
+    # Any other zero_optimization key by DeepSpeed's own name (+zero.allgather_partitions=false) is written into
+    # ds_config.json and checked by DeepSpeed's DeepSpeedZeroConfig before launch (docs/deepspeed-keys.md).
 
 
 @dataclass
@@ -151,6 +163,11 @@ class OffloadConfig:
     buffer_count: int = 5  # parameter swap buffers (optimizer uses 4)
     buffer_size: int = 100_000_000  # elements per parameter swap buffer
     max_in_cpu: int = 1_000_000_000  # elements of parameters kept in CPU memory
+    # Fraction of the optimizer's sub-groups offloaded (DeepSpeed's offload_optimizer.ratio, zero=stage3 with
+    # offload.optimizer=cpu): the rest stay on the device. Split by sub-group (zero.sub_group_size elements each).
+    ratio: float = 1.0
+    # Any other offload_optimizer / offload_param key by DeepSpeed's own name (+offload.pipeline_read=true) goes
+    # into each offload block in use that DeepSpeed's class accepts it in.
     aio: AioConfig = field(default_factory=AioConfig)
 
 
@@ -285,6 +302,11 @@ class PrecisionConfig:
     loss_scale_window: int = 1000
     hysteresis: int = 2
     min_loss_scale: int = 1
+    # bf16 only, ZeRO 1-3 (DeepSpeed's bf16 block): master weights and their gradients in bf16 (2+2 B instead of
+    # 4+4 per parameter; needs offload.optimizer=cpu unless bf16_optimizer_states), and Adam's moments in bf16 too
+    # (4 B instead of 8; needs bf16_master_weights_and_grads).
+    bf16_master_weights_and_grads: bool = False
+    bf16_optimizer_states: bool = False
 
 
 @dataclass
@@ -355,6 +377,10 @@ class RunConfig:
     peft: PeftConfig = MISSING
     sp: SequenceParallelConfig = MISSING
     batch: BatchConfig = field(default_factory=BatchConfig)
+    # Any other top-level block of ds_config.json by DeepSpeed's own name (+deepspeed.wall_clock_breakdown=true,
+    # +deepspeed.flops_profiler.enabled=true), checked by DeepSpeed's own config before launch; the keys trl_ds
+    # derives (batch sizes, zero_optimization, optimizer, bf16/fp16) are refused there, naming trl_ds's key.
+    deepspeed: Dict[str, Any] = field(default_factory=dict)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     seed: int = 42
     dry_run: bool = False  # write the run dir and print the commands; spawn nothing

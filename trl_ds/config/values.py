@@ -77,3 +77,31 @@ def checkpointing(cfg) -> Optional[bool]:
     if not isinstance(chosen, bool):
         raise ConfigError([f"trainer.gradient_checkpointing={chosen} must be true, false or auto."])
     return chosen
+
+
+def schema_type(path: str):
+    """The dataclass the schema declares at a dotted path ('' is RunConfig), or None for a plain or free-form field."""
+    import dataclasses
+
+    from trl_ds.config.schema import RunConfig
+
+    node = RunConfig
+    for part in [p for p in path.split(".") if p]:
+        kinds = {f.name: f.type for f in dataclasses.fields(node)}
+        node = kinds.get(part)
+        if not dataclasses.is_dataclass(node):
+            return None
+    return node
+
+
+def undeclared(cfg, group: str) -> dict:
+    """Keys a user added to a group with Hydra's `+` that the schema does not declare, as plain values (zero.* and
+    offload.* pass DeepSpeed's own names through this way; trl_ds/check/deepspeed_keys.py refuses the rest)."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    declared = {f.name for f in dataclasses.fields(schema_type(group))}
+    node = OmegaConf.select(cfg, group) if group else cfg
+    return {k: OmegaConf.to_container(node[k]) if OmegaConf.is_config(node[k]) else node[k]
+            for k in node if k not in declared}

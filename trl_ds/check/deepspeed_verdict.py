@@ -1,0 +1,163 @@
+"""DeepSpeed's own verdict on ds_config.json, in the launching process, before any rank starts.
+
+`deepspeed.runtime.config.DeepSpeedConfig` runs every pydantic class of the JSON (they forbid unknown fields) and
+DeepSpeed's cross-key assertions. It costs the deepspeed import (about 2 s), so it runs only when the config holds
+something beyond trl_ds's own keys (those are checked for every shipped combination by tests/configs). Its top-level
+keys are not a pydantic class: DeepSpeed reads the names it knows and ignores the rest, so the names it read are
+recorded, and a deepspeed.NAME it never read is refused with the closest one it did.
+"""
+import difflib
+import io
+from contextlib import redirect_stdout
+from typing import Any, List, Optional
+
+from omegaconf import OmegaConf
+
+from trl_ds.check.deepspeed_keys import passthrough, show
+from trl_ds.config.deepspeed_names import deepspeed_version
+
+
+class _World:
+    """DeepSpeed's config asks the process group for the world size; none exists before launch."""
+
+    def __init__(self, world: int):
+        self.world = world
+
+    def get_rank(self) -> int:
+        return 0
+
+    def get_world_size(self, group=None) -> int:
+        return self.world
+
+
+class _Keys:
+    def __init__(self, owner: "_Recording"):
+        self.owner = owner
+
+    def __contains__(self, key) -> bool:
+        return self.owner.__contains__(key)
+
+    def __iter__(self):
+        return iter(dict.keys(self.owner))
+
+    def __len__(self) -> int:
+        return dict.__len__(self.owner)
+
+
+class _Recording(dict):
+    """A block of the JSON noting every dotted name DeepSpeed looks up (get, [], in, keys()); nested blocks too,
+    since DeepSpeed's non-pydantic blocks (flops_profiler, ...) also ignore names they do not read."""
+
+    def __init__(self, data: dict, path: str = "", read: Optional[set] = None):
+        super().__init__({k: _Recording(v, f"{path}{k}.", read) if isinstance(v, dict) else v
+                          for k, v in data.items()} if read is not None else {})
+        if read is None:  # the top: one shared set for every block
+            read = set()
+            super().update({k: _Recording(v, f"{k}.", read) if isinstance(v, dict) else v for k, v in data.items()})
+        self.path, self.read = path, read
+
+    def _note(self, key):
+        self.read.add(f"{self.path}{key}")
+
+    def get(self, key, *default):
+        self._note(key)
+        return super().get(key, *default)
+
+    def __getitem__(self, key):
+        self._note(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self._note(key)
+        return super().__contains__(key)
+
+    def keys(self):
+        return _Keys(self)
+
+    def __iter__(self):  # overridden, so `**block` (pydantic blocks) goes through keys() and [] and is recorded
+        return iter(dict.keys(self))
+
+
+def _read_key_by_key(name: str, read: set) -> bool:
+    """DeepSpeed looked names up in this name's block one by one (a top-level name always is). A block it looked
+    nothing up in went whole to a pydantic class, which refuses unknown names itself."""
+    block = name.rpartition(".")[0]
+    return not block or any(r.startswith(f"{block}.") for r in read)
+
+
+def leaves(block: dict, path: str = "") -> List[str]:
+    """Dotted names of every value in a nested dict."""
+    out = []
+    for k, v in block.items():
+        out += leaves(v, f"{path}{k}.") if isinstance(v, dict) and v else [f"{path}{k}"]
+    return out
+
+
+def needs_verdict(cfg) -> bool:
+    return any(v not in ({}, None) for v in passthrough(cfg).values())
+
+
+def deepspeed_verdict(cfg, ds_config: dict, world: int) -> List[str]:
+    """[] when DeepSpeed accepts ds_config for `world` ranks; else one line per problem, naming trl_ds's key."""
+    import deepspeed.runtime.config as ds_runtime_config
+    from pydantic import ValidationError
+
+    recording = _Recording(ds_config)
+    saved = ds_runtime_config.dist
+    ds_runtime_config.dist = _World(world)
+    version = deepspeed_version()
+    try:
+        with redirect_stdout(io.StringIO()):  # DeepSpeed logs its config checks to stdout
+            ds_runtime_config.DeepSpeedConfig(recording)
+    except ValidationError as err:
+        return [_pydantic_line(err.title, e, version) for e in err.errors()]
+    except (AssertionError, ValueError, KeyError, TypeError) as err:
+        return [f"DeepSpeed {version} refuses ds_config.json: {err}. Fix the key it names (docs/deepspeed-keys.md "
+                f"lists where each one is set)."]
+    finally:
+        ds_runtime_config.dist = saved
+    given = OmegaConf.to_container(cfg.deepspeed) if cfg.deepspeed else {}
+    unread = [name for name in leaves(given) if name not in recording.read and _read_key_by_key(name, recording.read)]
+    return [_unread_line(name, OmegaConf.select(cfg.deepspeed, name), sorted(recording.read), version)
+            for name in unread]
+
+
+def _pydantic_line(title: str, error: dict, version: str) -> str:
+    loc = [str(p) for p in error.get("loc", ())]
+    if not loc:  # a rule across the block's keys (a model validator)
+        return (f"DeepSpeed {version} refuses ds_config.json's {BLOCKS.get(title, title)} ({title}: "
+                f"{error.get('msg', 'invalid')}). docs/deepspeed-keys.md lists where each of its keys is set.")
+    key = trl_ds_key(title, loc)
+    given = f"={show(error['input'])}" if "input" in error and not isinstance(error["input"], dict) else ""
+    return (f"{key}{given}: DeepSpeed {version} refuses it ({title}: {error.get('msg', 'invalid')}). Fix or remove "
+            f"{key}.")
+
+
+BLOCKS = {"DeepSpeedZeroConfig": "zero_optimization", "DeepSpeedBF16Config": "bf16", "ZenFlowConfig": "zenflow",
+          "DeepSpeedZeroOffloadOptimizerConfig": "offload_optimizer",
+          "DeepSpeedZeroOffloadParamConfig": "offload_param"}
+
+
+def trl_ds_key(title: str, loc: List[str]) -> str:
+    """The override that set a key DeepSpeed's class `title` refused at `loc` (relative to that class)."""
+    if title == "DeepSpeedZeroConfig" and loc:
+        if loc[0] in ("offload_optimizer", "offload_param"):
+            return ".".join(["offload"] + loc[1:])
+        return ".".join(["zero"] + loc)
+    if title in ("DeepSpeedZeroOffloadOptimizerConfig", "DeepSpeedZeroOffloadParamConfig"):
+        return ".".join(["offload"] + loc)
+    if title == "ZenFlowConfig":
+        return ".".join(["zero.zenflow"] + loc)
+    if title == "DeepSpeedBF16Config":
+        return ".".join(["precision"] + loc)
+    return ".".join(["deepspeed"] + loc)  # a top-level block handed whole to its class: loc starts at its name
+
+
+def _unread_line(name: str, given: Any, known: List[str], version: str) -> str:
+    """A name DeepSpeed never looked up; the closest it did look up in the same block is the suggestion."""
+    block, _, key = name.rpartition(".")
+    siblings = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == block]
+    close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
+    prefix = f"deepspeed.{block}." if block else "deepspeed."
+    fix = f"Did you mean {prefix}{close[0]}?" if close else "Remove it (docs/deepspeed-keys.md)."
+    return (f"deepspeed.{name}={show(given)}: DeepSpeed {version} never reads {name} (it would be ignored). {fix}")

@@ -1,0 +1,83 @@
+"""DeepSpeed's own key names for the blocks trl_ds lets a user extend (zero_optimization, its offload blocks, zenflow,
+bf16), read from the installed DeepSpeed's pydantic classes with `ast`, not imported.
+
+Importing any deepspeed module runs deepspeed/__init__.py (torch included, about 2 s); a misspelt key must be
+refused at once, so the names come from the source files. DeepSpeed's classes accept a field by its name or by its
+alias (populate_by_name); both are listed. Values are checked by the classes themselves before launch
+(trl_ds/check/deepspeed_keys.py), only when the config holds something beyond trl_ds's own keys.
+"""
+import ast
+import functools
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+# block -> (file under deepspeed/, class)
+CLASSES = {
+    "zero_optimization": ("runtime/zero/config.py", "DeepSpeedZeroConfig"),
+    "offload_optimizer": ("runtime/zero/offload_config.py", "DeepSpeedZeroOffloadOptimizerConfig"),
+    "offload_param": ("runtime/zero/offload_config.py", "DeepSpeedZeroOffloadParamConfig"),
+    "zenflow": ("runtime/zenflow/zenflow_config.py", "ZenFlowConfig"),
+    "bf16": ("runtime/precision_config.py", "DeepSpeedBF16Config"),
+}
+
+
+@dataclass(frozen=True)
+class DeepSpeedField:
+    field: str  # the pydantic field behind the JSON name
+    alias: Optional[str]  # the JSON name DeepSpeed documents when it differs (stage3_prefetch_bucket_size)
+    replaced_by: Optional[str]  # a deprecated field: what DeepSpeed says to use instead
+
+
+def deepspeed_root() -> str:
+    spec = importlib.util.find_spec("deepspeed")  # a top-level package: found without running it
+    return spec.submodule_search_locations[0]
+
+
+@functools.lru_cache(maxsize=None)
+def block_names(block: str) -> Dict[str, DeepSpeedField]:
+    """Every name DeepSpeed accepts in one block, field names and aliases alike, -> its field."""
+    path, name = CLASSES[block]
+    with open(os.path.join(deepspeed_root(), path)) as f:
+        tree = ast.parse(f.read())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    names: Dict[str, DeepSpeedField] = {}
+    for stmt in node.body:
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+            continue
+        keywords = {k.arg: k.value for k in stmt.value.keywords} if isinstance(stmt.value, ast.Call) else {}
+        alias = _constant(keywords.get("alias"))
+        entry = DeepSpeedField(stmt.target.id, alias, _replaced_by(keywords.get("json_schema_extra")))
+        names[stmt.target.id] = entry
+        if alias:
+            names[alias] = entry
+    return names
+
+
+def _constant(node) -> Optional[str]:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _replaced_by(extra) -> Optional[str]:
+    """json_schema_extra={"deprecated": True, "new_param": "..."}: the replacement DeepSpeed names."""
+    if not isinstance(extra, ast.Dict):
+        return None
+    items = {_constant(k): v for k, v in zip(extra.keys, extra.values)}
+    deprecated = items.get("deprecated")
+    if isinstance(deprecated, ast.Constant) and deprecated.value is True:
+        return _constant(items.get("new_param")) or "its replacement"
+    return None
+
+
+def deepspeed_version() -> str:
+    """The installed version, read from its version.py (no import)."""
+    try:
+        with open(os.path.join(deepspeed_root(), "git_version_info_installed.py")) as f:
+            tree = ast.parse(f.read())
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Assign) and getattr(stmt.targets[0], "id", "") == "version":
+                return _constant(stmt.value) or "?"
+    except OSError:
+        pass
+    return "?"
