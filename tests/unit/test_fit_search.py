@@ -1,0 +1,65 @@
+"""`trl-ds fit`'s search without a GPU: which micro-batches it tries, the answer it gives, the planner's side, and
+the user mistakes it refuses. The search on a real engine is tests/integration/test_gpu_check_smoke.py."""
+from dataclasses import replace
+
+import pytest
+
+from trl_ds.cli import fit as fit_cli
+from trl_ds.plan.memory import estimate
+from trl_ds.plan.planner import load
+from trl_ds.worker.fit import boundary, next_micro
+
+
+def walk(start: int, limit: int, largest_that_fits: int):
+    """The micro-batches tried, in order, on a GPU where exactly 1..largest_that_fits train."""
+    trials, order = {}, []
+    while (micro := next_micro(trials, start, limit)) is not None:
+        order.append(micro)
+        trials[micro] = micro <= largest_that_fits
+    return order, boundary(trials, limit)
+
+
+def test_from_the_planners_answer_it_doubles_until_out_of_memory_then_bisects():
+    order, found = walk(start=4, limit=64, largest_that_fits=13)
+    assert order == [4, 8, 16, 12, 14, 13]  # 16 ran out; between 8 and 16: 12 trains, 14 not, 13 trains
+    assert found == {"measured_max_micro": 13, "bounded_by_limit": False, "smallest_oom_micro": 14}
+
+
+def test_a_planner_answer_too_large_is_halved_until_one_trains():
+    order, found = walk(start=16, limit=64, largest_that_fits=5)
+    assert order == [16, 8, 4, 6, 5]
+    assert found["measured_max_micro"] == 5 and found["smallest_oom_micro"] == 6
+
+
+def test_the_planner_exactly_right_costs_two_trials_past_it():
+    assert walk(start=6, limit=64, largest_that_fits=6)[0] == [6, 12, 9, 7]
+
+
+def test_nothing_fits_and_the_limit_bounds_the_search():
+    order, found = walk(start=2, limit=64, largest_that_fits=0)
+    assert order == [2, 1] and found["measured_max_micro"] == 0 and found["smallest_oom_micro"] == 1
+    order, found = walk(start=8, limit=20, largest_that_fits=1000)  # a CPU rank: nothing runs out within a cap
+    assert order == [8, 16, 20] and found == {"measured_max_micro": 20, "bounded_by_limit": True,
+                                              "smallest_oom_micro": None}
+
+
+def test_the_planners_largest_fits_and_one_more_does_not():
+    _, base = load(["model=llama3.2-1b", "cluster=1x1", "cluster.gpu_memory_gb=24", "precision=bf16",
+                    "trainer.max_length=512", "zero=stage2", "offload=cpu"])
+    planned = fit_cli.planner_max_micro(base, 4096)
+    assert planned > 0
+    assert estimate(replace(base, micro_batch=planned)).verdict == "fits"
+    assert estimate(replace(base, micro_batch=planned + 1)).verdict != "fits"
+    smaller = fit_cli.planner_max_micro(replace(base, gpu_memory_gb=16), 4096)
+    assert 0 < smaller < planned  # 16 GiB holds fewer samples than 24
+
+
+@pytest.mark.parametrize("args, message", [
+    (["cluster=1x8"], "trl-ds fit measures one rank, but the cluster starts 8 (cluster=1x8). Use cluster=1x1 "
+                      "(or cluster.gpus_per_node=1 cluster.nodes=1)."),
+    (["cluster=1x1", "--steps", "0"], "trl-ds fit --steps=0: it must be at least 1."),
+])
+def test_user_mistakes_are_one_line_and_exit_2(args, message, capsys, tmp_path):
+    assert fit_cli.main([*args, "--run-dir", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == f"trl-ds fit: {message}\n"
+    assert not (tmp_path / "r").exists()  # nothing written, nothing started
