@@ -153,3 +153,12 @@ def test_a_run_dir_name_too_long_is_one_line(tmp_path):
     assert out.stderr == (f"trl_ds: hydra.run.dir has a folder name of 300 bytes ({'x' * 40}...); this file system "
                           f"allows {os.pathconf(tmp_path, 'PC_NAME_MAX')}. Use a shorter name in hydra.run.dir=...\n")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_run_dir_hydra_would_misread_is_one_line_saying_to_quote_it():
+    from trl_ds.cli.run import name_too_long
+
+    assert name_too_long(["hydra.run.dir=/runs/exp[1]"]) == (
+        "hydra.run.dir=/runs/exp[1] holds characters Hydra's override grammar reads as syntax ([]{}(),='\") or does "
+        "not take unquoted (non-ASCII); quote the path for Hydra: 'hydra.run.dir=\"/runs/exp[1]\"'")
+    assert name_too_long(['hydra.run.dir="/runs/exp[1] *?é"', "hydra.run.dir=/runs/a b*?"]) is None

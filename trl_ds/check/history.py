@@ -12,12 +12,12 @@ import os
 from typing import List, Optional
 
 from trl_ds.rundir.checkpoint import checkpoints, is_complete, step_of
-from trl_ds.rundir.layout import CHECKPOINT_DIR, METRICS, SUMMARY, read_json_or_none
+from trl_ds.rundir.layout import CHECKPOINT_DIR, METRICS, RESOLVED_CONFIG, SUMMARY, read_json_or_none
 
 
 def check_history(cfg, run_dir: str) -> List[str]:
     if cfg.resume == "auto":
-        return check_max_steps(cfg, run_dir)
+        return check_max_steps(cfg, run_dir) + check_writable(run_dir)
     found = [os.path.basename(c) for c in checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))]
     if os.path.isfile(os.path.join(run_dir, METRICS)):
         found.append(METRICS)
@@ -34,10 +34,39 @@ def finished_run(cfg, run_dir: str) -> Optional[str]:
     if cfg.resume != "auto" or not isinstance(summary, dict):
         return None
     steps = summary.get("steps")
-    if summary.get("status") != "completed" or steps is None or steps < cfg.trainer.max_steps:
+    if summary.get("status") != "completed" or not isinstance(steps, int):
+        return None
+    if cfg.trainer.max_steps <= 0:  # epochs: complete unless trainer.num_train_epochs was raised since
+        epochs = cfg.trainer.num_train_epochs
+        saved = (read_yaml_or_none(os.path.join(run_dir, RESOLVED_CONFIG)) or {}).get("trainer") or {}
+        if not isinstance(saved.get("num_train_epochs"), (int, float)) or epochs > saved["num_train_epochs"]:
+            return None
+        return (f"the run in {run_dir} is complete ({steps} steps, trainer.num_train_epochs={epochs}); nothing to "
+                f"train. Raise trainer.num_train_epochs to continue it, or use a new hydra.run.dir for another run.")
+    if steps < cfg.trainer.max_steps:
         return None
     return (f"the run in {run_dir} is complete ({steps} steps, trainer.max_steps={cfg.trainer.max_steps}); nothing "
             f"to train. Raise trainer.max_steps to continue it, or use a new hydra.run.dir for another run.")
+
+
+def read_yaml_or_none(path: str):
+    import yaml
+
+    try:
+        with open(path) as f:
+            loaded = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def check_writable(run_dir: str) -> List[str]:
+    """The checkpoints' folder must take new checkpoints: found at the first save otherwise, after training."""
+    folder = os.path.join(run_dir, CHECKPOINT_DIR)
+    if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+        return [f"{folder} is not writable, so no checkpoint of this launch could be saved. Make it writable "
+                f"(chmod u+w {folder}) or use another hydra.run.dir."]
+    return []
 
 
 def check_max_steps(cfg, run_dir: str) -> List[str]:

@@ -95,7 +95,7 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
         print_dry_run(cfg, prepared)
         return
     print(f"trl_ds: launching: {describe(cfg)}\n{batch_line(cfg, prepared)}")
-    ready_resume(cfg, run_dir)
+    ready_resume(cfg, run_dir, prepared.batch)
     resume_collection()  # the launcher may now wait for hours
     rc = start(cfg, prepared.node_commands)
     if not summarizes_here(cfg):  # a submitted SLURM job, or a node without rank 0: start() said what happened
@@ -122,7 +122,7 @@ def resolve_local_paths(cfg) -> None:
             cfg[group][key] = os.path.abspath(name)
 
 
-def ready_resume(cfg, run_dir: str) -> None:
+def ready_resume(cfg, run_dir: str, batch=None) -> None:
     """Set aside damaged checkpoints and convert one of another cluster shape before spawning: the lines reach this
     terminal (ranks write to their logs). The main node only: it owns the run dir's checkpoints."""
     from trl_ds.launch import this_node_rank
@@ -134,13 +134,30 @@ def ready_resume(cfg, run_dir: str) -> None:
     from trl_ds.rundir.resume import prepare_resume
 
     try:
-        lines = prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage)[2]
+        chosen, _, lines = prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage)
     except subprocess.CalledProcessError as err:  # ds_to_universal failed: its own output above says why
         print(f"trl_ds: launch failed: converting to DeepSpeed's universal format failed ({' '.join(err.cmd)} "
               f"exited with {err.returncode}); the checkpoints are unchanged", file=sys.stderr)
         sys.exit(1)
-    for line in lines:
-        print(line, file=sys.stderr, flush=True)
+    for line in lines + ([batch_change_line(cfg, chosen, batch)] if chosen and batch else []):
+        if line:
+            print(line, file=sys.stderr, flush=True)
+
+
+def batch_change_line(cfg, checkpoint: str, batch) -> Optional[str]:
+    """Without batch.global_size the global batch follows the world size: resuming on another one changes the
+    batches the rest of the run trains on. Said, with the setting that keeps the checkpoint's."""
+    from trl_ds.rundir.checkpoint import read_marker
+
+    before = read_marker(checkpoint).get("world_size")
+    from trl_ds.config.values import sp_size
+
+    if cfg.batch.global_size is not None or not isinstance(before, int) or sp_size(cfg) > 1 or before == batch.world:
+        return None
+    was = batch.micro * before * batch.accumulation
+    return (f"trl_ds: warning: batch.global_size is not set, so the global batch follows the world size: {was} "
+            f"samples per step when {os.path.basename(checkpoint)} was written ({before} ranks), "
+            f"{batch.global_size} now ({batch.world} ranks). Set batch.global_size={was} to keep it.")
 
 
 def _disk_failure(err: OSError, run_dir: str) -> None:
@@ -172,15 +189,22 @@ def _remove_if_empty(run_dir: str) -> None:
 
 
 RUN_DIR_KEYS = ("hydra.run.dir=", "hydra.sweep.dir=", "hydra.sweep.subdir=")
+GRAMMAR_CHARS = "[]{}(),='\""  # outside quotes: lists, dicts, calls, a sweep's values
 
 
 def name_too_long(args: Sequence[str]) -> Optional[str]:
-    """A run dir with a name the file system cannot hold (Hydra would fail creating it, with a traceback)."""
+    """A run dir with a name the file system cannot hold (Hydra would fail creating it, with a traceback), or one
+    Hydra would misread (a bracket outside quotes)."""
     for arg in args:
         key = next((k for k in RUN_DIR_KEYS if arg.lstrip("+").startswith(k)), None)
         if key is None:
             continue
-        path = os.path.abspath(os.path.expanduser(arg.lstrip("+")[len(key):].strip("'\"")))
+        given = arg.lstrip("+")[len(key):]
+        if not given.startswith(("'", '"')) and any(c in GRAMMAR_CHARS or not c.isascii() for c in given):
+            return (f"{key}{given} holds characters Hydra's override grammar reads as syntax ({GRAMMAR_CHARS}) or "
+                    f"does not take unquoted (non-ASCII); "
+                    f"quote the path for Hydra: '{key}\"{given}\"'")
+        path = os.path.abspath(os.path.expanduser(given.strip("'\"")))
         limit = _name_max(path)
         for part in path.split(os.sep):
             if len(os.fsencode(part)) > limit:

@@ -81,6 +81,7 @@ def load_split(name: str, split: str):
     from datasets import load_dataset
 
     path = os.path.expanduser(name)
+    path = os.path.normpath(path) if os.path.exists(path) else path  # "RUN/./data": datasets' lookup keeps the "."
     # datasets reads data_files as glob patterns: a literal path is escaped ([, *, ? are data in a run dir's name)
     files = [path] if os.path.isfile(path) else sorted(os.path.join(path, f) for f in os.listdir(path)
                                                         if f.startswith(split)) if os.path.isdir(path) else []
