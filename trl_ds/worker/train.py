@@ -265,7 +265,7 @@ def build_trainer(cfg, run_dir: str, load_universal: bool = False):
     """The trainer named by cfg.trainer.name (trl_ds/worker/trainers.py), logging to metrics.jsonl."""
     from trl_ds.worker.trainers import build_trainer as build_named_trainer
 
-    logger = MetricsLogger(os.path.join(run_dir, METRICS), sp_size(cfg) * cfg.tp.size if value(cfg.tp.name) != "none" else sp_size(cfg))
+    logger = MetricsLogger(os.path.join(run_dir, METRICS), sp_size(cfg))
     return build_named_trainer(cfg, run_dir, callbacks=[logger], load_universal=load_universal)
 
 
