@@ -1,0 +1,125 @@
+"""A local data file is read through before launch: the first bad record is named by file and line (the line numbers
+below are where these tests wrote the bad record), and what is named bad is what `datasets` or the trainer fails on."""
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trl_ds.check.data_file import data_files, first_bad_record
+from trl_ds.check.trainer_rules import NEEDED_COLUMNS
+
+REPO = Path(__file__).resolve().parents[2]
+SFT, DPO = NEEDED_COLUMNS["sft"], NEEDED_COLUMNS["dpo"]
+GOOD = [{"text": f"question : what is {n} plus one ?"} for n in ("one", "two", "three", "four")]
+
+
+def jsonl(path, rows, broken_at=None, broken='{"text": "cut off\n'):
+    """rows as JSON Lines; with broken_at, that (1-based) line is replaced by `broken`."""
+    lines = [json.dumps(r) + "\n" for r in rows]
+    if broken_at:
+        lines[broken_at - 1] = broken
+    path.write_text("".join(lines))
+    return str(path)
+
+
+def load_with_datasets(path: str):
+    from datasets import load_dataset
+
+    builder = {".csv": "csv", ".parquet": "parquet"}.get(os.path.splitext(path)[1], "json")
+    return load_dataset(builder, data_files={"train": path}, split="train", cache_dir=str(Path(path).parent / "c"))
+
+
+def test_a_good_file_passes_and_datasets_loads_it(tmp_path):
+    path = jsonl(tmp_path / "rows.jsonl", GOOD)
+    with open(path, "a") as f:
+        f.write("\n   \n")  # blank lines: datasets skips them, so they are not errors
+    assert first_bad_record(path, SFT) is None
+    assert load_with_datasets(path)["text"] == [r["text"] for r in GOOD]
+
+
+def test_a_line_that_is_not_json_is_named_and_datasets_fails_on_it(tmp_path):
+    path = jsonl(tmp_path / "rows.jsonl", GOOD, broken_at=3)
+    assert first_bad_record(path, SFT) == "line 3 is not JSON (Unterminated string starting at column 10)"
+    with pytest.raises(Exception, match="An error occurred while generating the dataset"):
+        load_with_datasets(path)
+
+
+@pytest.mark.parametrize("record, why", [
+    ({"other": "x"}, "has no 'text'; every record needs 'text', as the first one has"),
+    ({"text": None}, "has 'text' null; every record needs 'text', as the first one has"),
+    ({"text": ""}, "has an empty 'text'; every record needs 'text', as the first one has"),
+    ({"text": 5}, "has 'text' as a number, where the first record has a string"),
+    ([1, 2], 'is a list, not a JSON object like {"text": ...}'),
+])
+def test_a_record_the_trainer_cannot_use_is_named(tmp_path, record, why):
+    path = jsonl(tmp_path / "rows.jsonl", GOOD[:3] + [record] + GOOD[3:])
+    assert first_bad_record(path, SFT) == f"line 4 {why}"
+
+
+def test_the_first_records_column_set_holds_for_every_record(tmp_path):
+    rows = [{"prompt": "p", "chosen": "a", "rejected": "b"}] * 2 + [{"prompt": "p", "chosen": "a"}]
+    assert first_bad_record(jsonl(tmp_path / "pairs.jsonl", rows), DPO) == (
+        "line 3 has no 'rejected'; every record needs 'chosen' and 'rejected', as the first one has")
+    # a first record with none of the trainer's column sets is trainer_rules' message (first record), not this one
+    assert first_bad_record(jsonl(tmp_path / "other.jsonl", [{"x": 1}, "not an object"]), SFT) is None
+
+
+def test_a_json_array_names_the_line_of_the_bad_element(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text('[\n  {"text": "a"},\n  {"text": "b"},\n  {"text": null}\n]\n')
+    assert first_bad_record(str(path), SFT) == "line 4 has 'text' null; every record needs 'text', as the first one has"
+    path.write_text('[\n  {"text": "a"},\n  {"text": "b",}\n]\n')
+    assert first_bad_record(str(path), SFT).startswith("line 3 is not JSON (Expecting property name")
+
+
+def test_csv_rows_are_named_by_line_as_pandas_counts_them(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text('text,label\n"a, with a comma",1\nb,2,3\n')
+    assert first_bad_record(str(path), SFT) == "line 3 has 3 fields and the header 2"
+    with pytest.raises(Exception, match="An error occurred while generating the dataset"):
+        load_with_datasets(str(path))  # pandas: "Expected 2 fields in line 3, saw 3"
+    path.write_text("text,label\na,1\n,2\n")
+    assert first_bad_record(str(path), SFT) == ("line 3 has an empty 'text'; every record needs 'text', as the first "
+                                                "one has")
+
+
+def test_parquet_nulls_are_named_by_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "rows.parquet")
+    pq.write_table(pa.table({"text": ["a", "b", None, "d"]}), path)
+    assert first_bad_record(path, SFT) == "row 3 has a null 'text'"
+    (tmp_path / "damaged.parquet").write_bytes(b"PAR1 not really")
+    assert first_bad_record(str(tmp_path / "damaged.parquet"), SFT).startswith("is not a Parquet file (")
+
+
+def test_a_folder_names_the_file_of_the_bad_record(tmp_path):
+    folder = tmp_path / "data"
+    (folder / "sub").mkdir(parents=True)
+    jsonl(folder / "train.jsonl", GOOD)
+    bad = jsonl(folder / "sub" / "test.jsonl", GOOD, broken_at=2)
+    (folder / ".hidden.jsonl").write_text("not json\n")
+    assert data_files(str(folder)) == [str(folder / "train.jsonl"), bad]
+    assert first_bad_record(str(folder), SFT) == f"{bad} line 2 is not JSON (Unterminated string starting at column 10)"
+
+
+def test_launch_with_a_broken_line_exits_2_in_one_line_nothing_spawned(tmp_path):
+    """The issue's case: `python -m trl_ds trainer.dataset_name=rows.jsonl` with one broken line."""
+    path = jsonl(tmp_path / "rows.jsonl", GOOD * 50, broken_at=137)
+    run_dir = tmp_path / "run"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", "trl_ds", f"trainer.dataset_name={path}",
+                           f"hydra.run.dir={run_dir}"], cwd=REPO, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (f"trl_ds: trainer.dataset_name={path}: line 137 is not JSON (Unterminated string "
+                                   f"starting at column 10). Fix or remove that record, or give another "
+                                   f"trainer.dataset_name.")
+    assert not run_dir.exists()  # nothing written, nothing spawned
+    assert cpu_s < 3, cpu_s  # CPU seconds, not wall: the bound holds on a machine shared with other work
