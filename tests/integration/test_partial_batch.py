@@ -1,5 +1,7 @@
-"""A dataset that is not a multiple of the global batch (20 rows, global batch 8): epochs end in a partial batch,
-which 1×8×1 and 2×4×1 split differently. check_equivalence names that cause; with drop_last they are equivalent."""
+"""The issue's case (#33): 20 rows, global batch 8, 5 steps, all five shapes (ranks×micro×accumulation). Epochs end
+in a partial batch (20 = 2 × 8 + 4). Without trainer.dataloader_drop_last the shapes split it differently and the
+check names the cause; with it, the train split is cut to whole global batches (trl_ds/worker/data.py) and every
+shape, accumulation included, trains the same model."""
 import json
 
 import pytest
@@ -8,29 +10,41 @@ from trl_ds.study.equivalence import main
 from trl_ds.worker.data import tiny_sft_examples
 
 pytestmark = pytest.mark.integration
-POINTS = "1x8x1,2x4x1"
+ROWS = 20
 
 
-def check(tmp_path, name, *overrides):
+def check(tmp_path, name, points, steps, *overrides):
     data = tmp_path / "rows20.jsonl"
-    data.write_text("".join(json.dumps(e) + "\n" for e in tiny_sft_examples(20)))
+    data.write_text("".join(json.dumps(e) + "\n" for e in tiny_sft_examples(ROWS)))
     out = tmp_path / name
-    # 3 steps: the third crosses the end of the data (16 rows used, 4 left).
-    code = main(["--out", str(out), "--points", POINTS, "--steps", "3", f"trainer.dataset_name={data}", *overrides])
+    code = main(["--out", str(out), "--points", points, "--steps", str(steps), f"trainer.dataset_name={data}",
+                 *overrides])
     return code, json.loads((out / "equivalence.json").read_text()), (out / "equivalence.md").read_text()
 
 
-def test_partial_last_batch_is_named_and_drop_last_fixes_it(tmp_path):
-    code, result, table = check(tmp_path, "kept")
+def test_drop_last_makes_every_shape_equivalent_accumulation_included(tmp_path):
+    """Before the cut, 1×2×4 and 2×2×2 stepped on a partial accumulation window at each epoch's end and parted from
+    step 3 by 2.4e-5, then 1.7e-3 (the issue's table); 1×8×1, 2×4×1 and 4×2×1 agreed."""
+    code, result, table = check(tmp_path, "dropped", "1x8x1,1x2x4,2x4x1,4x2x1,2x2x2", 5,
+                                "trainer.dataloader_drop_last=true")
+    assert code == 0 and result["equivalent"], table
+    assert result["points"] == ["1×8×1", "1×2×4", "2×4×1", "4×2×1", "2×2×2"]
+    assert all(len(losses) == 5 for losses in result["losses"].values())  # 2 whole steps per epoch: 3rd epoch reached
+    assert max(result["step_deviation"]) < 1e-6, table  # the same samples in every step: roundoff only
+    log = (tmp_path / "dropped" / "1x2x4" / "logs").rglob("*")
+    assert any("training on the first 16 of 20 rows (2 whole global batches of 8 per epoch)" in p.read_text()
+               for p in log if p.is_file()), "the rank says which rows it trains on"
+
+
+def test_without_drop_last_the_partial_step_and_its_fix_are_named(tmp_path):
+    code, result, table = check(tmp_path, "kept", "1x8x1,2x4x1,2x2x2", 3)
     assert code == 1 and not result["equivalent"]
     assert result["step_deviation"][0] < 1e-5 and result["step_deviation"][1] < 1e-5  # steps 1-2 agree
     assert result["step_deviation"][2] > 1e-5
     assert ("Cause: step 3 is the first to cross the end of the data (20 rows, global batch 8: 16 rows used, 4 left "
-            "over), and 2×4×1 split that partial batch differently from 1×8×1; steps 1-2 agree.") in table
+            "over), and 2×4×1 split that partial batch differently from 1×8×1 (as 2×2×2 do not); steps 1-2 agree."
+            ) in table
     assert "Set trainer.dataloader_drop_last=true, or use a dataset whose size is a multiple of the global batch" \
         in table
     summary = json.loads((tmp_path / "kept" / "2x4x1" / "summary.json").read_text())  # the run's own summary says it
     assert summary["epoch_end"].startswith("each epoch ends in a partial batch: 20 rows = 2 × 8 + 4;")
-    code, result, table = check(tmp_path, "dropped", "trainer.dataloader_drop_last=true")
-    assert code == 0 and result["equivalent"], table
-    assert "Cause" not in table

@@ -10,8 +10,11 @@ final weights.
     trl-ds check-equivalence --global-batch 16 --steps 8 trainer.dataset_name=data/train.jsonl
 
 Tolerance: fp32 reductions in a different order (per-rank partial sums, accumulation, all-reduce) differ by a few
-units of roundoff (u = 6e-8) times the square root of the terms summed; a loss over ~10^3 tokens and Adam updates
-over a few steps stay within 1e-5 relative. 1e-2 would hide a normalisation bug (a factor 2 is off by 50%).
+units of roundoff (u = 6e-8) times the square root of the terms summed; a loss over ~10^3 tokens stays within 1e-5
+relative. The weights get 1e-4: Adam divides each element's gradient by its own running size, so an element whose
+gradient sums to nearly zero turns that roundoff into a visibly different update of its own (one such element of a
+tensor moves the tensor's relative difference past 1e-5 while every loss agrees to 1e-7). A step on another global
+batch, or a normalisation bug (a factor 2 is off by 50%), is off by 1e-2 or more, far above either.
 """
 import argparse
 import json
@@ -26,7 +29,7 @@ from trl_ds.config.run_name import run_name
 from trl_ds.rundir.layout import FINAL_MODEL_DIR, METRICS
 
 LOSS_RTOL = 1e-5
-WEIGHT_RTOL = 1e-5
+WEIGHT_RTOL = 1e-4
 
 
 @dataclass

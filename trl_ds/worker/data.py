@@ -89,3 +89,26 @@ def load_split(name: str, split: str):
         if files and all(f.endswith(suffix) for f in files):
             return load_dataset(builder, data_files={split: [glob.escape(f) for f in files]}, split=split)
     return load_dataset(path, split=split)
+
+
+def whole_global_batches(trainer, world: int):
+    """The train split cut to whole global batches when trainer.dataloader_drop_last=true, so every optimizer step of
+    an epoch sees one whole global batch whatever the shape (ranks × micro × accumulation).
+
+    Each rank's dataloader drops only its own last partial micro-batch; under accumulation the last window of an epoch
+    still steps with fewer micro-batches, a smaller global batch that differs by shape. Cutting the rows before the
+    dataloader is built removes the partial window itself. The rows left out are the split's last ones (after the
+    trainer's tokenising, so packed sequences count as rows), the same rows every epoch. GRPO is left as it is: its
+    sampler already draws whole generation batches of prompts."""
+    args, data = trainer.args, trainer.train_dataset
+    if not args.dataloader_drop_last or type(trainer).__name__ == "GRPOTrainer" or not hasattr(data, "select"):
+        return data
+    sp = (args.hf_deepspeed_config.config or {}).get("sequence_parallel_size", 1)  # SP ranks share their samples
+    global_size = args.per_device_train_batch_size * args.gradient_accumulation_steps * world // sp
+    keep = len(data) // global_size * global_size
+    if keep in (0, len(data)):  # smaller than one global batch: left to the trainer, which trains no step
+        return data
+    if args.process_index == 0:
+        print(f"trl_ds: trainer.dataloader_drop_last=true: training on the first {keep} of {len(data)} rows "
+              f"({keep // global_size} whole global batches of {global_size} per epoch)", flush=True)
+    return data.select(range(keep))

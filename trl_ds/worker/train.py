@@ -35,6 +35,7 @@ from trl_ds.rundir.resume import prepare_resume
 from trl_ds.rundir.universal import shape_change
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.cores import share_cores
+from trl_ds.worker.data import whole_global_batches
 from trl_ds.worker.gpu_cap import apply_gpu_cap
 from trl_ds.worker.measure import measure_rank, peak_memory
 from trl_ds.worker.moe_leaf import leaf_module_names
@@ -76,6 +77,7 @@ def train(run_dir: str) -> int:
         prepare_tiny_model(cfg, run_dir, state)
     resume_from, universal = choose_resume(cfg, run_dir, state) if cfg.resume == "auto" else (None, False)
     trainer = build_trainer(cfg, run_dir, load_universal=universal)
+    trainer.train_dataset = whole_global_batches(trainer, state.num_processes)
     trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage))
     trainer.add_callback(LiveMemory(run_dir, state.process_index))
     started = time.time()
