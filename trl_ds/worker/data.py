@@ -103,8 +103,9 @@ def whole_global_batches(trainer, world: int):
     args, data = trainer.args, trainer.train_dataset
     if not args.dataloader_drop_last or type(trainer).__name__ == "GRPOTrainer" or not hasattr(data, "select"):
         return data
-    sp = (args.hf_deepspeed_config.config or {}).get("sequence_parallel_size", 1)  # SP ranks share their samples
-    global_size = args.per_device_train_batch_size * args.gradient_accumulation_steps * world // sp
+    # Sequence- and tensor-parallel ranks share their samples: only data-parallel ranks multiply the batch.
+    shares = (args.hf_deepspeed_config.config or {}).get("sequence_parallel_size", 1) * trainer.get_tp_size()
+    global_size = args.per_device_train_batch_size * args.gradient_accumulation_steps * world // shares
     keep = len(data) // global_size * global_size
     if keep in (0, len(data)):  # smaller than one global batch: left to the trainer, which trains no step
         return data
