@@ -34,6 +34,12 @@ attention and experts implementation; saved_activations.COEFFICIENTS holds the r
 tests/unit/test_family_activations.py re-measures them.
 
     .venv/bin/python scripts/measure_activations.py --lora   # the LoRA tables and the additivity check
+
+Paired trainers (`--paired`, a few seconds): DPO and the reward trainer put a micro-batch of b pairs through the model
+as one batch of 2b sequences (chosen, then rejected: trl/trainer/dpo_trainer.py and reward_trainer.py collators).
+The same per-layer count runs on a causal LM (DPO's policy) and on AutoModelForSequenceClassification(num_labels=1)
+(the reward model) with 2b sequences, beside the SFT count for b; trl_ds/plan/memory.py charges 2b sequences, and
+tests/unit/test_plan_trainers.py re-measures it.
 """
 import argparse
 import json
@@ -44,7 +50,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 FAMILIES = ("llama", "mistral", "qwen2")  # the dense fits of the basis below, kept for the LoRA and checkpointing fits
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -62,12 +68,16 @@ LORA_UNKNOWNS = (*UNKNOWNS, "r")
 HEAD_CHUNK = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE, the vocabulary tile SFTTrainer passes
 
 
-def build(model_type: str, h: int, f: int, a: int, kv: int, d: int, dtype=torch.bfloat16, checkpointing=False):
+def build(model_type: str, h: int, f: int, a: int, kv: int, d: int, dtype=torch.bfloat16, checkpointing=False,
+          classifier=False):
+    """A 2-layer model; `classifier`: AutoModelForSequenceClassification(num_labels=1), as the reward trainer loads."""
     config = AutoConfig.for_model(model_type, vocab_size=VOCAB, hidden_size=h, intermediate_size=f,
                                   num_hidden_layers=2, num_attention_heads=a, num_key_value_heads=kv, head_dim=d,
-                                  max_position_embeddings=SEQ, attn_implementation="sdpa", use_cache=False)
+                                  max_position_embeddings=SEQ, attn_implementation="sdpa", use_cache=False,
+                                  **({"num_labels": 1, "pad_token_id": 0} if classifier else {}))
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).to(dtype).train()
+    auto = AutoModelForSequenceClassification if classifier else AutoModelForCausalLM
+    model = auto.from_config(config).to(dtype).train()
     if checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return model
@@ -164,8 +174,10 @@ def saved_by_layer(model, batch: int, seq: int) -> list:
     hooks = [layer.register_forward_pre_hook(enter(i), with_kwargs=True) for i, layer in enumerate(layers)]
     hooks.append(model.model.norm.register_forward_pre_hook(lambda m, args: current.__setitem__(0, None)))
     ids = torch.randint(0, VOCAB, (batch, seq))
+    labels = {"labels": ids} if hasattr(model, "lm_head") else {}  # a reward model's output holds its graph
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss  # holds the graph
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), **labels)
+        loss = out.loss if labels else out.logits  # holds the graph
     for hook in hooks:
         hook.remove()
     totals = [0] * len(layers)
@@ -345,15 +357,31 @@ def measure_lora_sets(dtype) -> dict:
     return out
 
 
+def measure_paired(dtype, pairs: int = 1) -> dict:
+    """Bytes the decoder layers save for `pairs` pairs (2 × pairs sequences) in DPO's policy and the reward model,
+    and for `pairs` SFT sequences, one shape of the basis."""
+    shape = SHAPES[-1]
+    causal, classifier = build("llama", *shape, dtype=dtype), build("llama", *shape, dtype=dtype, classifier=True)
+    return {"sft": sum(saved_by_layer(causal, pairs, SEQ)), "dpo": sum(saved_by_layer(causal, 2 * pairs, SEQ)),
+            "reward": sum(saved_by_layer(classifier, 2 * pairs, SEQ)), "shape": shape, "seq": SEQ, "pairs": pairs}
+
+
 def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--lora", action="store_true", help="measure LoRA (frozen base + adapters) instead")
+    parser.add_argument("--paired", action="store_true", help="measure DPO's and the reward model's paired batches")
     parser.add_argument("--family", nargs="*", metavar="MODEL_TYPE",
                         help="fit these families' layers (all of FAMILY_KINDS when none is named) instead")
     args = parser.parse_args(argv)
     if args.family is not None:
         return print_families(args.family, args.json)
+    if args.paired:
+        paired = {name: measure_paired(dtype) for name, dtype in DTYPES.items()}
+        print(json.dumps(paired, indent=2) if args.json else "\n".join(
+            f"{name}: decoder layers save {r['sft']} B for 1 SFT sequence, {r['dpo']} B for 1 DPO pair, "
+            f"{r['reward']} B for 1 reward pair (shape {r['shape']}, {r['seq']} tokens)" for name, r in paired.items()))
+        return 0
     results = {name: measure_lora_sets(dtype) if args.lora else
                {"fused_head": measure_head(dtype), **{family: measure(family, dtype) for family in FAMILIES},
                 "checkpointed": measure("llama", dtype, checkpointing=True)}

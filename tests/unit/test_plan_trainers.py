@@ -164,3 +164,45 @@ def test_sft_plan_is_unchanged_by_the_trainer_terms(compose_cfg):
     sft = planned(compose_cfg, "zero=stage3")
     assert sft.device["reference"] == sft.device["generation"] == 0 and sft.generation_items == {}
     assert replace(sft.setup, trainer="sft").tokens == 2048
+
+
+def test_step_time_counts_the_reference_forward_and_grpo_generation(compose_cfg):
+    from trl_ds.plan.steptime import hardware_from_config, step_time
+
+    cfg = compose_cfg([*LLAMA_8B, "zero=stage2", "trainer=dpo"])
+    hw, dpo = hardware_from_config(cfg), setup_from_config(cfg)
+    terms = step_time(dpo, hw).terms
+    # a forward is 2 of the 6 FLOPs per parameter and token, and 4 of the 12 of attention: a third of training's
+    assert terms["reference"] == pytest.approx(terms["compute"] / 3)
+    assert step_time(replace(dpo, precompute_ref=True), hw).terms["reference"] == 0
+    assert step_time(replace(dpo, trainer="sft", reference_wanted=False), hw).terms["reference"] == 0
+    grpo_cfg = compose_cfg([*LLAMA_8B, "zero=stage3", "trainer=grpo", "trainer.max_completion_length=256"])
+    grpo = setup_from_config(grpo_cfg)
+    gather, no_gather = (step_time(replace(grpo, ds3_gather=g), hw).terms["generation"] for g in (True, False))
+    decode_floor = 256 * BF16 * PSI_8B / (hw.hbm_gbps * 1e9)  # every decode step reads the 16-bit model
+    assert decode_floor < gather < no_gather
+    assert step_time(grpo, hw).terms["reference"] == 0  # beta 0.0: no reference forward
+
+
+@pytest.mark.parametrize("width,dtype_name", [(2, "bf16"), (4, "fp32")])
+def test_paired_activations_are_what_autograd_saves_for_2b_sequences(width, dtype_name):
+    """scripts/measure_activations.py --paired: the decoder layers of DPO's policy and of the reward model (a real
+    AutoModelForSequenceClassification) save, for b pairs, what the planner charges for 2b sequences."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(REPO / "scripts"))
+    import measure_activations
+
+    from trl_ds.plan.memory import Setup, activations
+    from trl_ds.plan.params import count_params, from_config
+
+    measured = measure_activations.measure_paired(measure_activations.DTYPES[dtype_name])
+    h, f, a, kv, d = measured["shape"]
+    arch = from_config(dict(model_type="llama", vocab_size=measure_activations.VOCAB, hidden_size=h,
+                            intermediate_size=f, num_hidden_layers=2, num_attention_heads=a, num_key_value_heads=kv,
+                            head_dim=d), "measure_activations")
+    s = Setup(arch=arch, counts=count_params(arch), stage=2, optimizer_offload="none", param_offload="none", nodes=1,
+              gpus_per_node=1, device="cpu", dtype=dtype_name, micro_batch=1, seq_len=measured["seq"],
+              gradient_checkpointing=False, gpu_memory_gb=0, cpu_memory_gb=1)
+    assert measured["sft"] == activations(s)
+    for trainer in ("dpo", "reward"):
+        assert measured[trainer] == activations(replace(s, trainer=trainer)) == 2 * measured["sft"]

@@ -51,6 +51,16 @@ Terms per optimizer step, each in `StepTime.terms`:
   ZeRO-2 step time, 113 gathered tensors of llama3.2-1b and 169 of qwen2.5-0.5b, 1.48 and 1.22 ms each; least
   squares 1.3 ms). The CPU presets leave it 0: their measured zero3_ns_per_param already holds it.
 - overhead: micro_step_overhead_ms per micro-step (Python, hooks, data loading; measured, not derived).
+- reference (DPO, GRPO with beta != 0; trl_ds/plan/trainers.py): the reference log-probs' forward, 2 × matmul
+  params + the attention forward per token, on every micro-step's tokens (DPO: inside the loss; GRPO: over the
+  generation batch, the same tokens per step). With PEFT it is the policy with its adapter disabled. Under ZeRO-3
+  it all-gathers the reference's (or the policy's) 16-bit parameters once more per micro-step, not overlapped.
+  precompute_ref_log_probs moves it to one pass over the data before training: 0 here.
+- generation (GRPO): each rank generates its generation batch once per steps_per_generation micro-steps: a prefill
+  (2 × matmul params per prompt token) and max_completion_length decode steps, each the larger of its FLOPs and
+  reading the 16-bit model and half the KV cache from memory (decoding is bandwidth-bound). Under ZeRO-3 with
+  ds3_gather_for_generation one all-gather of the whole model per generation; without it, every decode step's
+  forward gathers every module (its bytes and ZeRO-3's per-module cost), which is why TRL calls it slower.
 """
 import os
 from dataclasses import dataclass, fields
@@ -60,6 +70,7 @@ import yaml
 
 from trl_ds.config.schema import HardwareConfig
 from trl_ds.errors import ConfigError
+from trl_ds.plan import trainers
 from trl_ds.plan.memory import Setup
 
 ADAM_BYTES_PER_PARAM = 28  # fp32 param, grad, exp_avg, exp_avg_sq read; param and both moments written
@@ -116,13 +127,13 @@ def hardware_from_config(cfg) -> Hardware:
 
 
 def flops_per_token(s: Setup) -> float:
-    a, c = s.arch, s.counts
+    a = s.arch
     # MoE: a token passes through its routed experts only (counts.active); the router's matmul is in it
-    matmul_params = c.active + s.adapters.total - (0 if a.tie_word_embeddings else c.embedding)
-    with_weight_grads = s.adapters.total if s.uses_lora else matmul_params
+    matmul = matmul_params(s)
+    with_weight_grads = s.adapters.total if s.uses_lora else matmul
     attention = 12 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
-    recompute = 2 * matmul_params + 4 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
-    return 4 * matmul_params + 2 * with_weight_grads + attention + (recompute if s.gradient_checkpointing else 0)
+    recompute = 2 * matmul + 4 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
+    return 4 * matmul + 2 * with_weight_grads + attention + (recompute if s.gradient_checkpointing else 0)
 
 
 def compute_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
@@ -197,11 +208,53 @@ def zero_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
     return passes * s.trainable * rate * 1e-9 + modules
 
 
+def matmul_params(s: Setup) -> int:
+    """Parameters a token multiplies through (see flops_per_token)."""
+    return s.counts.active + s.adapters.total - (0 if s.arch.tie_word_embeddings else s.counts.embedding)
+
+
+def gather_seconds(s: Setup, hw: Hardware) -> float:
+    """One all-gather of the whole 16-bit model over the ranks (a ring moves (N-1)/N of it)."""
+    bandwidth = hw.intra_node_gbps if s.nodes == 1 else hw.inter_node_gbps
+    return (s.world - 1) / s.world * s.width * s.total_params / (bandwidth * 1e9)
+
+
+def reference_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
+    """The reference forward per optimizer step (module docstring)."""
+    if not s.reference_wanted or s.precompute_ref:
+        return 0.0
+    a = s.arch
+    per_token = 2 * matmul_params(s) + 4 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
+    seconds = s.tokens * per_token / (hw.peak_tflops * 1e12 * hw.efficiency)
+    return accumulation * (seconds + (gather_seconds(s, hw) if s.stage == 3 else 0.0))
+
+
+def generation_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
+    """GRPO's generation per optimizer step (module docstring)."""
+    if s.trainer != "grpo":
+        return 0.0
+    seqs, matmul, flops = trainers.generation_sequences(s), matmul_params(s), hw.peak_tflops * 1e12 * hw.efficiency
+    prompt = s.seq_len - s.completion_len
+    kv = trainers.generation_items(s)["kv_cache"]
+    prefill = 2 * matmul * seqs * prompt / flops
+    decode_step = max(2 * matmul * seqs / flops, (s.width * s.total_params + kv / 2) / (hw.hbm_gbps * 1e9))
+    seconds = prefill + s.completion_len * decode_step
+    if s.stage == 3 and s.ds3_gather:
+        seconds += gather_seconds(s, hw)
+    elif s.stage == 3:  # each forward (prefill and every decode step) gathers module by module
+        per_forward = gather_seconds(s, hw) + gathered_modules(s) * (hw.zero3_us_per_module or 0) * 1e-6
+        seconds += (s.completion_len + 1) * per_forward
+    generations = s.micro_batch * accumulation / seqs  # generation batches per optimizer step (1 by default)
+    return generations * seconds
+
+
 def step_time(s: Setup, hw: Hardware, accumulation: int = 1) -> StepTime:
     compute = compute_seconds(s, hw, accumulation)
     terms = {"compute": compute, "communication": communication_seconds(s, hw, accumulation, compute),
              "optimizer": optimizer_seconds(s, hw), "offload": offload_seconds(s, hw, accumulation),
-             "zero": zero_seconds(s, hw, accumulation), "overhead": accumulation * hw.micro_step_overhead_ms * 1e-3}
+             "zero": zero_seconds(s, hw, accumulation), "overhead": accumulation * hw.micro_step_overhead_ms * 1e-3,
+             "reference": reference_seconds(s, hw, accumulation),
+             "generation": generation_seconds(s, hw, accumulation)}
     return StepTime(terms=terms, samples=s.micro_batch * s.data_parallel * accumulation)
 
 

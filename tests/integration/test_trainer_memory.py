@@ -1,0 +1,93 @@
+"""The trainer-aware estimate against the real engines: DPO, reward and GRPO on 2 CPU ranks (fp32), ZeRO-2 and 3.
+
+Each run's worker counts the bytes its engines' tensors hold after training (memory/rank_K.json, see
+trl_ds/worker/measure.py): the policy's model states, and apart from them the reference engine TRL built with
+prepare_deepspeed. plan.json in the same run dir holds what the app planned before launching. They must agree within
+1% on every rank; the parameter count the engine reports (the reward model: a real sequence classifier) must equal
+the plan's exactly. The expected reference size is also derived from the engine alone: 4 bytes (fp32) per
+parameter on every rank below ZeRO-3, the same bytes as the policy's parameters under it.
+
+The runs of test_trainers.py (dpo-stage2, dpo-stage3, reward-stage3) are shared within a session; the others are
+one or two optimizer steps each. ZeRO-3 runs take two: the plan holds the steady state, where the reference keeps its
+parameters below the persistence threshold whole, and DeepSpeed releases them after the first forward of an engine
+(it is still recording its trace then: partitioned_param_coordinator.py release_sub_module).
+"""
+import pytest
+from conftest import read_json, run_app
+from test_trainers import train
+
+pytestmark = pytest.mark.integration
+
+KINDS = ("params", "gradients", "optimizer")
+FP32 = 4
+LARGER = ["model.hidden_size=512", "model.intermediate_size=1408", "model.num_attention_heads=8",
+          "model.num_key_value_heads=4"]  # 12.3M parameters: most tensors above ZeRO-3's persistence threshold
+OWN = {
+    "dpo-stage3-larger": ["trainer=dpo", "zero=stage3", "trainer.max_steps=2", *LARGER],
+    "reward-stage2": ["trainer=reward", "zero=stage2", "trainer.max_steps=1"],
+    "grpo-stage2-beta": ["trainer=grpo", "zero=stage2", "trainer.beta=0.1", "trainer.max_steps=1"],
+    "grpo-stage3-beta": ["trainer=grpo", "zero=stage3", "trainer.beta=0.1", "trainer.max_steps=2"],
+    "dpo-precompute-stage2": ["trainer=dpo", "zero=stage2", "trainer.max_steps=1",
+                              "+trainer.args.precompute_ref_log_probs=true"],
+    "dpo-lora-stage3": ["trainer=dpo", "zero=stage3", "peft=lora", "trainer.max_steps=1"],
+}
+SHARED = ("dpo-stage2", "dpo-stage3", "reward-stage3")  # test_trainers.py's runs
+_runs = {}
+
+
+def run(name, tmp_path_factory):
+    """The run dir of a case, trained on first use."""
+    if name in SHARED:
+        return train(name, tmp_path_factory)[0]
+    if name not in _runs:
+        run_dir = tmp_path_factory.mktemp(name) / "run"
+        out = run_app(OWN[name], run_dir)
+        assert out.returncode == 0, f"{name}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        _runs[name] = run_dir
+    return _runs[name]
+
+
+def measured(run_dir):
+    return [read_json(run_dir / "memory" / f"rank_{r}.json") for r in (0, 1)]
+
+
+@pytest.mark.parametrize("name", [*SHARED, *OWN])
+def test_model_states_and_reference_match_the_plan(name, tmp_path_factory):
+    run_dir = run(name, tmp_path_factory)
+    plan = read_json(run_dir / "plan.json")
+    current = plan["current"]
+    planned = {k: sum(v.values()) for k, v in current["after_step_bytes"].items()}
+    planned_reference = sum(current["reference_after_step_bytes"].values())
+    total = sum(planned.values())
+    for rank in measured(run_dir):
+        assert rank["parameters"] == plan["parameters"]  # exact: the reward model is counted as a classifier
+        held = {k: sum(v.values()) for k, v in rank["model_states"].items()}
+        for kind in KINDS:
+            assert held[kind] == pytest.approx(planned.get(kind, 0), rel=0.01, abs=0.01 * total), (kind, held)
+        reference = sum(rank["reference"].values())
+        assert reference == pytest.approx(planned_reference, rel=0.01), (rank["reference"], planned_reference)
+        assert current["device_bytes"]["reference"] >= planned_reference  # the column adds ZeRO-3's gathered module
+        print(f"{name} rank {rank['rank']}: model states {sum(held.values())} B (planned {total}), reference "
+              f"{reference} B (planned {planned_reference})")
+
+
+@pytest.mark.parametrize("name", ["dpo-stage2", "grpo-stage2-beta", "dpo-stage3", "dpo-stage3-larger",
+                                  "grpo-stage3-beta"])
+def test_the_reference_is_a_copy_below_zero3_and_a_partition_under_it(name, tmp_path_factory):
+    """From the engine alone: below ZeRO-3 prepare_deepspeed sets stage 0, so every rank holds all parameters in the
+    policy's dtype; under ZeRO-3 the reference is partitioned exactly as the policy's parameters are."""
+    for rank in measured(run(name, tmp_path_factory)):
+        reference = sum(rank["reference"].values())
+        if "stage2" in name:
+            assert reference == FP32 * rank["parameters"]
+        else:
+            assert reference == sum(rank["model_states"]["params"].values()) < FP32 * rank["parameters"]
+
+
+@pytest.mark.parametrize("name", ["reward-stage2", "reward-stage3", "dpo-precompute-stage2", "dpo-lora-stage3"])
+def test_no_reference_is_kept(name, tmp_path_factory):
+    """The reward trainer has none; with precompute_ref_log_probs or PEFT TRL builds none."""
+    run_dir = run(name, tmp_path_factory)
+    assert read_json(run_dir / "plan.json")["current"]["device_bytes"]["reference"] == 0
+    for rank in measured(run_dir):
+        assert rank["reference"] == {}
