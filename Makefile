@@ -1,13 +1,22 @@
-# make run   — set up .venv if needed, then train the tiny model on 2 CPU ranks with real DeepSpeed ZeRO-2
-# make test  — set up .venv if needed, lint, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI):
+# make run   — set up .venv if needed (no system packages), then train the tiny model on 2 CPU ranks with real
+#              DeepSpeed ZeRO-2
+# make nvme  — also install libaio-dev (as root), which offload=nvme needs
+# make test  — set up .venv and the test-only system packages (scripts/setup_test_env.sh: SLURM, sshd, pdsh, Open MPI,
+#              libaio), lint, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI):
 #              unit + config tests on both cores, then the integration tests one at a time (scripts/run_tests.sh)
 # make test-fast — lint, then tests/unit and tests/configs only (not tests/integration)
 # make lint  — ruff (rules and line length in pyproject.toml)
 PY := .venv/bin/python
 
-.PHONY: setup run test test-fast lint dry-run clean
+.PHONY: setup setup-test nvme run test test-fast lint dry-run clean
 setup:
 	@bash scripts/setup_env.sh
+
+setup-test:
+	@bash scripts/setup_test_env.sh
+
+nvme:
+	@bash scripts/setup_env.sh --nvme
 
 run: setup
 	$(PY) -m trl_ds
@@ -15,11 +24,11 @@ run: setup
 lint: setup
 	$(PY) -m ruff check .
 
-test: lint
+test: setup-test lint
 	$(PY) -m trl_ds.cli build-ops
 	bash scripts/run_tests.sh
 
-test-fast: lint
+test-fast: setup-test lint
 	$(PY) -m pytest -q -ra -n 2 tests/unit tests/configs
 
 dry-run: setup

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Idempotent setup into .venv: `make run` and `make test` call it. Safe to run again; does nothing when up to date.
-#  - torch: the CPU build (torch==2.13.0) on a machine without an NVIDIA GPU; a CUDA torch already present is kept.
-#  - trl_ds and its pinned dependencies, editable, plus pytest.
-#  - libaio-dev (for NVMe offload), slurm-wlm and munge (the local SLURM test cluster), openssh-server, pdsh and
-#    openmpi-bin (the multi-host tests' test hosts) with apt-get when root and missing.
+# What training needs, into .venv: `make run` calls it (and scripts/setup_test_env.sh, for `make test`). Idempotent:
+# does nothing when up to date. No system packages, except libaio for NVMe offload when asked:
+#   bash scripts/setup_env.sh          # the venv: torch (CPU build without an NVIDIA GPU), trl_ds and its pinned deps
+#   bash scripts/setup_env.sh --nvme   # also Debian's libaio-dev (DeepSpeed's async_io op), with apt-get as root
+# A run with offload=nvme on a machine without libaio stops before launch and names the same package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
@@ -28,22 +28,12 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$0" -nt "$STAMP" ]
   touch "$STAMP"
 fi
 
-if [ ! -f /usr/include/libaio.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "setup: installing libaio-dev (NVMe offload)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio-dev >/dev/null
-fi
-
-# slurm-wlm and munge: tests/integration/test_slurm.py starts a real 2-node cluster (scripts/slurm_cluster.sh).
-if { ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; } && [ "$(id -u)" = 0 ] \
-    && command -v apt-get >/dev/null; then
-  echo "setup: installing slurm-wlm and munge (local SLURM cluster for the tests)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
-fi
-
-# openssh-server, pdsh, openmpi-bin: tests/integration/hosts.py makes two test hosts (network namespaces, an sshd in
-# each) that the deepspeed launcher reaches over pdsh.
-if { [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null || ! command -v mpirun >/dev/null; } \
-    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "setup: installing openssh-server, pdsh and openmpi-bin (test hosts for the multi-host tests)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server pdsh openmpi-bin >/dev/null
+if [ "${1:-}" = "--nvme" ] && [ ! -f /usr/include/libaio.h ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing libaio-dev (NVMe offload)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio-dev >/dev/null
+  else
+    echo "setup: NVMe offload needs libaio; install it as root: apt-get install -y libaio-dev" >&2
+    exit 2
+  fi
 fi
