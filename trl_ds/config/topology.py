@@ -1,6 +1,13 @@
-"""The parallel dimensions of a run, in one object: nodes × ranks per node = world; sequence-parallel ranks share
-a sample, so the data-parallel world (the ranks that read different samples) is world / sp size."""
+"""The parallel dimensions of a run, in one object: nodes × ranks per node = world = dp × tp × sp.
+
+Sequence-parallel ranks (Ulysses) share a sample and split its tokens; tensor-parallel ranks (AutoTP) share a sample
+and split each layer's linear weights. Only the data-parallel ranks, world / (tp × sp), read different samples, so
+they alone multiply the global batch; ZeRO shards states over them too.
+"""
 from dataclasses import dataclass
+from typing import Optional
+
+from trl_ds.config.model_source import model_source
 
 
 @dataclass(frozen=True)
@@ -8,6 +15,7 @@ class Topology:
     nodes: int
     gpus_per_node: int  # ranks per node (CPU processes when cluster.device=cpu)
     sp_size: int = 1  # ranks sharing one sequence (Ulysses); 1 without sequence parallelism
+    tp_size: int = 1  # ranks sharing each layer's weights (AutoTP); 1 without tensor parallelism
 
     @property
     def world(self) -> int:
@@ -15,15 +23,47 @@ class Topology:
 
     @property
     def data_parallel(self) -> int:
-        """Ranks that read different samples; at least 1 (an sp size above the world is a ConfigError elsewhere)."""
-        return max(self.world // self.sp_size, 1)
+        """Ranks that read different samples; at least 1 (sizes that do not divide the world are ConfigErrors
+        elsewhere)."""
+        return max(self.world // self.shares_samples, 1)
+
+    @property
+    def shares_samples(self) -> int:
+        """Ranks that read the same sample: one data-parallel rank's whole group."""
+        return max(self.sp_size, 1) * max(self.tp_size, 1)  # a size below 1 is refused before launch
+
+    def describe(self) -> str:
+        """`dp 2 × tp 2 × sp 1`, for the launch line and the run dir's files."""
+        return f"dp {self.data_parallel} × tp {self.tp_size} × sp {self.sp_size}"
 
 
 def topology(cfg) -> Topology:
-    """The run's topology from its cluster and sp groups; the cluster owns the world size."""
+    """The run's topology from its cluster, sp and tp groups; the cluster owns the world size."""
     sp = cfg.sp.size if _value(cfg.sp.name) != "none" else 1
-    return Topology(nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node, sp_size=sp)
+    tp_group = getattr(cfg, "tp", None)  # absent from configs composed before tp existed
+    tp = tp_group.size if tp_group is not None and _value(tp_group.name) != "none" else 1
+    return Topology(nodes=cfg.cluster.nodes, gpus_per_node=cfg.cluster.gpus_per_node, sp_size=sp, tp_size=tp)
 
 
 def _value(x):
     return getattr(x, "value", x)
+
+
+# tp=autotp: the DeepSpeed AutoTP preset (deepspeed/module_inject/autotp_config.py AutoTPPresets) whose layer specs
+# split each supported family. A preset is a partition_config, which DeepSpeed applies instead of the model's Hugging
+# Face tp_plan: that plan also splits lm_head by vocabulary, and TRL's fused LM head (SFTTrainer's loss) reads
+# lm_head.weight directly, so each rank's loss would be a softmax over its own half of the vocabulary. Under a preset
+# the embeddings, norms and lm_head stay whole. Families absent here are refused (trl_ds/check/tensor_parallel.py).
+AUTOTP_PRESETS = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "llama", "gemma": "llama",
+                  "gemma2": "llama", "gemma3_text": "llama", "phi3": "phi3"}
+
+
+def model_type(model_cfg) -> str:
+    """The family of the model the config names: its config.json's model_type, else the preset's."""
+    src = model_source(model_cfg)
+    return (src.config or {}).get("model_type") or model_cfg.model_type
+
+
+def autotp_preset(model_cfg) -> Optional[str]:
+    """The AutoTP preset that splits this model, or None for a family trl_ds does not split."""
+    return AUTOTP_PRESETS.get(model_type(model_cfg))

@@ -1,0 +1,129 @@
+"""tp=autotp (DeepSpeed AutoTP training), checked before launch: every combination DeepSpeed, transformers or
+accelerate refuses at run time, or that trl_ds has not trained, is a problem here with its fix.
+
+What each refusal rests on (installed deepspeed 0.19.8, transformers 5.24, accelerate 1.15):
+- ZeRO-3: transformers loads a ZeRO-3 model through `_apply_weight_conversions_to_state_dict`
+  (transformers/integrations/deepspeed.py), which raises NotImplementedError whenever
+  tensor_parallel.autotp_size > 1, for every model (tests/unit/test_tensor_parallel.py calls it).
+- heads: AutoTP splits attention by key-value head groups, rank r getting kv // tp (+1 while r < kv % tp)
+  (deepspeed/module_inject/tp_shard.py get_shard_size); an uneven split leaves ranks waiting for the largest shard,
+  and ranks beyond the kv head count hold no attention at all.
+- families: only those with an AutoTP preset in trl_ds/config/topology.py; transformers 5 keeps each MoE block's
+  experts as one fused 3D parameter, which no nn.Linear spec matches, and OLMo-2's q_norm spans all heads.
+- LoRA: PEFT wraps each target Linear (q_proj.base_layer), so the preset's patterns no longer match it.
+- versions: accelerate refuses AutoTP below deepspeed 0.16.4 (accelerator._prepare_deepspeed); trl_ds's layout
+  needs `preset_model` in DeepSpeed's TPTrainingConfig.
+"""
+import importlib.metadata
+import importlib.util
+import os
+from typing import List
+
+from trl_ds.config.topology import AUTOTP_PRESETS, autotp_preset, model_type, topology
+from trl_ds.config.values import elastic_min_nodes, value
+from trl_ds.errors import ConfigError
+from trl_ds.plan.params import architecture
+
+MIN_DEEPSPEED = (0, 16, 4)
+
+
+def check_tensor_parallel(cfg) -> List[str]:
+    name, size = value(cfg.tp.name), cfg.tp.size
+    if name == "none":
+        return [] if size == 1 else [f"tp.size={size} has no effect with tp=none. Use tp=autotp tp.size={size}."]
+    if size < 2:
+        return [f"tp=autotp needs tp.size of 2 or more (got tp.size={size}). Set tp.size=2, or tp=none."]
+    return (_world(cfg, size) + _model(cfg, size) + _combinations(cfg, size) + _versions())
+
+
+def _world(cfg, size: int) -> List[str]:
+    world = topology(cfg).world
+    if world % size == 0:
+        return []
+    sizes = [str(n) for n in range(2, world + 1) if world % n == 0]
+    fix = f"tp.size={' or '.join(sizes)}" if sizes else "a cluster of 2 or more ranks, or tp=none"
+    return [f"tp.size={size} must divide the world size {world} (cluster={cfg.cluster.name}). Use {fix}."]
+
+
+def _model(cfg, size: int) -> List[str]:
+    try:
+        arch = architecture(cfg.model)
+    except ConfigError:
+        return []  # the model's own check reports it
+    family = model_type(cfg.model)
+    if autotp_preset(cfg.model) is None:
+        why = ("transformers keeps each MoE block's experts as one fused 3D parameter, which AutoTP's nn.Linear specs "
+               "do not match, so the experts would stay whole on every rank") if arch.num_experts else \
+            "it has no AutoTP layout here"
+        return [f"tp=autotp cannot split model={cfg.model.name} (model_type {family}): {why}. Families split: "
+                f"{', '.join(sorted(AUTOTP_PRESETS))}. Use tp=none (zero=stage3 shards every weight)."]
+    heads, kv = arch.num_attention_heads, arch.num_key_value_heads
+    problems = []
+    if heads % size or kv % size:
+        fits = [str(n) for n in range(2, kv + 1) if kv % n == 0 and heads % n == 0] or ["none: use tp=none"]
+        problems.append(f"tp.size={size} must divide model.num_attention_heads={heads} and num_key_value_heads={kv}: "
+                        f"AutoTP splits attention by key-value head groups, so the ranks would hold unequal shards "
+                        f"(none beyond {kv}). Use tp.size={' or '.join(fits)}.")
+    if family == "phi3" and kv != heads:
+        problems.append(f"tp=autotp splits phi3's fused qkv_proj in three equal parts (DeepSpeed's phi3 preset), "
+                        f"which needs num_key_value_heads == num_attention_heads (got {kv} and {heads}). Use tp=none.")
+    return problems
+
+
+def _combinations(cfg, size: int) -> List[str]:
+    problems = []
+    if cfg.zero.stage == 3:
+        problems.append(f"tp=autotp does not load under zero=stage3: transformers raises NotImplementedError for a "
+                        f"ZeRO-3 load with tensor_parallel.autotp_size={size} (integrations/deepspeed.py, "
+                        f"_apply_weight_conversions_to_state_dict). Use zero=stage2 (it shards gradients and "
+                        f"optimizer states over the data-parallel ranks), or tp=none.")
+    if value(cfg.sp.name) != "none":
+        problems.append("tp=autotp with sp=ulysses: trl_ds has not trained the two together (accelerate builds the "
+                        "Ulysses groups, DeepSpeed the tensor-parallel ones, over the same ranks). Use one of them: "
+                        "sp=none or tp=none.")
+    if value(cfg.peft.name) != "none":
+        problems.append("tp=autotp with peft=lora: PEFT wraps each target Linear (q_proj.base_layer), which "
+                        "AutoTP's layer patterns no longer match, so the layers would stay whole. Use peft=none "
+                        "or tp=none.")
+    if value(cfg.trainer.name) != "sft":
+        problems.append(f"tp=autotp is trained with trainer=sft only here; trainer={value(cfg.trainer.name)} under "
+                        f"AutoTP is untested (a reference model, generation or a score head beside the split "
+                        f"layers). Use trainer=sft, or tp=none.")
+    if elastic_min_nodes(cfg) is not None:
+        problems.append(f"tp=autotp with launcher.min_nodes={cfg.launcher.min_nodes}: an elastic launch changes the "
+                        f"world, and a checkpoint split over tensor-parallel ranks is not converted. Drop "
+                        f"launcher.min_nodes, or use tp=none.")
+    return problems
+
+
+def _versions() -> List[str]:
+    try:
+        version = importlib.metadata.version("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        return []  # the launch checks report a missing DeepSpeed
+    if _release(version) < MIN_DEEPSPEED:
+        return [f"tp=autotp needs deepspeed>=0.16.4 (accelerate refuses AutoTP below it; installed {version}). "
+                f"Run: pip install -U deepspeed."]
+    if "preset_model" not in _tp_config_source():
+        return [f"tp=autotp needs a DeepSpeed whose tensor_parallel config takes preset_model (installed {version} "
+                f"does not). Run: pip install -U deepspeed."]
+    return []
+
+
+def _release(version: str) -> tuple:
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit()) or "0"
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _tp_config_source() -> str:
+    """DeepSpeed's TPTrainingConfig source, read without importing DeepSpeed (seconds of start-up)."""
+    spec = importlib.util.find_spec("deepspeed")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "runtime", "tensor_parallel", "config.py")
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
