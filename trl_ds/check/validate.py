@@ -17,6 +17,7 @@ from trl_ds.check.data_file import check_data_files
 from trl_ds.check.history import check_history
 from trl_ds.check.rendezvous import check_elastic_batch, check_rendezvous
 from trl_ds.check.reuse import check_run_dir
+from trl_ds.check.tensor_parallel import check_tensor_parallel
 from trl_ds.check.trainer_rules import (
     check_eval,
     check_generation_batch,
@@ -271,6 +272,7 @@ def count_gpus() -> int:
 RULES: List[Callable] = [
     check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer,
     check_model, check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm, check_trainer_options,
-    check_peft, check_sequence_parallel, check_passthrough, check_eval, check_rendezvous, *DEEPSPEED_RULES,
+    check_peft, check_sequence_parallel, check_tensor_parallel, check_passthrough, check_eval, check_rendezvous,
+    *DEEPSPEED_RULES,
     check_argument_values,  # values with a closed set of choices, against transformers' and TRL's lists
 ]

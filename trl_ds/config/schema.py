@@ -83,6 +83,11 @@ class SequenceParallelName(str, Enum):
     ulysses = "ulysses"  # DeepSpeed's Ulysses (ALST) through accelerate's parallelism_config
 
 
+class TensorParallelName(str, Enum):
+    none = "none"
+    autotp = "autotp"  # DeepSpeed's AutoTP training (ds_config.json tensor_parallel.autotp_size)
+
+
 @dataclass
 class ModelConfig:
     name: str = MISSING
@@ -283,6 +288,13 @@ class SequenceParallelConfig:
 
 
 @dataclass
+class TensorParallelConfig:
+    """tp=autotp: ranks that split each layer's attention and MLP weights (trl_ds/check/tensor_parallel.py)."""
+    name: TensorParallelName = TensorParallelName.none
+    size: int = 1  # ranks per tensor-parallel group (DeepSpeed's autotp_size); data-parallel world / size
+
+
+@dataclass
 class CheckpointConfig:
     every_steps: int = 0  # 0: no intermediate checkpoints; N: a checkpoint every N optimizer steps
     keep_last: int = 2  # complete checkpoints kept; older ones are deleted after a newer one is marked complete
@@ -376,6 +388,7 @@ class RunConfig:
     launcher: LauncherConfig = MISSING
     peft: PeftConfig = MISSING
     sp: SequenceParallelConfig = MISSING
+    tp: TensorParallelConfig = field(default_factory=TensorParallelConfig)  # run dirs written before tp load too
     batch: BatchConfig = field(default_factory=BatchConfig)
     # Any other top-level block of ds_config.json by DeepSpeed's own name (+deepspeed.wall_clock_breakdown=true,
     # +deepspeed.flops_profiler.enabled=true), checked by DeepSpeed's own config before launch; the keys trl_ds

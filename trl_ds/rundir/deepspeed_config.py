@@ -7,6 +7,7 @@ from trl_ds.config.batch import Batch
 from trl_ds.config.deepspeed_names import block_names
 from trl_ds.config.values import dtype, offloads, sp_size, undeclared, value
 from trl_ds.rundir.layout import nvme_path
+from trl_ds.rundir.tensor_parallel import add_tensor_parallel
 
 ZERO_COMMON = ("overlap_comm", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size")
 ZERO_1_2 = ("allgather_bucket_size", "round_robin_gradients")
@@ -39,6 +40,7 @@ def build_ds_config(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
         # one would fail transformers' check, which multiplies by the whole world.
         ds["sequence_parallel_size"] = sp_size(cfg)
         del ds["train_batch_size"]
+    add_tensor_parallel(cfg, ds)  # tp=autotp: the tensor_parallel block and the keys it changes
     # deepspeed.NAME: any other top-level block by DeepSpeed's name (those trl_ds derives are refused before this)
     ds.update(OmegaConf.to_container(cfg.deepspeed) if cfg.deepspeed else {})
     return ds

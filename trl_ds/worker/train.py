@@ -11,7 +11,7 @@ import time
 
 from transformers import TrainerCallback
 
-from trl_ds.config.values import sp_size
+from trl_ds.config.topology import topology
 from trl_ds.rundir.checkpoint import checkpoints, latest_complete, mark_complete, rotate, step_of
 from trl_ds.rundir.disk_space import full_disk_line, is_disk_full
 from trl_ds.rundir.layout import (
@@ -267,7 +267,7 @@ def build_trainer(cfg, run_dir: str, load_universal: bool = False):
     """The trainer named by cfg.trainer.name (trl_ds/worker/trainers.py), logging to metrics.jsonl."""
     from trl_ds.worker.trainers import build_trainer as build_named_trainer
 
-    logger = MetricsLogger(os.path.join(run_dir, METRICS), sp_size(cfg))
+    logger = MetricsLogger(os.path.join(run_dir, METRICS), topology(cfg).shares_samples)  # sp × tp ranks
     return build_named_trainer(cfg, run_dir, callbacks=[logger], load_universal=load_universal)
 
 
@@ -323,10 +323,11 @@ def summarize(run_dir: str, trainer, metrics: dict, wall: float, state, resumed:
         "train_seconds": round(wall, 3),
         "world_size": state.num_processes,
         "global_batch": trainer.args.per_device_train_batch_size * state.num_processes
-        * trainer.args.gradient_accumulation_steps // _sequence_parallel(trainer),
+        * trainer.args.gradient_accumulation_steps // (_sequence_parallel(trainer) * trainer.get_tp_size()),
         **count_parameters(trainer.model),
         "zero3_leaf_modules": leaf_module_names(trainer.model),  # MoE blocks gathered whole (worker/moe_leaf.py)
         "sequence_parallel_size": _sequence_parallel(trainer),
+        "tensor_parallel_size": trainer.get_tp_size(),  # ranks splitting each layer (AutoTP)
         "gradient_checkpointing": bool(getattr(trainer.model, "is_activation_checkpointing", False)),
         "distributed_type": str(state.distributed_type.value if hasattr(state.distributed_type, "value")
                                 else state.distributed_type),
