@@ -108,7 +108,10 @@ def describe(s) -> List[str]:
         return []
     seqs = f"{sequences_per_sample(s.trainer)} sequences per sample (chosen + rejected)" if s.trainer in PAIRED \
         else f"sequences of prompt + up to {s.completion_len} completion tokens"
-    lines = [f"trainer {s.trainer}: {seqs}; reference model: {reference_state(s)}"]
+    # the table spans every stage: say how both sides of ZeRO-3 hold a reference
+    reference = "a whole copy per rank below ZeRO-3 (ZeRO disabled for it), a partition under ZeRO-3" \
+        if keeps_reference(s) else reference_state(s)
+    lines = [f"trainer {s.trainer}: {seqs}; reference model: {reference}"]
     if s.trainer == "reward":
         lines[0] += f"; a score head (hidden x {s.num_labels}) instead of the lm_head"
     if s.trainer == "grpo":
