@@ -1,0 +1,189 @@
+"""tp=autotp before launch: the ds_config block DeepSpeed's own parser reads, every refusal with its fix, and the
+planner's per-rank parameters held to an independent count (a meta-device transformers model split by DeepSpeed's
+own AutoTP preset specs and shard-size rule)."""
+import pytest
+
+from trl_ds.check.validate import validate
+from trl_ds.config.topology import Topology, topology
+from trl_ds.errors import ConfigError
+from trl_ds.plan.params import architecture, config_dict
+from trl_ds.plan.saved_activations import LLAMA, decoder_bytes
+from trl_ds.plan.tensor_parallel import allreduce_bytes, local_architecture, split_parameters
+from trl_ds.rundir.deepspeed_config import build_ds_config
+
+RUN = "/tmp/trl_ds_unit_tp_run"  # never written: validate with launching=False reads only what exists
+TP2 = ["tp=autotp", "tp.size=2", "trainer.per_device_train_batch_size=4"]
+
+
+def test_tp_is_a_third_dimension_of_the_topology(compose_cfg):
+    assert Topology(2, 8, sp_size=1, tp_size=4).data_parallel == 4
+    assert Topology(1, 8, sp_size=2, tp_size=2).data_parallel == 2
+    cfg = compose_cfg(["cluster=2x8", "tp=autotp", "tp.size=4"])
+    assert topology(cfg) == Topology(nodes=2, gpus_per_node=8, sp_size=1, tp_size=4)
+    assert topology(cfg).describe() == "dp 4 × tp 4 × sp 1"
+    assert topology(compose_cfg(["tp.size=4"])).tp_size == 1  # tp=none: the size is ignored (and refused below)
+
+
+def test_autotp_composes_to_deepspeeds_tensor_parallel_block(compose_cfg, monkeypatch):
+    import deepspeed.runtime.config as ds_runtime_config
+    from deepspeed.module_inject.autotp_config import PartitionType
+
+    cfg = compose_cfg(TP2)
+    batch = validate(cfg, RUN, launching=False)
+    # the global batch counts data-parallel ranks only: 2 ranks at tp.size=2 read one sample stream
+    assert (batch.global_size, batch.micro, batch.world, batch.accumulation) == (4, 4, 1, 1)
+    ds = build_ds_config(cfg, batch, RUN)
+    assert ds["tensor_parallel"] == {"autotp_size": 2, "preset_model": "llama"}
+    assert "train_batch_size" not in ds  # transformers would check it against the whole world
+    assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True  # a whole final model
+    monkeypatch.setattr(ds_runtime_config, "dist", type("Dist", (), {"get_rank": lambda self: 0,
+                                                                      "get_world_size": lambda self: 2})())
+    parsed = ds_runtime_config.DeepSpeedConfig(ds).tensor_parallel_config
+    assert parsed.autotp_size == 2
+    specs = parsed.get_partition_config_object()
+    kinds = {name: getattr(specs.find_matching_spec(name, "llama"), "partition_type", None) for name in (
+        "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+        "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight", "lm_head.weight",
+        "model.embed_tokens.weight")}
+    assert kinds == {"model.layers.0.self_attn.q_proj.weight": PartitionType.COLUMN,
+                     "model.layers.0.self_attn.o_proj.weight": PartitionType.ROW,
+                     "model.layers.0.mlp.up_proj.weight": PartitionType.COLUMN,
+                     "model.layers.0.mlp.down_proj.weight": PartitionType.ROW,
+                     "lm_head.weight": None, "model.embed_tokens.weight": None}  # None: left whole
+    assert "tensor_parallel" not in build_ds_config(compose_cfg([]), validate(compose_cfg([]), RUN, False), RUN)
+
+
+def problems_of(compose_cfg, overrides):
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(overrides), RUN, launching=False)
+    return err.value.problems
+
+
+def test_every_refusal_at_once_with_its_fix(compose_cfg):
+    problems = problems_of(compose_cfg, ["tp=autotp", "tp.size=4", "cluster.gpus_per_node=6", "zero=stage3",
+                                         "peft=lora", "sp=ulysses", "sp.size=2"])
+    assert "tp.size=4 must divide the world size 6 (cluster=local). Use tp.size=2 or 3 or 6." in problems
+    assert ("tp.size=4 must divide model.num_attention_heads=4 and num_key_value_heads=2: AutoTP splits attention "
+            "by key-value head groups, so the ranks would hold unequal shards (none beyond 2). Use tp.size=2."
+            ) in problems
+    assert ("tp=autotp does not load under zero=stage3: transformers raises NotImplementedError for a ZeRO-3 load "
+            "with tensor_parallel.autotp_size=4 (integrations/deepspeed.py, _apply_weight_conversions_to_state_dict). "
+            "Use zero=stage2 (it shards gradients and optimizer states over the data-parallel ranks), or tp=none."
+            ) in problems
+    assert ("tp=autotp with peft=lora: PEFT wraps each target Linear (q_proj.base_layer), which AutoTP's layer "
+            "patterns no longer match, so the layers would stay whole. Use peft=none or tp=none.") in problems
+    assert any(p.startswith("tp=autotp with sp=ulysses: trl_ds has not trained the two together") for p in problems)
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["tp.size=2"], "tp.size=2 has no effect with tp=none. Use tp=autotp tp.size=2."),
+    (["tp=autotp", "tp.size=1"], "tp=autotp needs tp.size of 2 or more (got tp.size=1). Set tp.size=2, or tp=none."),
+    (["tp=autotp", "model=mixtral-8x7b", "cluster=1x8"],
+     "tp=autotp cannot split model=mixtral-8x7b (model_type mixtral): transformers keeps each MoE block's experts "
+     "as one fused 3D parameter, which AutoTP's nn.Linear specs do not match, so the experts would stay whole on "
+     "every rank. Families split: gemma, gemma2, gemma3_text, llama, mistral, phi3, qwen2, qwen3. Use tp=none "
+     "(zero=stage3 shards every weight)."),
+    (["tp=autotp", "trainer=dpo"], "tp=autotp is trained with trainer=sft only here; trainer=dpo under AutoTP is "
+     "untested (a reference model, generation or a score head beside the split layers). Use trainer=sft, or "
+     "tp=none."),
+])
+def test_one_refusal(compose_cfg, overrides, expected):
+    assert expected in problems_of(compose_cfg, overrides)
+
+
+def test_zero3_refusal_is_transformers_own_and_fails_when_it_goes():
+    """The ZeRO-3 refusal rests on this raise; if a transformers release loads AutoTP under ZeRO-3, this fails and
+    the refusal (trl_ds/check/tensor_parallel.py) should be lifted after a real ZeRO-3 + tp run."""
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig, _apply_weight_conversions_to_state_dict
+
+    # transformers' deepspeed_config() reads this object through a weak reference: it must stay alive
+    ds_config = HfDeepSpeedConfig({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
+                                   "tensor_parallel": {"autotp_size": 2}})
+    with pytest.raises(NotImplementedError, match="with DeepSpeed Tensor Parallelism are not yet implemented"):
+        next(iter(_apply_weight_conversions_to_state_dict(None, {}, None)))
+    assert ds_config.is_zero3()
+
+
+# ---- the planner's arithmetic, against DeepSpeed's own rules on a meta-device model ------------------------------
+
+def deepspeed_rank0_parameters(arch, tp: int, preset: str) -> int:
+    """Rank 0's parameters as AutoTP splits them: transformers builds the model on the meta device, DeepSpeed's
+    preset picks each weight's partition type, DeepSpeed's get_shard_size gives rank 0's width."""
+    import torch
+    from deepspeed.module_inject.autotp_config import AutoTPPresets, PartitionType
+    from deepspeed.module_inject.tp_shard import AutoTPMeta, get_shard_size
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    raw = config_dict(arch)
+    hf_config = AutoConfig.for_model(**raw)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    specs, meta = AutoTPPresets.get_preset(preset), AutoTPMeta.from_model_config(hf_config)
+    total = 0
+    for module_name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear):
+            total += sum(p.numel() for p in module.parameters(recurse=False))
+            continue
+        spec = specs.find_matching_spec(f"{module_name}.weight", raw["model_type"])
+        kind = spec.partition_type if spec else PartitionType.SKIP
+        out_f, in_f = module.weight.shape
+        parts = spec.shape[0] if spec is not None and spec.shape else 1  # phi3's fused qkv (3) and gate_up (2)
+
+        def shard(width, parts=parts, name=module_name):
+            return parts * get_shard_size(width // parts, tp, meta, name, rank=0)
+
+        bias = module.bias.numel() if module.bias is not None else 0
+        if kind == PartitionType.COLUMN:
+            total += shard(out_f) * in_f + (shard(out_f) if bias else 0)
+        elif kind == PartitionType.ROW:
+            total += out_f * shard(in_f) + bias
+        else:
+            total += sum(p.numel() for p in module.parameters(recurse=False))
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    return total - (model.get_input_embeddings().weight.numel() if tied else 0)  # a tied head counted once
+
+
+@pytest.mark.parametrize("model, tp, preset", [
+    ("tiny", 2, "llama"), ("llama3-8b", 2, "llama"), ("llama3-8b", 8, "llama"), ("qwen2.5-7b", 4, "qwen2"),
+    ("qwen2.5-0.5b", 2, "qwen2"), ("phi3-mini", 4, "phi3"), ("gemma2-9b", 8, "llama")])
+def test_per_rank_parameters_match_deepspeeds_split(compose_cfg, model, tp, preset):
+    arch = architecture(compose_cfg([f"model={model}"]).model)
+    split = split_parameters(arch, tp)
+    assert split.per_rank == deepspeed_rank0_parameters(arch, tp, preset)
+    assert split.whole + split.split // tp == split.per_rank  # heads and MLP width divide here: an even split
+
+
+def test_llama3_8b_weights_per_rank_at_tp_1_2_8(compose_cfg):
+    """Whole: 32 layers of 4096² q/o, 2 × 4096·1024 k/v, 3 × 4096·14336 MLP = 6,979,321,856 split; 2 × 128256·4096
+    embeddings + lm_head and 65 norms of 4096 = 1,050,939,392 whole (the published 8.03 B in total)."""
+    arch = architecture(compose_cfg(["model=llama3-8b"]).model)
+    split_linears = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+    whole = 2 * 128256 * 4096 + 65 * 4096
+    assert (split_parameters(arch, 2).split, split_parameters(arch, 2).whole) == (split_linears, whole)
+    assert [split_parameters(arch, tp).per_rank for tp in (1, 2, 8)] == [
+        whole + split_linears, whole + split_linears // 2, whole + split_linears // 8]
+
+
+def test_saved_activations_split_the_heads_and_mlp_but_not_the_hidden_terms(compose_cfg):
+    """Llama's fp32 coefficients (bytes per token): 24 h + 16 f + 8 q + 8 kv + 4 heads + 8; at tp 2 the last four
+    features halve and h and the constant stay."""
+    arch = architecture(compose_cfg(["model=llama3-8b"]).model)
+    c = LLAMA[4]["token"]
+    h, f, q, kv, heads = 4096, 14336, 4096, 1024, 32
+    whole = c["h"] * h + c["one"]
+    split = c["f"] * f + c["q"] * q + c["kv"] * kv + c["heads"] * heads
+    tokens, seq = 1024, 1024
+    _, all_layers = decoder_bytes(local_architecture(arch, 2), 4, tokens, seq)
+    assert all_layers == 32 * tokens * (whole + split // 2)
+
+
+def test_allreduce_bytes_per_micro_step():
+    """Tiny Llama, 128 tokens, fp32, tp 2: per layer 2 forward (o_proj, down_proj) + 5 backward (q, k, v, gate,
+    up) all-reduces of 128 × 128 × 4 B, each sending half its buffer from each rank (ring: 2 (tp - 1) / tp)."""
+    from trl_ds.plan.params import Architecture
+
+    tiny = Architecture(model_type="llama", vocab_size=512, hidden_size=128, intermediate_size=352,
+                        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+    assert allreduce_bytes(tiny, 2, 128, 4) == 7 * 4 * 128 * 128 * 4
+    assert allreduce_bytes(tiny, 2, 128, 4, checkpointing=True) == 9 * 4 * 128 * 128 * 4
+    assert allreduce_bytes(tiny, 1, 128, 4) == 0
