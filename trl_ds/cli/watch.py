@@ -154,10 +154,14 @@ def finished(run_dir: str) -> int:
         steps = f" after {summary['steps']} steps" if summary.get("steps") is not None else ""
         return ended_without_summary(run_dir, f"; the {SUMMARY} there is an earlier launch's ({summary['status']}"
                                               f"{steps})")
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         print_outcome(load_run_config(run_dir), run_dir, summary)
-    except (KeyError, TypeError, ValueError) as err:  # a summary of another trl_ds version, or a damaged config
-        print(f"trl_ds watch: run {summary['status']} (its {SUMMARY} could not be shown in full: {err!r})")
+    except (KeyError, TypeError, ValueError, OmegaConfBaseException) as err:  # a damaged config.yaml, another version
+        steps = f" after {summary['steps']} steps" if summary.get("steps") is not None else ""
+        print(f"trl_ds: run {summary['status']}{steps} (not shown in full: {type(err).__name__} reading "
+              f"{RESOLVED_CONFIG} or {SUMMARY}); run dir: {run_dir}")
     return exit_status(summary)
 
 

@@ -3,6 +3,7 @@
 It reads only the run dir (Hydra never runs here), trains with TRL + DeepSpeed, and writes metrics.jsonl (rank 0),
 memory/rank_K.json (every rank) and summary.json (rank 0).
 """
+import glob
 import json
 import os
 import shutil
@@ -81,7 +82,7 @@ def train(run_dir: str) -> int:
     trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage))
     trainer.add_callback(LiveMemory(run_dir, state.process_index))
     started = time.time()
-    result = trainer.train(resume_from_checkpoint=resume_from)
+    result = trainer.train(resume_from_checkpoint=literal_path(resume_from, run_dir))
     wall = time.time() - started
     write_json(os.path.join(run_dir, memory_file(state.process_index)),
                measure_rank(trainer, state.process_index))  # after the last step, before saving gathers weights
@@ -108,6 +109,15 @@ def forget_other_ranks(run_dir: str, world_size: int) -> None:
             rank = name[len("rank_"):-len(".json")]
             if name.startswith("rank_") and name.endswith(".json") and rank.isdigit() and int(rank) >= world_size:
                 os.remove(os.path.join(path, name))
+
+
+def literal_path(checkpoint, run_dir: str):
+    """transformers finds DeepSpeed's shards with glob(f"{checkpoint}/global_step*"): a run dir named with [, * or ?
+    is a pattern there. The rank then works from the run dir and names the checkpoint relative to it."""
+    if checkpoint and glob.escape(run_dir) != run_dir:
+        os.chdir(run_dir)
+        return os.path.relpath(checkpoint, run_dir)
+    return checkpoint
 
 
 def save_final_model(trainer, run_dir: str, state) -> None:
