@@ -2,9 +2,6 @@
 launch uses when fewer nodes joined, the failure channel's store, and the address a node publishes. Expected values
 are worked out by hand in each test."""
 import socket
-import threading
-import time
-from datetime import timedelta
 
 import pytest
 
@@ -12,7 +9,6 @@ from tests.conftest import REPO
 from trl_ds.check.validate import validate
 from trl_ds.errors import ConfigError
 from trl_ds.launch import build_commands
-from trl_ds.launch.peers import Peers
 from trl_ds.launch.route import source_address
 from trl_ds.worker.elastic import accumulation_for_world, fit_to_world
 
@@ -86,24 +82,6 @@ def test_fewer_ranks_accumulate_more_to_keep_the_global_batch():
     assert ds["train_batch_size"] == 16
     assert line == ("trl_ds: 4 of 8 planned ranks joined (launcher.min_nodes): accumulating 2 micro-batches per step "
                     "instead of 1 keeps the global batch")
-
-
-def test_a_failure_announced_before_the_main_store_is_up_reaches_it():
-    """With no_ssh the main store is rank 0's, which appears only once rank 0 has imported its packages: node 1's
-    launcher, failing first, keeps trying; node 0's reads the message once its store is up."""
-    from torch.distributed import TCPStore
-
-    port = free_port()
-    stores = []
-    opened = threading.Timer(3.0, lambda: stores.append(TCPStore("127.0.0.1", port, is_master=True,
-                                                                 timeout=timedelta(seconds=10),
-                                                                 wait_for_workers=False)))
-    opened.start()
-    started = time.monotonic()
-    assert Peers(f"127.0.0.1:{port}").announce("node 1 failed: rank 1 died", wait_s=20)
-    assert 3.0 <= time.monotonic() - started < 15
-    assert Peers(f"127.0.0.1:{port}").failure() == "node 1 failed: rank 1 died"
-    assert not Peers(f"127.0.0.1:{free_port()}").announce("nobody listens", wait_s=0)
 
 
 def test_a_node_publishes_its_address_on_the_route_to_the_main_node():
