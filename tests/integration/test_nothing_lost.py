@@ -168,7 +168,8 @@ def test_sigkill_to_the_launchers_group_ends_its_ranks_and_a_relative_dataset_is
     proc = subprocess.Popen(command(run_dir, 300, "trainer.dataset_name=./train.jsonl"), cwd=data,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
-    ended_s = kill_when(proc, run_dir, lambda: bool(complete_steps(run_dir)), group=True)
+    # once a step is logged: the ranks loaded ./train.jsonl and train
+    ended_s = kill_when(proc, run_dir, lambda: (run_dir / "metrics.jsonl").exists(), group=True)
     print(f"SIGKILL to the launcher's group: every process of the launch ended {ended_s:.1f} s later")
     assert ended_s < ENDED_WITHIN_S
     assert f"dataset_name: {data}/train.jsonl\n" in (run_dir / "trainer.yaml").read_text()

@@ -54,10 +54,11 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
     for stale in (FAILURE_FILE, JOINED_FILE):  # from an earlier launch in this run dir
         _remove(os.path.join(node.log_dir, stale))
     attempts_before = _attempts(node.log_dir)
-    # The launcher and ranks end with this process, whatever kills it (SIGKILL included): rundir/lifeline.py
+    # The launcher and ranks end with this process, whatever kills it (SIGKILL included): rundir/lifeline.py. The
+    # deepspeed runner over ssh gets SIGKILL, as in _stop: its SIGTERM handler ends every DeepSpeed launch on the hosts.
     env = {**env, **launcher_env()}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=die_with_parent())
+                            preexec_fn=die_with_parent(signal.SIGKILL if node.ssh_hosts else signal.SIGTERM))
     captured: List[str] = []
     pump = threading.Thread(target=_tee, args=(proc.stdout, os.path.join(node.log_dir, "launcher.log"), captured),
                             daemon=True)
