@@ -9,6 +9,7 @@ import yaml
 
 from trl_ds.config.model_source import display_name
 from trl_ds.config.partial_batch import count_rows, epoch_end_text
+from trl_ds.config.topology import topology
 from trl_ds.config.training_steps import describe as describe_steps
 from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 from trl_ds.launch.run import failed_rank_log, tail
@@ -54,6 +55,8 @@ def batch_line(cfg, prepared) -> str:
     b = prepared.batch
     world = f"world {b.world}" if sp_size(cfg) == 1 else \
         f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
+    if topology(cfg).tp_size > 1:  # tp=autotp: all three dimensions
+        world = f"data-parallel world {b.world} (world {world_size(cfg)} = {topology(cfg).describe()})"
     return (f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}; "
             f"{describe_steps(prepared.plan['training'])}")
 
