@@ -151,6 +151,7 @@ def test_plan_shows_the_trainer_columns_and_json_names_them():
     lines = dpo.stdout.splitlines()
     assert "trainer dpo: 2 sequences per sample (chosen + rejected); reference model: a whole copy per rank below " \
            "ZeRO-3 (ZeRO disabled for it), a partition under ZeRO-3" in lines
+    assert any(line.startswith("settings that shrink it: peft=lora (no reference copy") for line in lines)
     head = next(line for line in lines if line.startswith("zero"))
     assert "reference" in head.split() and "generation" not in head.split()
     data = json.loads(subprocess.run([sys.executable, "-m", "trl_ds.plan", *LLAMA_8B, "trainer=grpo", "--json"],

@@ -119,7 +119,18 @@ def describe(s) -> List[str]:
             if s.ds3_gather else "parameters gathered module by module (ds3_gather_for_generation=false)"
         lines.append(f"generation: {generation_sequences(s)} completions per rank at once ({s.num_generations} per "
                      f"prompt), KV cache of {s.seq_len} tokens each" + (f"; under ZeRO-3 {gather}"))
-    return lines
+    shrink = [f"{' '.join(overrides)} ({SHRINKS[overrides[0].split('=')[0]]})" for overrides, _ in fixes(s)]
+    if s.trainer == "grpo" and s.ds3_gather and not any("ds3_gather" in text for text in shrink):
+        key = "+trainer.args.ds3_gather_for_generation"
+        shrink.append(f"{key}=false ({SHRINKS[key]}, under ZeRO-3)")
+    return lines + ([f"settings that shrink it: {'; '.join(shrink)}"] if shrink else [])
+
+
+# What each trainer setting of `fixes` removes, for the plan's header.
+SHRINKS = {"peft": "no reference copy: the adapter is disabled instead",
+           "+trainer.args.precompute_ref_log_probs": "reference log-probs computed once before training, none kept",
+           "trainer.beta": "no reference model, no KL term",
+           "+trainer.args.ds3_gather_for_generation": "no whole-model gather; slower generation"}
 
 
 def fixes(s) -> List[Tuple[List[str], dict]]:
