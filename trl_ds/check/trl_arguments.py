@@ -60,6 +60,17 @@ OWNED = {
     "lora_modules_to_save": "peft=lora (set by the trainer)",
 }
 
+# ModelConfig: trl_ds's worker builds the model itself (worker/trainers.py load_model), so each field is applied there,
+# applied by TRL's get_peft_config (peft=lora only), owned above, or refused below. tests/unit/test_model_arguments.py
+# fails when TRL adds a field that is in none of them.
+APPLIED_BY_WORKER = {"attn_implementation": "attn_implementation", "model_revision": "revision"}  # -> from_pretrained
+PEFT_ONLY = ("use_rslora", "use_dora", "lora_target_parameters")  # read by trl.get_peft_config when use_peft
+QUANTIZED = ("load_in_8bit", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage")
+REFUSED = {name: "trl_ds does not load bitsandbytes-quantized models: DeepSpeed ZeRO partitions and trains 16/32-bit "
+                 "weights. Use peft=lora with precision=bf16, and on GPUs zero=stage3 "
+                 "zero.zero_quantized_nontrainable_weights=true to keep the frozen base quantized"
+           for name in QUANTIZED}
+
 
 @dataclass(frozen=True)
 class Argument:
@@ -143,6 +154,8 @@ def check_arguments(trainer: str, args: Dict[str, Any], trainer_keys, where: str
         elif name in OWNED:
             use = OWNED[name].format(value=_show(value))
             problems.append(f"{shown}: trl_ds sets {name} itself. Use {use} instead.")
+        elif name in REFUSED:
+            problems.append(f"{shown}: {REFUSED[name]}.")
         elif name not in fields:
             problems.append(f"{shown}: trainer={trainer} has no argument {name} (checked against {parser})."
                             + _elsewhere(trainer, name) + _closest(name, fields))
@@ -170,3 +183,11 @@ def _show(x: Any) -> str:
     if isinstance(x, (list, tuple)):
         return f"[{','.join(map(_show, x))}]"
     return "null" if x is None else str(x)
+
+
+def check_model_arguments(cfg) -> List[str]:
+    """ModelConfig's LoRA options that only TRL's get_peft_config reads: with peft=none nothing would."""
+    args = cfg.trainer.args or {}
+    peft = getattr(cfg.peft.name, "value", cfg.peft.name)
+    return [f"trainer.args.{name}={_show(args[name])} shapes the LoRA adapters, and peft=none here: nothing would "
+            f"read it. Add peft=lora, or remove it." for name in PEFT_ONLY if name in args and peft == "none"]

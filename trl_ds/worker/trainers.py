@@ -29,8 +29,9 @@ def build_trainer(cfg, run_dir: str, callbacks: List, load_universal: bool = Fal
     script_args, training_args, model_args = parse_trainer_yaml(cfg, run_dir, load_universal)
     set_seed(cfg.seed)  # before the model, so new heads (reward's score) start the same on every run
     model = load_model(name, model_args, training_args)
-    kwargs = dict(model=model, args=training_args, processing_class=AutoTokenizer.from_pretrained(
-        model_args.model_name_or_path), callbacks=callbacks, peft_config=trl.get_peft_config(model_args),
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    kwargs = dict(model=model, args=training_args, processing_class=tokenizer, callbacks=callbacks,
+                  peft_config=trl.get_peft_config(model_args),
                   train_dataset=load_split(script_args.dataset_name, script_args.dataset_train_split))
     if training_args.eval_strategy != "no":
         kwargs["eval_dataset"] = load_split(eval_dataset_path(cfg, run_dir), script_args.dataset_test_split)
@@ -69,15 +70,23 @@ def parse_trainer_yaml(cfg, run_dir: str, load_universal: bool = False):
     return script_args, training_args, model_args
 
 
-def load_model(name: str, model_args, training_args):
-    """A causal LM, or for the reward trainer the same weights under a one-score classification head."""
+def model_kwargs(model_args, training_args) -> dict:
+    """from_pretrained's arguments from TRL's ModelConfig: every field trl_ds accepts in trainer.args and does not
+    refuse before launch (check/trl_arguments.py APPLIED_BY_WORKER) is applied here. The dtype is the precision's."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     dtype = torch.bfloat16 if training_args.bf16 else torch.float16 if training_args.fp16 else torch.float32
-    kwargs = {"dtype": dtype}
+    kwargs = {"dtype": dtype, "revision": model_args.model_revision}
     if model_args.attn_implementation:
         kwargs["attn_implementation"] = model_args.attn_implementation
+    return kwargs
+
+
+def load_model(name: str, model_args, training_args):
+    """A causal LM, or for the reward trainer the same weights under a one-score classification head."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    kwargs = model_kwargs(model_args, training_args)
     if name == "reward":
         model = AutoModelForSequenceClassification.from_pretrained(model_args.model_name_or_path, num_labels=1,
                                                                    **kwargs)

@@ -1,0 +1,29 @@
+"""offload.ratio on real ranks: DeepSpeed's partial optimizer offload (stage 3, CPU) trains to the same losses as the
+full offload (ratio moves memory, not math). 2 CPU ranks, the shared stage3-cpu run as the baseline.
+
+On CPU ranks DeepSpeed's accelerator is itself named 'cpu', so the sub-groups that a GPU would keep are stepped by the
+same CPU Adam (stage3.py `subgroup_to_device`); this run shows the engine accepts the split and builds its hybrid
+optimizer, and that the losses do not move. The device/host split of the bytes is trl_ds/plan/precision_bytes.py's.
+"""
+import pytest
+from conftest import read_json, run_app
+from stage_runs import STEPS, stage_run
+
+pytestmark = pytest.mark.integration
+
+# ~0.5M parameters per rank in sub-groups of 100k elements: several sub-groups, so a ratio of 0.5 splits them.
+RATIO = ["zero=stage3", "offload=cpu", "offload.ratio=0.5", "zero.sub_group_size=100000"]
+
+
+def test_offload_ratio_trains_to_the_full_offload_losses(tmp_path_factory):
+    from trl_ds.study.equivalence import compare
+
+    run_dir = tmp_path_factory.mktemp("ratio") / "run"
+    out = run_app([*RATIO, f"trainer.max_steps={STEPS}"], run_dir)
+    assert out.returncode == 0, f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    offload = read_json(run_dir / "ds_config.json")["zero_optimization"]["offload_optimizer"]
+    assert offload == {"device": "cpu", "pin_memory": True, "ratio": 0.5}
+    baseline, _ = stage_run("stage3-cpu", tmp_path_factory)
+    result = compare({"ratio-1": str(baseline), "ratio-0.5": str(run_dir)})
+    assert all(len(losses) == STEPS for losses in result["losses"].values()), result["losses"]
+    assert result["max_loss_deviation"] < 1e-5 and result["max_weight_deviation"] < 1e-5, result
