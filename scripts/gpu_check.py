@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # trl_ds, when not installed
 
@@ -42,7 +42,7 @@ WARMUP_STEPS = 2  # the first steps build kernels, caches and ZeRO-3's trace: le
 class Mode:
     name: str
     models: Dict[str, str]  # key -> model preset
-    runs: List[Tuple[str, int, str]]  # (model key, ZeRO stage, offload), in priority order
+    runs: List[tuple]  # (model key, ZeRO stage, offload[, trainer]), in priority order; no trainer: sft
     common: List[str]
     ops: Dict[str, str]  # op -> DeepSpeed builder class, JIT-built (and timed) before the runs
     gpu_preset: str
@@ -54,9 +54,12 @@ class Mode:
 
 def gpu_mode(gpu_memory_gb: int) -> Mode:
     llama, qwen = "llama3.2-1b", "qwen2.5-0.5b"
-    runs = [(llama, 2, "none"), (llama, 3, "none"), (qwen, 2, "none"), (qwen, 3, "none"), (llama, 2, "cpu"),
-            (llama, 3, "cpu"), (llama, 0, "none"), (llama, 1, "none"), (qwen, 0, "none"), (qwen, 1, "none"),
-            (qwen, 3, "cpu"), (qwen, 2, "cpu"), (llama, 1, "cpu")]
+    # DPO and GRPO right after the SFT pairs: their plan terms (reference model, chosen+rejected, generation) have
+    # never been measured on a GPU
+    runs = [(llama, 2, "none"), (llama, 3, "none"), (qwen, 2, "none"), (qwen, 3, "none"), (qwen, 2, "none", "dpo"),
+            (qwen, 3, "none", "dpo"), (qwen, 2, "none", "grpo"), (llama, 2, "cpu"), (llama, 3, "cpu"),
+            (llama, 0, "none"), (llama, 1, "none"), (qwen, 0, "none"), (qwen, 1, "none"), (qwen, 3, "cpu"),
+            (qwen, 2, "cpu"), (llama, 1, "cpu")]
     common = ["cluster=1x1", f"cluster.gpu_memory_gb={gpu_memory_gb}", "cluster.gpu=h200-141gb", "precision=bf16",
               "trainer.max_length=512", "trainer.per_device_train_batch_size=8", "trainer.max_steps=8"]
     return Mode("gpu", {llama: llama, qwen: qwen}, runs, common,
@@ -74,9 +77,11 @@ def limits(run_timeout: int, start_deadline: int, hard_end: int) -> Dict[str, in
 def cpu_mode() -> Mode:
     common = ["cluster=local", "cluster.gpus_per_node=1", "precision=fp32", "trainer.max_length=64",
               "trainer.per_device_train_batch_size=2", "trainer.max_steps=3"]
-    # No op builds: these runs use torch's Adam, and a build here would rewrite the machine's shared extension cache
-    return Mode("cpu-smoke", {"tiny": "tiny"}, [("tiny", 2, "none"), ("tiny", 3, "none")], common, {}, "cpu",
-                **limits(run_timeout=300, start_deadline=600, hard_end=840), prep_timeout=300)
+    # No op builds: these runs use torch's Adam, and a build here would rewrite the machine's shared extension cache.
+    # DPO stands for the trainers other than SFT (a GRPO run costs the suite 45 s more; its overrides are checked
+    # without training in tests/unit/test_gpu_check.py).
+    return Mode("cpu-smoke", {"tiny": "tiny"}, [("tiny", 2, "none"), ("tiny", 3, "none"), ("tiny", 3, "none", "dpo")],
+                common, {}, "cpu", **limits(run_timeout=300, start_deadline=600, hard_end=840), prep_timeout=300)
 
 
 class Check:
@@ -308,36 +313,42 @@ def model_folder(check: Check, key: str) -> str:
     return os.path.join(check.work, "models", key)
 
 
-def dataset_path(check: Check) -> str:
+def dataset_path(check: Check, trainer: str = "sft") -> str:
     """A folder holding train.jsonl: TRL's own CLI passes dataset_name to load_dataset as it is, which reads a
     folder but not a single .jsonl file."""
-    return os.path.join(check.work, "data", "long")
+    return os.path.join(check.work, "data", "long" if trainer == "sft" else f"long_{trainer}")
 
 
 def write_long_dataset(check: Check) -> None:
     """SFT texts of twice trainer.max_length words of the tiny tokenizer: every sample is cut to full length, as
-    the estimate assumes."""
+    the estimate assumes. DPO pairs likewise: a prompt of half the length, then a chosen and a rejected answer
+    each long enough that prompt + answer is cut to trainer.max_length."""
     from trl_ds.worker.data import NUMBERS
 
     max_length = int(next(o for o in check.mode.common if o.startswith("trainer.max_length=")).split("=")[1])
-    os.makedirs(dataset_path(check), exist_ok=True)
-    with open(os.path.join(dataset_path(check), "train.jsonl"), "w") as f:
-        for i in range(DATASET_ROWS):
-            a, b = i % 10, (i // 10) % 10
-            words = f"question : what is {NUMBERS[a]} plus {NUMBERS[b]} ? answer : {NUMBERS[a + b]} .".split()
-            f.write(json.dumps({"text": " ".join((words * max_length)[:2 * max_length])}) + "\n")
+    for trainer in ("sft", "dpo"):
+        os.makedirs(dataset_path(check, trainer), exist_ok=True)
+        with open(os.path.join(dataset_path(check, trainer), "train.jsonl"), "w") as f:
+            for i in range(DATASET_ROWS):
+                a, b = i % 10, (i // 10) % 10
+                words = f"question : what is {NUMBERS[a]} plus {NUMBERS[b]} ? answer : {NUMBERS[a + b]} .".split()
+                text = " ".join((words * max_length)[:2 * max_length])
+                pair = {"prompt": " ".join(text.split()[:max_length // 2]), "chosen": " " + text,
+                        "rejected": " " + " ".join(reversed(text.split()))}
+                f.write(json.dumps({"text": text} if trainer == "sft" else pair) + "\n")
 
 
 # --------------------------------------------------------------------------------------------------------- runs
 
-def run_name(model: str, stage: int, offload: str) -> str:
-    return f"{model}_s{stage}_{offload}"
+def run_name(model: str, stage: int, offload: str, trainer: str = "sft") -> str:
+    return f"{model}_s{stage}_{offload}" if trainer == "sft" else f"{model}_{trainer}_s{stage}_{offload}"
 
 
 def run_all(check: Check, py: str) -> None:
-    for model, stage, offload in check.mode.runs:
-        name = run_name(model, stage, offload)
-        entry = {"name": name, "model": model, "stage": stage, "offload": offload}
+    for model, stage, offload, *rest in check.mode.runs:
+        trainer = rest[0] if rest else "sft"
+        name = run_name(model, stage, offload, trainer)
+        entry = {"name": name, "model": model, "stage": stage, "offload": offload, "trainer": trainer}
         check.results["runs"].append(entry)
         op = needed_op(check.mode, offload)
         if check.results["models"].get(model, {}).get("status") != "ok":
@@ -360,10 +371,15 @@ def needed_op(mode: Mode, offload: str) -> Optional[str]:
 
 
 def run_overrides(check: Check, entry: dict) -> List[str]:
-    return [*check.mode.common, f"model={check.mode.models[entry['model']]}",
+    trainer = entry.get("trainer", "sft")
+    # GRPO keeps its built-in prompts: its memory is the prompts' and completions' (trainer.max_completion_length)
+    # and no trainer.max_length (trl_ds refuses it: GRPOConfig has none)
+    data = [] if trainer == "grpo" else [f"trainer.dataset_name={dataset_path(check, trainer)}"]
+    common = [o for o in check.mode.common if trainer != "grpo" or not o.startswith("trainer.max_length=")]
+    return [*common, f"model={check.mode.models[entry['model']]}", f"trainer={trainer}",
             f"model.name_or_path={model_folder(check, entry['model'])}", f"zero=stage{entry['stage']}",
             f"offload={entry['offload']}", "trainer.logging_steps=1", "save_final_model=false",
-            "preflight.memory=warn", f"trainer.dataset_name={dataset_path(check)}",
+            "preflight.memory=warn", *data,
             f"hydra.run.dir={run_dir(check, entry['name'])}"]
 
 
@@ -505,11 +521,11 @@ def step_comparison(check: Check, current: dict, metrics: List[dict], plan: dict
 
 def zero3_vs_zero2(runs: List[dict]) -> List[dict]:
     """For each model and offload with both stages measured: ZeRO-3's peak over ZeRO-2's, measured and estimated."""
-    done = {(r["model"], r["stage"], r["offload"]): r for r in runs
+    done = {(r["model"], r.get("trainer", "sft"), r["stage"], r["offload"]): r for r in runs
             if r.get("status") == "completed" and r.get("memory", {}).get("measured_over_estimated_peak")}
     out = []
-    for (model, stage, offload), s3 in done.items():
-        s2 = done.get((model, 2, offload))
+    for (model, trainer, stage, offload), s3 in done.items():
+        s2 = done.get((model, trainer, 2, offload))
         if stage != 3 or s2 is None:
             continue
         m2, m3 = s2["memory"], s3["memory"]
@@ -517,7 +533,8 @@ def zero3_vs_zero2(runs: List[dict]) -> List[dict]:
         measured3 = m3["peak_allocated_bytes"] or m3["peak_rss_bytes"]
         out.append({"model": model, "offload": offload, "measured_allocated_ratio": ratio(measured3, measured2),
                     "measured_reserved_ratio": ratio(m3["peak_reserved_bytes"], m2["peak_reserved_bytes"]),
-                    "estimated_ratio": ratio(m3["estimated_peak_bytes"], m2["estimated_peak_bytes"])})
+                    "estimated_ratio": ratio(m3["estimated_peak_bytes"], m2["estimated_peak_bytes"]),
+                    **({} if trainer == "sft" else {"trainer": trainer})})
     return out
 
 
@@ -528,7 +545,7 @@ TRL_CLI = "import sys; from trl.cli import main; sys.exit(main())"  # the `trl` 
 
 def trl_cli(check: Check, py: str) -> None:
     """`trl sft --config trainer.yaml` (TRL's own CLI) in the first completed run dir."""
-    done = [r for r in check.results["runs"] if r.get("status") == "completed"]
+    done = [r for r in check.results["runs"] if r.get("status") == "completed" and r.get("trainer", "sft") == "sft"]
     if not done:
         check.results["trl_cli"] = {"status": "skipped", "reason": "no completed run dir"}
     elif check.elapsed() > check.mode.start_deadline:
@@ -599,7 +616,8 @@ def render_report(r: dict) -> str:
                                  num(s.get("measured_over_estimated")), num(s.get("mfu"))]) + " |")
     lines.append("")
     for z in r.get("zero3_vs_zero2") or []:
-        lines.append(f"ZeRO-3 / ZeRO-2 peak, {z['model']}, offload {z['offload']}: measured "
+        lines.append(f"ZeRO-3 / ZeRO-2 peak, {z['model']}{' ' + z['trainer'] if 'trainer' in z else ''}, offload "
+                     f"{z['offload']}: measured "
                      f"{num(z['measured_allocated_ratio'])} (allocated), {num(z['measured_reserved_ratio'])} "
                      f"(reserved); estimated {num(z['estimated_ratio'])}.")
     cli = r.get("trl_cli")

@@ -4,17 +4,28 @@
 #   bash scripts/device_wheels.sh                # here, first: the wheels that machine lacks, into .whl/
 #   bash scripts/gpu_check.sh "$OUT"             # there, with carry [".whl"]: installs them, then the checks
 #   bash scripts/gpu_check.sh OUT --cpu-smoke    # here: the same pipeline on one CPU rank, tiny model
+#   bash scripts/gpu_check.sh "$OUT" --fit       # there: the fit-boundary study instead (scripts/fit_boundary.py)
+#   bash scripts/gpu_check.sh OUT --cpu-smoke --fit
 #
 # Installs .whl/*.whl into a temporary site folder (GPU mode), puts it and this repo on PYTHONPATH, and runs
-# `scripts/gpu_check.py` (see its docstring for the checks and the files written under OUT).
+# `scripts/gpu_check.py`, or with --fit `scripts/fit_boundary.py` (see their docstrings for the checks and the files
+# written under OUT). Each is one time box of its own: one per call.
 # PY: the interpreter (there: python3; here: .venv/bin/python). RUN_TIMEOUT, DEADLINE, HARD_END: seconds (per run;
 # no run starts after DEADLINE; everything is killed at HARD_END), counted from this script's start. WORK: the
 # folder for run dirs and model folders (default /tmp/trl_ds_gpu_check).
 set -uo pipefail
 export GPU_CHECK_STARTED=$(date +%s)
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${1:?usage: bash scripts/gpu_check.sh OUT [--cpu-smoke]}
-MODE=${2:-}
+USAGE="usage: bash scripts/gpu_check.sh OUT [--cpu-smoke] [--fit]"
+OUT=${1:?$USAGE}
+MODE= SCRIPT=gpu_check.py
+for arg in "${@:2}"; do
+  case $arg in
+    --cpu-smoke) MODE=--cpu-smoke ;;
+    --fit) SCRIPT=fit_boundary.py ;;
+    *) echo "gpu_check.sh: unknown argument '$arg'; $USAGE" >&2; exit 2 ;;
+  esac
+done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 SITE=${SITE:-/tmp/trl_ds_site}
@@ -54,4 +65,4 @@ else
   export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 fi
 cd "$REPO"
-"$PY" scripts/gpu_check.py "$OUT" ${MODE:+"$MODE"} ${WORK:+--work "$WORK"} 2>&1 | tee -a "$OUT/check.log"
+"$PY" "scripts/$SCRIPT" "$OUT" ${MODE:+"$MODE"} ${WORK:+--work "$WORK"} 2>&1 | tee -a "$OUT/check.log"

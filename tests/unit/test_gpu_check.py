@@ -63,7 +63,8 @@ def test_no_run_starts_past_the_deadline_and_the_results_say_why(check):
     saved = json.loads(open(os.path.join(check.out, "results.json")).read())
     assert [(r["name"], r["status"], r["reason"]) for r in saved["runs"]] == [
         ("tiny_s2_none", "skipped", "past the -1 s start deadline"),
-        ("tiny_s3_none", "skipped", "past the -1 s start deadline")]
+        ("tiny_s3_none", "skipped", "past the -1 s start deadline"),
+        ("tiny_dpo_s3_none", "skipped", "past the -1 s start deadline")]
     report = open(os.path.join(check.out, "report.md")).read()
     assert "| tiny_s3_none | skipped: past the -1 s start deadline |" in report
 
@@ -100,3 +101,30 @@ def test_the_op_builders_it_times_on_a_gpu_exist_in_deepspeed():
     compile(gpu_check.BUILD_OP, "BUILD_OP", "exec")
     assert all(hasattr(op_builder, name) for name in gpu_check.gpu_mode(140).ops.values())
     assert gpu_check.cpu_mode().ops == {}  # the smoke never rebuilds the shared extension cache
+
+
+@pytest.mark.parametrize("trainer, stage", [("dpo", 2), ("dpo", 3), ("grpo", 2)])
+def test_the_gpu_modes_dpo_and_grpo_runs_pass_trl_ds_checks_on_their_data(trainer, stage, tmp_path):
+    """What would end a GPU run before training: the overrides, the long DPO pairs' columns, GRPO's batch rule."""
+    from trl_ds.cli.app import build
+    from trl_ds.config.compose import compose
+
+    check = gpu_check.Check(str(tmp_path / "out"), str(tmp_path / "work"), gpu_check.gpu_mode(140), time.time())
+    assert ("qwen2.5-0.5b", stage, "none", trainer) in check.mode.runs
+    gpu_check.write_long_dataset(check)
+    entry = {"name": gpu_check.run_name("qwen2.5-0.5b", stage, "none", trainer), "model": "qwen2.5-0.5b",
+             "stage": stage, "offload": "none", "trainer": trainer}
+    assert entry["name"] == f"qwen2.5-0.5b_{trainer}_s{stage}_none"
+    # no model folder here: the preset's dimensions stand in for it
+    overrides = [o for o in gpu_check.run_overrides(check, entry) if not o.startswith(("model.name_or_path=",
+                                                                                         "hydra."))]
+    prepared = build(compose(overrides), str(tmp_path / "run"), launching=False)  # raises ConfigError if refused
+    assert prepared.ds_config["zero_optimization"]["stage"] == stage
+    assert prepared.trainer_args["per_device_train_batch_size"] == 8
+    if trainer == "dpo":
+        with open(os.path.join(gpu_check.dataset_path(check, "dpo"), "train.jsonl")) as f:
+            pair = json.loads(f.readline())
+        assert set(pair) == {"prompt", "chosen", "rejected"}
+        assert len(pair["prompt"].split()) == 256 and len(pair["chosen"].split()) == 1024  # max_length 512
+    else:
+        assert 8 % prepared.trainer_args["num_generations"] == 0  # TRL's rule: the batch holds whole groups
