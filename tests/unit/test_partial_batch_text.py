@@ -39,3 +39,14 @@ def test_dry_run_says_how_epochs_end(tmp_path):
                   timeout=120)
     assert out.returncode == 0, out.stderr
     assert "  epoch end: each epoch ends in a partial batch: 20 rows = 2 × 8 + 4;" in out.stdout
+
+
+def test_an_accumulation_shape_that_parts_is_named_too():
+    """A shape with accumulation that parts at the partial batch (2×2×2 here, as when accelerate's even_batches fills
+    one rank's short share of 18 rows from the epoch's start) is named like any other, with the same fix."""
+    by_point = {"1×8×1": [0, 0, 0], "1×2×4": [1e-7, 1e-7, 1e-7], "2×2×2": [1e-7, 1e-7, 3e-3]}
+    per_step = [max(v[i] for v in by_point.values()) for i in range(3)]
+    assert explain_divergence(per_step, by_point, 18, 8, 1e-5).startswith(
+        "Cause: step 3 is the first to cross the end of the data (18 rows, global batch 8: 16 rows used, 2 left over), "
+        "and 2×2×2 split that partial batch differently from 1×8×1 (as 1×2×4 do not); steps 1-2 agree.")
+    assert "Set trainer.dataloader_drop_last=true" in explain_divergence(per_step, by_point, 18, 8, 1e-5)
