@@ -217,3 +217,23 @@ def test_the_docs_table_of_llama3_8b_per_trainer(compose_cfg):
         for stage, total in zip((2, 3), totals):
             e = planned(compose_cfg, f"zero=stage{stage}", "trainer.gradient_checkpointing=true", *row.split())
             assert f"{e.device_total / GiB:.1f}" == f"{total:.1f}", (row, stage)
+
+
+def test_auto_fit_counts_the_trainer(compose_cfg):
+    """zero=auto: where ZeRO-2 fits SFT, DPO's reference copy pushes the choice to ZeRO-3, which partitions it."""
+    from trl_ds.plan.autofit import resolve
+
+    args = [*LLAMA_8B, "zero=auto", "trainer.gradient_checkpointing=true", "cluster.gpu_memory_gb=60"]
+    assert resolve(compose_cfg([*args, "trainer=sft"]))["winner"]["zero_stage"] in (1, 2)
+    dpo = resolve(compose_cfg([*args, "trainer=dpo"]))
+    assert dpo["winner"]["zero_stage"] == 3
+    assert all(row["zero_stage"] == 3 for row in dpo["ranking"] if row["verdict"] == "fits")
+
+
+def test_auto_fit_names_the_trainer_setting_when_nothing_fits(compose_cfg):
+    from trl_ds.plan.autofit import resolve
+
+    cfg = compose_cfg([*LLAMA_8B, "zero=auto", "offload=auto", "trainer.gradient_checkpointing=true", "trainer=dpo",
+                       "cluster.gpu_memory_gb=10"])
+    with pytest.raises(ConfigError, match=r"With peft=lora, zero=stage\d offload=\S+ fits\."):
+        resolve(cfg)

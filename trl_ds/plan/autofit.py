@@ -10,11 +10,12 @@ holds the global batch fixed, so it needs batch.global_size. Memory: trl_ds/plan
 trl_ds/plan/steptime.py. Ties are broken by the planner's speed heuristic, then by the candidate's order, so the choice
 is deterministic.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Optional
 
 from trl_ds.config.values import checkpointing, micro_batch
 from trl_ds.errors import ConfigError
+from trl_ds.plan import trainers
 from trl_ds.plan.grid import OFFLOADS, micro_batches, offload_name, setups
 from trl_ds.plan.memory import Estimate, estimate, setup_from_config
 from trl_ds.plan.planner import size, speed_key
@@ -123,6 +124,18 @@ def render(ranked: List[Candidate], winner: Candidate, reason: str) -> str:
     return "\n".join(lines)
 
 
+def trainer_hint(ranked: List[Candidate]) -> str:
+    """A trainer setting with which some candidate fits (they change what the trainer holds, so auto-fit names them
+    rather than choosing them: trl_ds/plan/trainers.py fixes)."""
+    if not ranked:
+        return ""
+    for overrides, changes in trainers.fixes(ranked[0].estimate.setup):
+        fitting = [c for c in ranked if estimate(replace(c.estimate.setup, **changes)).verdict == "fits"]
+        if fitting:
+            return f" With {' '.join(overrides)}, {fitting[0].label()} fits."
+    return ""
+
+
 def resolve(cfg) -> Optional[dict]:
     """Replace the `auto` choices in `cfg` by the winner (in place); the ranking for plan.json and the text to print.
     None when nothing is `auto`; ConfigError when nothing fits."""
@@ -136,6 +149,7 @@ def resolve(cfg) -> Optional[dict]:
         smallest = min(ranked, key=lambda c: c.estimate.device_total) if ranked else None
         closest = f" The smallest is {smallest.label()} at {size(smallest.estimate.device_total)} GiB per rank." \
             if smallest else ""
+        closest += trainer_hint(ranked)
         raise ConfigError([f"{', '.join(f'{name}=auto' for name in auto)}: none of the {len(ranked)} candidates fits "
                            f"on cluster={cfg.cluster.name}.{closest} Add GPUs (cluster.nodes=...), shorten sequences "
                            f"(trainer.max_length=...), set trainer.gradient_checkpointing=true or lower "
