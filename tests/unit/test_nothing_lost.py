@@ -162,3 +162,30 @@ def test_a_run_dir_hydra_would_misread_is_one_line_saying_to_quote_it():
         "hydra.run.dir=/runs/exp[1] holds characters Hydra's override grammar reads as syntax ([]{}(),='\") or does "
         "not take unquoted (non-ASCII); quote the path for Hydra: 'hydra.run.dir=\"/runs/exp[1]\"'")
     assert name_too_long(['hydra.run.dir="/runs/exp[1] *?é"', "hydra.run.dir=/runs/a b*?"]) is None
+
+
+def test_epoch_mode_continues_when_num_train_epochs_was_raised(tmp_path, compose_cfg):
+    from trl_ds.check.history import finished_run
+
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "steps": 8}))
+    (tmp_path / "config.yaml").write_text("trainer:\n  max_steps: -1\n  num_train_epochs: 1.0\n")
+    raised = compose_cfg(["trainer.max_steps=-1", "trainer.num_train_epochs=2"])
+    assert finished_run(raised, str(tmp_path)) is None
+    same = compose_cfg(["trainer.max_steps=-1", "trainer.num_train_epochs=1"])
+    assert finished_run(same, str(tmp_path)) == (
+        f"the run in {tmp_path} is complete (8 steps, trainer.num_train_epochs=1.0); nothing to train. Raise "
+        f"trainer.num_train_epochs to continue it, or use a new hydra.run.dir for another run.")
+
+
+def test_resuming_on_fewer_ranks_without_a_global_batch_says_the_batch_changes(tmp_path, compose_cfg):
+    from trl_ds.cli.run import batch_change_line
+    from trl_ds.config.batch import Batch
+
+    (tmp_path / "trl_ds_complete.json").write_text(json.dumps({"step": 6, "world_size": 2, "files": {}}))
+    cfg = compose_cfg(["cluster.gpus_per_node=1"])
+    line = batch_change_line(cfg, str(tmp_path), Batch(micro=2, world=1, accumulation=1))
+    assert line == (f"trl_ds: warning: batch.global_size is not set, so the global batch follows the world size: 4 "
+                    f"samples per step when {tmp_path.name} was written (2 ranks), 2 now (1 rank). Set "
+                    f"batch.global_size=4 to keep it.")
+    kept = compose_cfg(["cluster.gpus_per_node=1", "batch.global_size=4"])
+    assert batch_change_line(kept, str(tmp_path), Batch(micro=2, world=1, accumulation=2)) is None

@@ -156,8 +156,12 @@ def batch_change_line(cfg, checkpoint: str, batch) -> Optional[str]:
         return None
     was = batch.micro * before * batch.accumulation
     return (f"trl_ds: warning: batch.global_size is not set, so the global batch follows the world size: {was} "
-            f"samples per step when {os.path.basename(checkpoint)} was written ({before} ranks), "
-            f"{batch.global_size} now ({batch.world} ranks). Set batch.global_size={was} to keep it.")
+            f"samples per step when {os.path.basename(checkpoint)} was written ({_ranks(before)}), "
+            f"{batch.global_size} now ({_ranks(batch.world)}). Set batch.global_size={was} to keep it.")
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
 
 
 def _disk_failure(err: OSError, run_dir: str) -> None:
