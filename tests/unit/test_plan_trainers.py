@@ -237,3 +237,14 @@ def test_auto_fit_names_the_trainer_setting_when_nothing_fits(compose_cfg):
                        "cluster.gpu_memory_gb=10"])
     with pytest.raises(ConfigError, match=r"With peft=lora, zero=stage\d offload=\S+ fits\."):
         resolve(cfg)
+
+
+def test_grpo_head_scores_only_completion_tokens_on_gpus(compose_cfg):
+    """TRL's fused head: "On Triton devices, only the valid positions are scored"; GRPO masks the prompt (-100)."""
+    from trl_ds.plan.memory import fused_head_peak
+
+    grpo = planned(compose_cfg, "zero=stage2", "trainer=grpo", "trainer.max_completion_length=256")
+    assert grpo.device["logits"] == fused_head_peak(256, VOCAB, HIDDEN, BF16, on_cpu=False)
+    on_cpu = setup_from_config(compose_cfg(["trainer=grpo"]))
+    assert estimate(on_cpu).device["logits"] == fused_head_peak(on_cpu.tokens, on_cpu.arch.vocab_size,
+                                                                on_cpu.arch.hidden_size, 4, on_cpu=True)

@@ -350,8 +350,8 @@ def logits(s: Setup) -> int:
     reward model has no vocabulary head (trl_ds/plan/trainers.py reward_head_peak)."""
     if s.trainer == "reward":
         return trainers.reward_head_peak(s)
-    return fused_head_peak(s.tokens, s.arch.vocab_size, s.arch.hidden_size, s.width, on_cpu=s.device == "cpu",
-                           frozen=s.uses_lora)
+    return fused_head_peak(trainers.head_tokens(s), s.arch.vocab_size, s.arch.hidden_size, s.width,
+                           on_cpu=s.device == "cpu", frozen=s.uses_lora)
 
 
 def fused_head_peak(tokens: int, vocab: int, hidden: int, width: int, on_cpu: bool, frozen: bool = False) -> int:

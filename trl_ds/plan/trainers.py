@@ -71,6 +71,15 @@ def reference_peak(s) -> int:
     return resident + (s.width * s.counts.largest_module if resident and s.stage == 3 else 0)
 
 
+def head_tokens(s) -> int:
+    """Tokens TRL's fused LM head scores: "On Triton devices, only the valid positions are scored" (labels not -100;
+    trl/trainer/utils.py add_fused_lm_head), which for GRPO are the completion's; elsewhere every position. SFT's and
+    DPO's prompt share is unknown before the data is read, so they are charged every token (a bound)."""
+    if s.trainer == "grpo" and s.device == "cuda":
+        return s.micro_batch * s.completion_len // s.sp_size
+    return s.tokens
+
+
 def reward_head_peak(s) -> int:
     """The score's output (tokens × num_labels, fp32 for the loss) and the gradient into the last hidden states."""
     return s.tokens * (4 * s.num_labels + s.width * s.arch.hidden_size)
