@@ -81,7 +81,9 @@ def _zeropp_keys(cfg) -> Dict[str, Any]:
         parts.update(zero_quantized_weights=True, zero_quantized_gradients=True)
         if parts["zero_hpz_partition_size"] == 1:
             parts["zero_hpz_partition_size"] = cfg.cluster.gpus_per_node
-    return {k: v for k, v in parts.items() if v not in (False, 1)}
+    if parts["zero_hpz_partition_size"] == 1:  # 1: no secondary partition
+        del parts["zero_hpz_partition_size"]
+    return {k: v for k, v in parts.items() if v is not False}
 
 
 def _offload_optimizer(cfg, device: str, run_dir: str) -> Dict[str, Any]:
