@@ -103,27 +103,12 @@ def run_cases(check: FitCheck, py: str) -> None:
         entry = {"name": case_name(model, gb, stage, offload), "model": model, "gpu_memory_gb": gb, "zero": stage,
                  "offload": offload}
         check.results["cases"].append(entry)
-        op = gpu_check.needed_op(check.mode, offload)
-        if check.results["models"].get(model, {}).get("status") != "ok":
-            entry.update(status="skipped", reason=f"model folder for {model} was not built")
-        elif op and check.results["ops"].get(op, {}).get("status") != "ok":
-            entry.update(status="skipped", reason=f"DeepSpeed's {op} did not build")
-        elif check.elapsed() > check.mode.start_deadline:
-            entry.update(status="skipped", reason=f"past the {check.mode.start_deadline} s start deadline")
-        else:
-            run_case(check, py, entry)
-        check.save()
-        print(f"[{check.elapsed():5.0f} s] {entry['name']}: {entry['status']} {entry.get('reason', '')}", flush=True)
+        gpu_check.run_unless_skipped(check, py, entry, run_case)
 
 
 def run_case(check: FitCheck, py: str, entry: dict) -> None:
     log = os.path.join(check.work, "logs", f"{entry['name']}.log")
-    began = time.time()
-    proc = gpu_check.start(case_command(check, py, entry), log)
-    rc = gpu_check.finish(proc, time.monotonic() + min(check.mode.run_timeout, check.left()))
-    entry["wall_s"] = round(time.time() - began, 1)
-    if rc is None:
-        gpu_check.clear_build_locks(*gpu_check.JIT_OPS)
+    rc = gpu_check.run_timed(check, case_command(check, py, entry), log, entry)
     fit = read_json(os.path.join(run_dir(check, entry["name"]), "fit.json")) or {}
     entry.update(read_fit(fit))
     entry["status"] = "timeout" if rc is None else "completed" if rc == 0 and "measured_max_micro" in fit else \

@@ -350,17 +350,22 @@ def run_all(check: Check, py: str) -> None:
         name = run_name(model, stage, offload, trainer)
         entry = {"name": name, "model": model, "stage": stage, "offload": offload, "trainer": trainer}
         check.results["runs"].append(entry)
-        op = needed_op(check.mode, offload)
-        if check.results["models"].get(model, {}).get("status") != "ok":
-            entry.update(status="skipped", reason=f"model folder for {model} was not built")
-        elif op and check.results["ops"].get(op, {}).get("status") != "ok":
-            entry.update(status="skipped", reason=f"DeepSpeed's {op} did not build")
-        elif check.elapsed() > check.mode.start_deadline:
-            entry.update(status="skipped", reason=f"past the {check.mode.start_deadline} s start deadline")
-        else:
-            run_one(check, py, entry)
-        check.save()
-        print(f"[{check.elapsed():5.0f} s] {name}: {entry['status']} {entry.get('reason', '')}", flush=True)
+        run_unless_skipped(check, py, entry, run_one)
+
+
+def run_unless_skipped(check: Check, py: str, entry: dict, run) -> None:
+    """Skip with the reason (its model or optimizer op missing, past the start deadline), or run; then save."""
+    op = needed_op(check.mode, entry["offload"])
+    if check.results["models"].get(entry["model"], {}).get("status") != "ok":
+        entry.update(status="skipped", reason=f"model folder for {entry['model']} was not built")
+    elif op and check.results["ops"].get(op, {}).get("status") != "ok":
+        entry.update(status="skipped", reason=f"DeepSpeed's {op} did not build")
+    elif check.elapsed() > check.mode.start_deadline:
+        entry.update(status="skipped", reason=f"past the {check.mode.start_deadline} s start deadline")
+    else:
+        run(check, py, entry)
+    check.save()
+    print(f"[{check.elapsed():5.0f} s] {entry['name']}: {entry['status']} {entry.get('reason', '')}", flush=True)
 
 
 def needed_op(mode: Mode, offload: str) -> Optional[str]:
@@ -389,20 +394,26 @@ def run_dir(check: Check, name: str) -> str:
 
 def run_one(check: Check, py: str, entry: dict) -> None:
     log = os.path.join(check.work, "logs", f"{entry['name']}.log")
-    began = time.time()
-    proc = start([py, "-m", "trl_ds", *run_overrides(check, entry)], log)
-    rc = finish(proc, time.monotonic() + min(check.mode.run_timeout, check.left()))
-    entry["wall_s"] = round(time.time() - began, 1)
+    rc = run_timed(check, [py, "-m", "trl_ds", *run_overrides(check, entry)], log, entry)
     entry["status"] = "timeout" if rc is None else "completed" if rc == 0 else "failed"
     if rc is None:
         entry["reason"] = f"killed after {entry['wall_s']} s"
-        clear_build_locks(*JIT_OPS)
     analyse(check, entry)
     if entry["status"] != "completed":
         check.note_failure(f"run {entry['name']} {entry['status']}", log)
         rank_log = rank_stderr(run_dir(check, entry["name"]))
         if rank_log:
             check.note_failure(f"run {entry['name']}: rank 0's stderr", rank_log)
+
+
+def run_timed(check: Check, cmd: List[str], log: str, entry: dict) -> Optional[int]:
+    """One command within the run timeout and the hard end: its return code (None: killed), its wall_s in entry."""
+    began = time.time()
+    rc = finish(start(cmd, log), time.monotonic() + min(check.mode.run_timeout, check.left()))
+    entry["wall_s"] = round(time.time() - began, 1)
+    if rc is None:
+        clear_build_locks(*JIT_OPS)
+    return rc
 
 
 def rank_stderr(folder: str) -> Optional[str]:
