@@ -63,3 +63,25 @@ def test_user_mistakes_are_one_line_and_exit_2(args, message, capsys, tmp_path):
     assert fit_cli.main([*args, "--run-dir", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err == f"trl-ds fit: {message}\n"
     assert not (tmp_path / "r").exists()  # nothing written, nothing started
+
+
+def test_the_summary_puts_the_reserved_peak_over_the_estimate_at_the_measured_size(tmp_path):
+    from trl_ds.rundir.layout import read_json, write_json
+
+    _, base = load(["model=qwen2.5-0.5b", "cluster=1x1", "cluster.gpu_memory_gb=24", "precision=bf16",
+                    "trainer.max_length=512", "zero=stage2"])
+    at_max = {"micro_batch": 12, "status": "trained", "peak_reserved_bytes": 20 * 2 ** 30, "confirm": True}
+    write_json(str(tmp_path / "fit.json"), {
+        "start": 9, "limit": 72, "steps": 3, "engine_builds": 1, "measured_max_micro": 12, "bounded_by_limit": False,
+        "smallest_oom_micro": 13, "confirmed": True, "at_max": at_max,
+        "trials": [{"micro_batch": 9, "status": "trained", "peak_reserved_bytes": 17 * 2 ** 30},
+                   {"micro_batch": 18, "status": "oom", "peak_reserved_bytes": 24 * 2 ** 30}, at_max]})
+    record = fit_cli.summarize({"run_dir": str(tmp_path), "base": base, "planner_max_micro": 9})
+    estimated = estimate(replace(base, micro_batch=12)).device_total
+    assert record["estimate_at_max_bytes"] == estimated
+    assert record["reserved_over_estimate"] == round(20 * 2 ** 30 / estimated, 3)
+    assert read_json(str(tmp_path / "fit.json")) == record  # kept in the run dir
+    text = "\n".join(fit_cli.lines(record, str(tmp_path)))
+    assert "  micro-batch   18: oom, peak reserved 24.00 GiB" in text
+    assert ("trl-ds fit: largest micro-batch that trained 3 steps: 12; the planner's largest that fits: 9.\n"
+            "  at 12: peak reserved 20.00 GiB = ") in text

@@ -120,7 +120,12 @@ def lines(record: dict, run_dir: str) -> List[str]:
         f", peak reserved {t['peak_reserved_bytes'] / GiB:.2f} GiB" if "peak_reserved_bytes" in t else "")
         + (" (the largest again, measured last)" if t.get("confirm") else "") for t in record["trials"]]
     best = record.get("measured_max_micro")
+    if best is None:  # killed, or the engine failed again in every fresh process
+        return out + [f"trl-ds fit: the search did not finish; the trials so far are above and in "
+                      f"{os.path.join(run_dir, FIT_FILE)}; the rank's output above says why."]
     bounded = f" (the --limit {record['limit']}: larger was not tried)" if record.get("bounded_by_limit") else ""
+    if record.get("confirmed") is False:
+        bounded += f" (but it did not train when tried again last: {record['at_max'].get('error', '')})"
     out.append(f"trl-ds fit: largest micro-batch that trained {record['steps']} steps: {best}{bounded}; the planner's "
                f"largest that fits: {record['planner_max_micro']}.")
     if record.get("reserved_over_estimate") is not None:

@@ -63,7 +63,7 @@ def main(argv: List[str]) -> int:
     path = os.path.join(run_dir, FIT_FILE)
     record = read_json(path) if os.path.exists(path) else {"start": args.start, "limit": args.limit,
                                                             "steps": args.steps, "trials": [], "engine_builds": 0}
-    trainer, model = build_engine(run_dir, args.steps * 64)
+    trainer, model, rows = build_engine(run_dir, args.steps * 64)
     record["engine_builds"] += 1
     if args.simulate_oom_above is not None:
         simulate_oom(trainer.model, args.simulate_oom_above)
@@ -72,7 +72,7 @@ def main(argv: List[str]) -> int:
         micro = next_micro(trials, args.start, args.limit)
         if micro is None:
             break
-        trial = try_micro(trainer, model, micro, args.steps)
+        trial = try_micro(trainer, model, rows, micro, args.steps)
         record["trials"].append(trial)
         write_json(path, record)
         print(f"trl_ds fit: micro-batch {micro}: {trial['status']}", flush=True)
@@ -81,9 +81,10 @@ def main(argv: List[str]) -> int:
     record.update(boundary(trials, args.limit))
     best = record["measured_max_micro"]
     if best:  # its peak, measured last: after every size, as a job that trains at this size would not be
-        trial = {**try_micro(trainer, model, best, args.steps), "confirm": True}
+        trial = {**try_micro(trainer, model, rows, best, args.steps), "confirm": True}
         record["trials"].append(trial)
         record["at_max"] = trial
+        record["confirmed"] = trial["status"] == "trained"  # false: it trained once, not after the others
     write_json(path, record)
     return 0
 
@@ -101,17 +102,16 @@ def build_engine(run_dir: str, max_steps: int):
         prepare_tiny_model(cfg, run_dir, state)
     trainer = build_trainer(cfg, run_dir)
     model, _ = trainer._prepare_for_training(max_steps, trainer.get_train_dataloader(), None)
-    trainer.fit_rows = trainer._remove_unused_columns(trainer.train_dataset, description="fit")
-    return trainer, model
+    # The columns the trainer's collator takes, as its own dataloader gives them
+    return trainer, model, trainer._remove_unused_columns(trainer.train_dataset, description="fit")
 
 
-def batch(trainer, micro: int, step: int) -> dict:
+def batch(trainer, rows, micro: int, step: int) -> dict:
     """`micro` rows of the trainer's own dataset through its own collator (rows repeat when there are fewer)."""
-    rows = trainer.fit_rows
     return trainer.data_collator([rows[(step * micro + i) % len(rows)] for i in range(micro)])
 
 
-def try_micro(trainer, model, micro: int, steps: int) -> dict:
+def try_micro(trainer, model, rows, micro: int, steps: int) -> dict:
     """`steps` training steps at this micro-batch: trained, oom, or error (anything else), with peak memory."""
     import torch
 
@@ -122,7 +122,7 @@ def try_micro(trainer, model, micro: int, steps: int) -> dict:
     try:
         for step in range(steps):
             began = time.perf_counter()
-            inputs = batch(trainer, micro, step)
+            inputs = batch(trainer, rows, micro, step)
             items = trainer._get_num_items_in_batch([inputs], trainer.args.device)
             loss = float(trainer.training_step(model, inputs, items))
             trial["seconds"].append(round(time.perf_counter() - began, 4))
