@@ -248,3 +248,15 @@ def test_grpo_head_scores_only_completion_tokens_on_gpus(compose_cfg):
     on_cpu = setup_from_config(compose_cfg(["trainer=grpo"]))
     assert estimate(on_cpu).device["logits"] == fused_head_peak(on_cpu.tokens, on_cpu.arch.vocab_size,
                                                                 on_cpu.arch.hidden_size, 4, on_cpu=True)
+
+
+def test_zero3_reference_partition_follows_offload_param(compose_cfg):
+    """prepare_deepspeed drops offload_optimizer but keeps offload_param: the reference's partition goes to the host."""
+    on_gpu = planned(compose_cfg, "zero=stage3", "trainer=dpo")
+    offloaded = planned(compose_cfg, "zero=stage3", "trainer=dpo", "offload=cpu", "offload.param=cpu")
+    partition = BF16 * PSI_8B // 8
+    assert offloaded.reference_after_step["host"] == pytest.approx(partition, abs=8)
+    assert offloaded.reference_after_step["device"] == BF16 * NORMS_8B
+    assert on_gpu.device["reference"] - offloaded.device["reference"] == pytest.approx(partition, abs=8)
+    sft = planned(compose_cfg, "zero=stage3", "offload=cpu", "offload.param=cpu")
+    assert offloaded.host["model_states"] - sft.host["model_states"] == pytest.approx(1.5 * 8 * partition, rel=1e-6)

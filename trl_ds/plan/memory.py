@@ -190,9 +190,8 @@ class Estimate:
 
     @property
     def reference_after_step(self) -> Dict[str, int]:
-        """The reference engine's parameters per rank by place (always the device), apart from the policy's states."""
-        held = trainers.reference_resident(self.setup)
-        return {"device": held} if held else {}
+        """The reference engine's parameters per rank by place, apart from the policy's states."""
+        return trainers.reference_places(self.setup)
 
     @property
     def device_total(self) -> int:
@@ -252,7 +251,8 @@ def estimate(s: Setup) -> Estimate:
     device = {**states, **transients, "buffers": sum(items.values()), "reference": trainers.reference_peak(s),
               "generation": trainers.generation_excess(s, sum(transients.values()))}
     device["overhead"] = overhead(s, sum(device.values()))
-    host = {"model_states": host_model_states(s, host_states), "buffers": host_buffers(s),
+    reference_off_device = trainers.reference_places(s).get("host", 0)  # ZeRO-3 with offload.param=cpu
+    host = {"model_states": host_model_states(s, host_states + reference_off_device), "buffers": host_buffers(s),
             "processes": s.gpus_per_node * (0 if s.judged_on_host else HOST_BYTES_PER_GPU_RANK)}
     result = Estimate(setup=s, device=device, host=host, nvme=nvme_bytes(s), after_step=after_step(s),
                       buffer_items=items, generation_items=trainers.generation_items(s))
@@ -306,7 +306,8 @@ def nvme_bytes(s: Setup) -> int:
     """ZeRO-Infinity swap files per node: 16-bit params (all) and/or fp32 master + Adam state (12 B, trainable)."""
     params = (s.width if s.param_offload == "nvme" else 0) * s.total_params
     optimizer = (12 if s.optimizer_offload == "nvme" else 0) * s.trainable
-    return int(params / s.nodes + optimizer / s.nodes)
+    reference = trainers.reference_places(s).get("nvme", 0) * s.gpus_per_node  # per rank, in its own swap files
+    return int(params / s.nodes + optimizer / s.nodes) + reference
 
 
 def layer_saved(arch: Architecture, c: Dict[str, int]) -> int:

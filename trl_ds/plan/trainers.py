@@ -27,6 +27,7 @@ from typing import Dict, List, Tuple
 from trl_ds.config.schema import PeftConfig
 
 PAIRED = ("dpo", "reward")  # chosen and rejected through the model together
+OFFLOAD_PLACE = {"none": "device", "cpu": "host", "nvme": "nvme"}  # offload_param's device -> where it puts params
 KV = 2  # a key and a value per layer and token
 SAMPLING_FP32_COPIES = 2  # generate's last-position logits in fp32 and the softmax over them, per sequence
 
@@ -51,24 +52,34 @@ def reference_state(s) -> str:
     return "a ZeRO-3 partition on every rank" if s.stage == 3 else "a whole copy on every rank (ZeRO disabled)"
 
 
-def reference_resident(s) -> int:
-    """Bytes per rank the reference engine holds through training, in the policy's dtype.
+def reference_places(s) -> Dict[str, int]:
+    """Bytes per rank the reference engine holds through training, in the policy's dtype, by place (device, host,
+    nvme). Under ZeRO-3 prepare_deepspeed keeps the policy's offload_param (it drops only offload_optimizer), so the
+    partition goes where the policy's does; the small persistent tensors stay whole on the device.
 
     prepare_deepspeed also passes ZeRO-3 keys as "zero_optimization.stage3_param_persistence_threshold" at the top
-    of the config; DeepSpeed reads only the nested block, so the policy's threshold applies (measured: the CPU
-    integration test counts the reference engine's tensors)."""
+    of the config; DeepSpeed reads only the nested block, so the policy's threshold applies
+    (tests/integration/test_trainer_memory.py counts the reference engine's tensors)."""
     if not keeps_reference(s):
-        return 0
+        return {}
     psi, w = s.counts.total, s.width
     if s.stage < 3:
-        return w * psi
-    return int(w * psi / s.world) + w * s.counts.persistent(s.persistence_threshold)
+        return {"device": w * psi}
+    places = {"device": w * s.counts.persistent(s.persistence_threshold)}
+    place = OFFLOAD_PLACE[s.param_offload]
+    places[place] = places.get(place, 0) + int(w * psi / s.world)
+    return places
+
+
+def reference_resident(s) -> int:
+    """The device's share of reference_places."""
+    return reference_places(s).get("device", 0)
 
 
 def reference_peak(s) -> int:
     """Resident bytes, plus under ZeRO-3 the module the reference forward gathers beside the policy's activations."""
-    resident = reference_resident(s)
-    return resident + (s.width * s.counts.largest_module if resident and s.stage == 3 else 0)
+    gathered = s.width * s.counts.largest_module if keeps_reference(s) and s.stage == 3 else 0
+    return reference_resident(s) + gathered
 
 
 def head_tokens(s) -> int:
