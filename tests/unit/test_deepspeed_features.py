@@ -7,7 +7,7 @@ GPU = ["cluster=1x8", "precision=bf16"]
 
 
 def test_offload_ratio_is_deepspeeds_offload_optimizer_ratio(compose_cfg, monkeypatch):
-    ds = built(compose_cfg, ["zero=stage3", "offload=cpu", "offload.ratio=0.3"])
+    ds = built(compose_cfg, ["zero=stage3", "offload=cpu", "offload.ratio=0.3", "zero.sub_group_size=50000"])
     assert ds["zero_optimization"]["offload_optimizer"]["ratio"] == 0.3
     assert deepspeed_parse(ds, 2, monkeypatch).zero_config.offload_optimizer.ratio == 0.3
     assert "ratio" not in built(compose_cfg, ["zero=stage3", "offload=cpu"])["zero_optimization"]["offload_optimizer"]
@@ -19,6 +19,11 @@ def test_offload_ratio_is_deepspeeds_offload_optimizer_ratio(compose_cfg, monkey
                                            "and offload.optimizer=none here. Use offload=cpu, or offload.ratio=1."),
     (["zero=stage3", "offload=nvme", "offload.ratio=0.5"], "and offload.optimizer=nvme here"),
     (["zero=stage3", "offload=cpu", "offload.ratio=1.5"], "offload.ratio=1.5 must be between 0 and 1"),
+    # the tiny model: 869,504 parameters (embed 65,536 + 4 x 184,576 + norm 128 + head 65,536) over 2 ranks, one
+    # sub-group of the default 1e9 elements
+    (["zero=stage3", "offload=cpu", "offload.ratio=0.5"], "offload.ratio=0.5 moves whole optimizer sub-groups: each "
+     "rank's 434,752 trainable parameters in sub-groups of zero.sub_group_size=1000000000 would offload 100% of the "
+     "optimizer, not 50%. Set zero.sub_group_size=43476 (about ten sub-groups per rank), or offload.ratio=1."),
 ])
 def test_offload_ratio_refused_where_deepspeed_would_refuse_or_drop_it(overrides, message, compose_cfg):
     assert message in refusal(compose_cfg, overrides)

@@ -21,7 +21,29 @@ def check_offload_ratio(cfg) -> List[str]:
     if device != "cpu":  # stage3.py: sub-groups go to 'cpu' or the device; NVMe swaps every sub-group
         problems.append(f"offload.ratio={ratio} splits the optimizer between the device and the CPU, and "
                         f"offload.optimizer={device} here. Use offload=cpu, or offload.ratio=1.")
-    return problems
+    return problems or _coarse_split(cfg)
+
+
+def _coarse_split(cfg) -> List[str]:
+    """DeepSpeed splits by whole sub-groups (stage3.py: sub-group i is offloaded when i >= int((1 - ratio) * n)), so
+    with few sub-groups per rank the offloaded share can be far from the ratio (one sub-group: all of it)."""
+    from trl_ds.errors import ConfigError
+    from trl_ds.plan.memory import setup_from_config
+    from trl_ds.plan.precision_bytes import even_offload_split
+
+    try:
+        setup = setup_from_config(cfg)
+    except ConfigError:  # the model's own problem is reported by its rule
+        return []
+    ratio, size = cfg.offload.ratio, cfg.zero.sub_group_size
+    per_rank = setup.trainable // max(1, setup.data_parallel)
+    offloaded = even_offload_split(per_rank, size, ratio)[1] / max(1, per_rank)
+    if abs(offloaded - ratio) <= 0.1:
+        return []
+    return [f"offload.ratio={ratio} moves whole optimizer sub-groups: each rank's {per_rank:,} trainable parameters "
+            f"in sub-groups of zero.sub_group_size={size} would offload {offloaded:.0%} of the optimizer, not "
+            f"{ratio:.0%}. Set zero.sub_group_size={max(1, -(-per_rank // 10))} (about ten sub-groups per rank), or "
+            f"offload.ratio=1."]
 
 
 def check_bf16_options(cfg) -> List[str]:
