@@ -134,3 +134,36 @@ def test_ulysses_batch_counts_data_parallel_ranks_only(compose_cfg, monkeypatch)
     assert (prepared.batch.world, prepared.batch.micro, prepared.batch.accumulation) == (2, 2, 2)
     parsed = deepspeed_accepts(prepared.ds_config, 8, monkeypatch)
     assert parsed.train_batch_size == 8 and prepared.ds_config["sequence_parallel_size"] == 4
+
+
+RATIO = ["offload.ratio=0.5", "zero.sub_group_size=50000"]  # sub-groups small enough for the tiny model to split
+
+
+@pytest.mark.parametrize("zero,offload", [*itertools.product(ZERO, ["none", "cpu"]), ("stage3", "nvme")])
+def test_offload_ratio_across_zero_and_offload(zero, offload, compose_cfg, monkeypatch):
+    """Accepted exactly at stage 3 with CPU offload; there DeepSpeed parses the ratio."""
+    cfg = compose_cfg([f"zero={zero}", f"offload={offload}", *RATIO])
+    if (zero, offload) != ("stage3", "cpu"):
+        with pytest.raises(ConfigError, match="offload.ratio=0.5"):
+            build(cfg, "/tmp/run", launching=False)
+        return
+    parsed = deepspeed_accepts(build(cfg, "/tmp/run", launching=False).ds_config, 2, monkeypatch)
+    assert parsed.zero_config.offload_optimizer.ratio == 0.5
+
+
+BF16 = {"master": ["precision.bf16_master_weights_and_grads=true"],
+        "master+states": ["precision.bf16_master_weights_and_grads=true", "precision.bf16_optimizer_states=true"]}
+
+
+@pytest.mark.parametrize("zero,offload,option", [(z, o, b) for z in ZERO for o in ("none", "cpu") for b in BF16])
+def test_bf16_options_across_zero_and_offload(zero, offload, option, compose_cfg, monkeypatch):
+    """Where trl_ds accepts a combination, DeepSpeed's config parses it with the options on."""
+    cfg = compose_cfg(["cluster=1x8", "precision=bf16", f"zero={zero}", f"offload={offload}", *BF16[option]])
+    refused = zero == "stage0" or (option == "master" and offload == "none")
+    if refused:
+        with pytest.raises(ConfigError, match="precision.bf16_"):
+            build(cfg, "/tmp/run", launching=False)
+        return
+    parsed = deepspeed_accepts(build(cfg, "/tmp/run", launching=False).ds_config, 8, monkeypatch)
+    assert parsed.bfloat16_config.bf16_master_weights_and_grads is True
+    assert parsed.bfloat16_config.bf16_optimizer_states is (option == "master+states")
