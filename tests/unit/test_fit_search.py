@@ -58,6 +58,9 @@ def test_the_planners_largest_fits_and_one_more_does_not():
     (["cluster=1x8"], "trl-ds fit measures one rank, but the cluster starts 8 (cluster=1x8). Use cluster=1x1 "
                       "(or cluster.gpus_per_node=1 cluster.nodes=1)."),
     (["cluster=1x1", "--steps", "0"], "trl-ds fit --steps=0: it must be at least 1."),
+    (["cluster=1x1", "trainer=grpo"], "trl-ds fit searches trainer=sft or trainer=dpo, not trainer=grpo (its "
+                                      "micro-batch is not a free size). Measure it with a run: python -m trl_ds "
+                                      "trainer=grpo ..."),
 ])
 def test_user_mistakes_are_one_line_and_exit_2(args, message, capsys, tmp_path):
     assert fit_cli.main([*args, "--run-dir", str(tmp_path / "r")]) == 2

@@ -21,12 +21,13 @@ import sys
 from dataclasses import replace
 from typing import List, Optional, Sequence
 
-from trl_ds.config.values import world_size
+from trl_ds.config.values import value, world_size
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan.memory import GiB, Setup, estimate, setup_from_config
 from trl_ds.rundir.layout import read_json, write_json
 from trl_ds.worker.fit import ENGINE_BROKEN, FIT_FILE, next_micro
 
+SEARCHED = ("sft", "dpo")  # trainers whose step trl-ds fit has run (GRPO's batch is whole generation groups)
 RESTARTS = 3  # fresh processes after an engine that an out-of-memory error left unusable
 FORCED = ("trainer.gradient_accumulation_steps=1", "batch.global_size=null", "save_final_model=false",
           "preflight.memory=warn")  # one micro-step per optimizer step; a start above the plan is the user's to try
@@ -64,6 +65,10 @@ def prepare(args) -> dict:
         raise ConfigError([f"trl-ds fit measures one rank, but the cluster starts {world_size(cfg)} "
                            f"(cluster={cfg.cluster.name}). Use cluster=1x1 (or cluster.gpus_per_node=1 "
                            f"cluster.nodes=1)."])
+    trainer = value(cfg.trainer.name)
+    if trainer not in SEARCHED:
+        raise ConfigError([f"trl-ds fit searches trainer=sft or trainer=dpo, not trainer={trainer} (its micro-batch "
+                           f"is not a free size). Measure it with a run: python -m trl_ds trainer={trainer} ..."])
     for name, n in (("--steps", args.steps), ("--limit", args.limit), ("--start", args.start)):
         if n is not None and n < 1:
             raise ConfigError([f"trl-ds fit {name}={n}: it must be at least 1."])

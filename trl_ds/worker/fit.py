@@ -76,8 +76,8 @@ def main(argv: List[str]) -> int:
         record["trials"].append(trial)
         write_json(path, record)
         print(f"trl_ds fit: micro-batch {micro}: {trial['status']}", flush=True)
-        if trial["status"] == "error":
-            return ENGINE_BROKEN  # a fresh process continues from fit.json
+        if trial["status"] == "error":  # after an OOM: a fresh process continues from fit.json; else a bug
+            return ENGINE_BROKEN if any(t["status"] == "oom" for t in record["trials"]) else 1
     record.update(boundary(trials, args.limit))
     best = record["measured_max_micro"]
     if best:  # its peak, measured last: after every size, as a job that trains at this size would not be
@@ -102,6 +102,8 @@ def build_engine(run_dir: str, max_steps: int):
         prepare_tiny_model(cfg, run_dir, state)
     trainer = build_trainer(cfg, run_dir)
     model, _ = trainer._prepare_for_training(max_steps, trainer.get_train_dataloader(), None)
+    trainer.current_gradient_accumulation_steps = 1  # the training loop sets it per step (a loss without
+    # num_items_in_batch, DPO's, is divided by it)
     # The columns the trainer's collator takes, as its own dataloader gives them
     return trainer, model, trainer._remove_unused_columns(trainer.train_dataset, description="fit")
 
