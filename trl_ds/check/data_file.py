@@ -7,8 +7,10 @@ with None and TRL fails on it), or of another JSON type than in the first record
 column set a file must hold is the one its first record holds (trl_ds/check/trainer_rules.py names a first record
 that holds none). Blank lines are skipped, as datasets skips them.
 
-JSON Lines and CSV stream line by line (memory stays flat on any size); a JSON array is decoded element by element
-from the text; Parquet is read by its needed columns only. No torch, no datasets: both cost seconds to import.
+Streaming, so memory stays flat on any size: JSON Lines go first through pyarrow's streaming JSON reader (datasets'
+own parser, in C++ on every core), and only a file it refuses or finds a hole in is read again line by line to name
+the line; CSV streams through the csv module; a JSON array is decoded element by element from the text; Parquet is
+read by its needed columns only. No torch, no datasets: both cost seconds to import.
 """
 import csv
 import json
