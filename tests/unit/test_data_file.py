@@ -123,3 +123,15 @@ def test_launch_with_a_broken_line_exits_2_in_one_line_nothing_spawned(tmp_path)
                                    f"trainer.dataset_name.")
     assert not run_dir.exists()  # nothing written, nothing spawned
     assert cpu_s < 3, cpu_s  # CPU seconds, not wall: the bound holds on a machine shared with other work
+
+
+def test_the_evaluation_file_is_read_through_too(compose_cfg, tmp_path):
+    from trl_ds.check.data_file import check_data_files
+
+    train = jsonl(tmp_path / "train.jsonl", GOOD)
+    held_out = jsonl(tmp_path / "held_out.jsonl", GOOD, broken_at=2, broken="{oops}\n")
+    cfg = compose_cfg([f"trainer.dataset_name={train}", f"trainer.eval_dataset_name={held_out}",
+                       "trainer.eval_strategy=steps", "trainer.eval_steps=5"])
+    assert check_data_files(cfg) == [f"trainer.eval_dataset_name={held_out}: line 2 is not JSON (Expecting property "
+                                     f"name enclosed in double quotes at column 2). Fix or remove that record, or "
+                                     f"give another trainer.eval_dataset_name."]
