@@ -128,3 +128,29 @@ def test_the_gpu_modes_dpo_and_grpo_runs_pass_trl_ds_checks_on_their_data(traine
         assert len(pair["prompt"].split()) == 256 and len(pair["chosen"].split()) == 1024  # max_length 512
     else:
         assert 8 % prepared.trainer_args["num_generations"] == 0  # TRL's rule: the batch holds whole groups
+
+
+def test_every_fit_case_of_the_gpu_study_passes_trl_ds_fit_checks(tmp_path):
+    """What would end a case before its engine: the overrides fit_boundary.py gives `trl-ds fit`."""
+    import fit_boundary
+
+    from trl_ds.cli import fit as fit_cli
+
+    mode = fit_boundary.gpu_mode()
+    check = fit_boundary.FitCheck(str(tmp_path / "out"), str(tmp_path / "work"), mode, time.time())
+    gpu_check.write_long_dataset(check)
+    assert len(mode.cases) >= 4 and {c[1] for c in mode.cases} >= {16, 24} and {c[2] for c in mode.cases} == {2, 3}
+    for model, gb, stage, offload in mode.cases:
+        entry = {"name": fit_boundary.case_name(model, gb, stage, offload), "model": model, "gpu_memory_gb": gb,
+                 "zero": stage, "offload": offload}
+        command = fit_boundary.case_command(check, "python", entry)
+        assert command[:5] == ["python", "-m", "trl_ds.cli", "fit", "cluster=1x1"]
+        # no model folder here: the preset's dimensions stand in for it
+        args = fit_cli.parse([a for a in command[4:] if not a.startswith("model.name_or_path=")])
+        assert args.steps == 3 and args.json and args.run_dir == os.path.join(check.work, "runs", entry["name"])
+        job = fit_cli.prepare(args)  # raises ConfigError for a refused override
+        with open(os.path.join(job["run_dir"], "ds_config.json")) as f:
+            config = json.load(f)
+        assert config["zero_optimization"]["stage"] == stage
+        assert config["train_micro_batch_size_per_gpu"] == max(job["planner_max_micro"], 1)
+        assert (config["zero_optimization"].get("offload_optimizer", {}).get("device", "none") == offload)
