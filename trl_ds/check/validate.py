@@ -11,9 +11,9 @@ import subprocess
 import tempfile
 from typing import Callable, List
 
-from trl_ds.check.deepspeed_rules import DEEPSPEED_RULES, deepspeed_problems
 from trl_ds.check.argument_values import check_argument_values
 from trl_ds.check.data_file import check_data_files
+from trl_ds.check.deepspeed_rules import DEEPSPEED_RULES, deepspeed_problems
 from trl_ds.check.history import check_history
 from trl_ds.check.rendezvous import check_elastic_batch, check_rendezvous
 from trl_ds.check.reuse import check_run_dir
