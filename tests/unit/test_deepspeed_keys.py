@@ -139,3 +139,14 @@ def test_deepspeeds_own_classes_refuse_before_launch(overrides, message, compose
 ])
 def test_keys_trl_ds_derives_are_refused_naming_its_key(override, message, compose_cfg):
     assert message in refusal(compose_cfg, [override])
+
+
+def test_every_entry_point_refuses_through_compose():
+    """compose() (trl-ds plan, export, doctor, fit) refuses what validate() refuses for `trl-ds run`."""
+    from trl_ds.config.compose import compose
+
+    with pytest.raises(ConfigError, match=r"Did you mean cluster\.gpu_memory_gb\?"):
+        compose(["+cluster.gpu_memory=24"])
+    out = subprocess.run([sys.executable, "-m", "trl_ds.cli", "plan", "+zero.overlap_comms=true"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "Did you mean zero.overlap_comm?" in out.stdout + out.stderr

@@ -30,8 +30,14 @@ def compose(overrides: Sequence[str] = ()):
 
     register()
     GlobalHydra.instance().clear()  # a composition left open by a caller would make initialize_config_dir refuse
+    from trl_ds.config.undeclared_keys import check_undeclared_keys
+
     try:
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base=HYDRA_VERSION_BASE):
-            return hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
+            cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError([str(err).strip()]) from None
+    problems = check_undeclared_keys(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
