@@ -50,3 +50,14 @@ def test_an_accumulation_shape_that_parts_is_named_too():
         "Cause: step 3 is the first to cross the end of the data (18 rows, global batch 8: 16 rows used, 2 left over), "
         "and 2×2×2 split that partial batch differently from 1×8×1 (as 1×2×4 do not); steps 1-2 agree.")
     assert "Set trainer.dataloader_drop_last=true" in explain_divergence(per_step, by_point, 18, 8, 1e-5)
+
+
+def test_with_drop_last_an_epoch_is_its_whole_global_batches_whatever_the_shape():
+    """20 rows, global batch 8: 2 steps per epoch for every shape (the integration run of the five shapes logs 5
+    steps over 2.5 epochs); before the cut, 1×2×4 counted 3 (10 micro-batches, the last window of 2)."""
+    from trl_ds.config.batch import Batch
+    from trl_ds.config.training_steps import steps_per_epoch
+
+    for micro, world, accumulation in ((8, 1, 1), (2, 1, 4), (4, 2, 1), (2, 4, 1), (2, 2, 2)):
+        assert steps_per_epoch(20, Batch(micro, world, accumulation), drop_last=True) == 2
+    assert steps_per_epoch(20, Batch(2, 1, 4), drop_last=False) == 3  # without it, the partial window is a step

@@ -28,6 +28,8 @@ def training_steps(cfg, batch: Batch) -> dict:
 
 
 def steps_per_epoch(rows: int, batch: Batch, drop_last: bool = False) -> int:
+    if drop_last and rows >= batch.global_size:  # the rank cuts the rows to whole global batches (worker/data.py)
+        return rows // batch.global_size
     round_ = math.floor if drop_last else math.ceil
     per_rank = round_(round_(rows / batch.micro) / batch.world)
     return max(math.ceil(per_rank / batch.accumulation), 1)
