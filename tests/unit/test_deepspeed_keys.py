@@ -79,10 +79,16 @@ def test_a_typo_is_refused_without_importing_deepspeed():
 
 
 def test_refusal_latency_in_process(compose_cfg):
+    """CPU seconds, not wall time: the machine running the tests may be shared."""
     compose_cfg([])  # Hydra's first composition in this process
-    started = time.perf_counter()
+    started = time.process_time()
     refusal(compose_cfg, ["+zero.overlap_comms=true", "+cluster.gpu_memory=24"])
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
+
+
+def test_a_zero_key_is_written_at_stage_0_too(compose_cfg):
+    assert built(compose_cfg, ["zero=stage0", "+zero.allgather_partitions=false"])["zero_optimization"] == {
+        "stage": 0, "allgather_partitions": False}
 
 
 def test_free_form_maps_keep_their_own_checks(compose_cfg):

@@ -55,8 +55,8 @@ def _bf16_block(cfg, precision: str) -> Dict[str, Any]:
 def _zero_block(cfg, run_dir: str) -> Dict[str, Any]:
     z = cfg.zero
     block: Dict[str, Any] = {"stage": z.stage}
-    if z.stage == 0:
-        return block
+    if z.stage == 0:  # a +zero.NAME is written even here: what DeepSpeed makes of it at stage 0 is its own
+        return {**block, **undeclared(cfg, "zero")}
     keys = ZERO_COMMON + (ZERO_3 if z.stage == 3 else ZERO_1_2)
     block.update({k: z[k] for k in keys})
     if z.stage == 3:
