@@ -8,8 +8,8 @@ from trl_ds.config.partial_batch import boundary_steps, count_rows, epoch_end_te
 def test_rows_left_over_per_epoch():
     assert epoch_end_text(512, 4, False) is None  # the built-in data: 128 full batches
     assert epoch_end_text(None, 8, False) is None  # a hub dataset: unknown before loading
-    assert epoch_end_text(20, 8, True) == ("each epoch drops its last 4 of 20 rows (trainer.dataloader_drop_last=true; "
-                                           "global batch 8)")
+    assert epoch_end_text(20, 8, True) == ("every epoch trains on the first 16 of 20 rows, whole global batches of 8 "
+                                           "(trainer.dataloader_drop_last=true; the last 4 are left out)")
     assert epoch_end_text(20, 8, False).startswith("each epoch ends in a partial batch: 20 rows = 2 × 8 + 4; its "
                                                    "last step takes the 4 rows left (with several ranks, 4 rows")
     assert boundary_steps(20, 8, 9) == [3, 6, 9]  # ceil(20 / 8) = 3 steps per epoch

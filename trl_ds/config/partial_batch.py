@@ -36,8 +36,8 @@ def epoch_end_text(rows: Optional[int], global_batch: int, drop_last: bool) -> O
     if not left:
         return None
     if drop_last:
-        return (f"each epoch drops its last {left} of {rows} rows (trainer.dataloader_drop_last=true; global batch "
-                f"{global_batch})")
+        return (f"every epoch trains on the first {rows - left} of {rows} rows, whole global batches of {global_batch} "
+                f"(trainer.dataloader_drop_last=true; the last {left} are left out)")
     return (f"each epoch ends in a partial batch: {rows} rows = {rows // global_batch} × {global_batch} + {left}; "
             f"its last step takes the {left} rows left (with several ranks, {global_batch - left} rows from the "
             f"epoch's start are repeated to fill it). {FIX}.")
