@@ -187,3 +187,19 @@ def test_allreduce_bytes_per_micro_step():
     assert allreduce_bytes(tiny, 2, 128, 4) == 7 * 4 * 128 * 128 * 4
     assert allreduce_bytes(tiny, 2, 128, 4, checkpointing=True) == 9 * 4 * 128 * 128 * 4
     assert allreduce_bytes(tiny, 1, 128, 4) == 0
+
+
+def test_a_tp_checkpoint_of_another_world_is_refused(compose_cfg, tmp_path):
+    from trl_ds.rundir.checkpoint import mark_complete
+
+    checkpoint = tmp_path / "trainer" / "checkpoint-4"
+    checkpoint.mkdir(parents=True)
+    mark_complete(str(checkpoint), step=4, world_size=2, zero_stage=2)  # what a tp.size=2 run on 2 ranks writes
+    assert validate(compose_cfg(TP2), str(tmp_path), launching=False).world == 1  # its own shape resumes
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg([*TP2, "cluster.gpus_per_node=4"]), str(tmp_path), launching=False)
+    assert err.value.problems == [
+        f"tp=autotp: {checkpoint} was written by world size 2 with ZeRO stage 2; this launch has world size 4 with "
+        f"ZeRO stage 2; trl_ds has not converted a tensor-parallel checkpoint to another shape. Relaunch with the "
+        f"cluster and zero it was written with, resume=never to start over, or a new hydra.run.dir."]
+    assert validate(compose_cfg([*TP2, "cluster.gpus_per_node=4", "resume=never"]), str(tmp_path), False).world == 2

@@ -20,9 +20,12 @@ import os
 from typing import List
 
 from trl_ds.config.topology import AUTOTP_PRESETS, autotp_preset, model_type, topology
-from trl_ds.config.values import elastic_min_nodes, value
+from trl_ds.config.values import elastic_min_nodes, value, world_size
 from trl_ds.errors import ConfigError
 from trl_ds.plan.params import architecture
+from trl_ds.rundir.checkpoint import latest_complete
+from trl_ds.rundir.layout import CHECKPOINT_DIR
+from trl_ds.rundir.universal import shape_change
 
 MIN_DEEPSPEED = (0, 16, 4)
 
@@ -34,6 +37,21 @@ def check_tensor_parallel(cfg) -> List[str]:
     if size < 2:
         return [f"tp=autotp needs tp.size of 2 or more (got tp.size={size}). Set tp.size=2, or tp=none."]
     return (_world(cfg, size) + _model(cfg, size) + _combinations(cfg, size) + _versions())
+
+
+def check_tensor_parallel_resume(cfg, run_dir: str) -> List[str]:
+    """A run dir's tensor-parallel checkpoint resumes on the shape that wrote it. Another world or ZeRO stage would
+    go through DeepSpeed's universal conversion (trl_ds/rundir/universal.py), which no AutoTP run here has tried; a
+    change of tp itself is refused by the run dir's reuse check (tp.* is not a relaunch key)."""
+    if topology(cfg).tp_size <= 1 or cfg.resume != "auto":
+        return []
+    chosen = latest_complete(os.path.join(run_dir, CHECKPOINT_DIR))
+    change = shape_change(chosen, world_size(cfg), cfg.zero.stage) if chosen else None
+    if change is None:
+        return []
+    return [f"tp=autotp: {chosen} was {change}; trl_ds has not converted a tensor-parallel checkpoint to another "
+            f"shape. Relaunch with the cluster and zero it was written with, resume=never to start over, or a new "
+            f"hydra.run.dir."]
 
 
 def _world(cfg, size: int) -> List[str]:

@@ -17,7 +17,7 @@ from trl_ds.check.deepspeed_rules import DEEPSPEED_RULES, deepspeed_problems
 from trl_ds.check.history import check_history
 from trl_ds.check.rendezvous import check_elastic_batch, check_rendezvous
 from trl_ds.check.reuse import check_run_dir
-from trl_ds.check.tensor_parallel import check_tensor_parallel
+from trl_ds.check.tensor_parallel import check_tensor_parallel, check_tensor_parallel_resume
 from trl_ds.check.trainer_rules import (
     check_eval,
     check_generation_batch,
@@ -56,7 +56,7 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
         problems += check_generation_batch(cfg, batch) + check_elastic_batch(cfg, batch)
     except ConfigError as err:
         problems += err.problems
-    problems += check_run_dir(cfg, run_dir)
+    problems += check_run_dir(cfg, run_dir) + check_tensor_parallel_resume(cfg, run_dir)
     if batch is not None and not problems:  # DeepSpeed's own classes, when the config holds more than trl_ds's keys
         problems += deepspeed_problems(cfg, batch, run_dir)
     if launching:
