@@ -189,3 +189,18 @@ def test_resuming_on_fewer_ranks_without_a_global_batch_says_the_batch_changes(t
                     f"batch.global_size=4 to keep it.")
     kept = compose_cfg(["cluster.gpus_per_node=1", "batch.global_size=4"])
     assert batch_change_line(kept, str(tmp_path), Batch(micro=2, world=1, accumulation=2)) is None
+
+
+def test_the_live_tail_skips_cut_rows_and_follows_a_resumed_launchs_rewrite(tmp_path):
+    from trl_ds.launch.progress import MetricsTail
+
+    path = tmp_path / "metrics.jsonl"
+    write_rows(path, [1, 2, 3], cut='{"step": 4, "ti')  # a killed writer's cut row, then the next launch's rows
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": 4, "time": 104.0, "loss": 4.0}) + "\n")
+    tail = MetricsTail(str(path))
+    assert [r["step"] for r in tail.read()] == [1, 2, 3, 4]  # the glued row recovered, no traceback
+    prepare_for_resume(str(path), resumed_step=2)  # a resumed launch rewrites the file (a new inode)
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": 3, "time": 300.0, "loss": 3.5}) + "\n")
+    assert [(r["step"], r["loss"]) for r in tail.read()] == [(1, 1.0), (2, 2.0), (3, 3.5)]
