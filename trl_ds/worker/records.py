@@ -1,0 +1,117 @@
+"""What a rank records in the run dir besides checkpoints: metrics.jsonl rows (rank 0), each rank's live peak memory
+(progress/rank_K.json), and summary.json's figures (rank 0, at the end)."""
+import json
+import os
+import time
+
+from transformers import TrainerCallback
+
+from trl_ds.rundir.layout import MEMORY_DIR, METRICS, PROGRESS_DIR, write_json
+from trl_ds.rundir.metrics import mean_loss, prepare_for_resume, read_rows
+from trl_ds.worker.measure import peak_memory
+from trl_ds.worker.moe_leaf import leaf_module_names
+from trl_ds.worker.trainers import count_parameters
+
+
+def forget_other_ranks(run_dir: str, world_size: int) -> None:
+    """An earlier launch with more ranks left memory and progress files of ranks this one does not have."""
+    for folder in (MEMORY_DIR, PROGRESS_DIR):
+        path = os.path.join(run_dir, folder)
+        for name in os.listdir(path) if os.path.isdir(path) else []:
+            rank = name[len("rank_"):-len(".json")]
+            if name.startswith("rank_") and name.endswith(".json") and rank.isdigit() and int(rank) >= world_size:
+                os.remove(os.path.join(path, name))
+
+
+
+class LiveMemory(TrainerCallback):
+    """Each rank's peak memory so far, in progress/rank_K.json, for the live display (launch/progress.py).
+    At most every EVERY_S seconds: one small file write per rank."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, run_dir: str, rank: int):
+        self.path = os.path.join(run_dir, PROGRESS_DIR, f"rank_{rank}.json")
+        self.rank = rank
+        self.written = 0.0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.time()
+        if now - self.written < self.EVERY_S and state.global_step > 1:
+            return
+        self.written = now
+        write_json(self.path, peak_memory(self.rank))
+
+
+
+class MetricsLogger(TrainerCallback):
+    """Appends each logging step's metrics and throughput to metrics.jsonl on rank 0."""
+
+    def __init__(self, path: str, sequence_parallel: int = 1):
+        self.path = path
+        self.sequence_parallel = sequence_parallel  # ranks that share each sample
+        self.last = None  # (time, step) of the previous log
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.last = (time.time(), state.global_step)
+        if state.is_world_process_zero:  # before the first append: a killed launch may have cut the last row
+            cut, marked = prepare_for_resume(self.path, state.global_step)
+            if cut or marked:
+                print(f"trl_ds: {self.path}: removed {cut} cut line(s) a killed launch left; marked the {marked} "
+                      f"row(s) after step {state.global_step} superseded (those steps are trained again)", flush=True)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        now = time.time()
+        if any(k.startswith("eval_") for k in logs):  # an evaluation: its own row, no training throughput
+            self._write({"step": state.global_step, "time": round(now, 3), **logs})
+            return
+        samples = (state.global_step - self.last[1]) * args.per_device_train_batch_size * args.world_size \
+            * args.gradient_accumulation_steps // self.sequence_parallel
+        record = {"step": state.global_step, "time": round(now, 3), **logs,
+                  "samples_per_second": round(samples / max(now - self.last[0], 1e-9), 3)}
+        self.last = (now, state.global_step)
+        self._write(record)
+
+    def _write(self, record: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+
+def summarize(run_dir: str, trainer, metrics: dict, wall: float, state, resumed: bool = False) -> dict:
+    """resumed: the mean loss is the whole run's (metrics.jsonl, every launch), not only this launch's steps."""
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    run_mean = mean_loss(read_rows(os.path.join(run_dir, METRICS))) if resumed else None
+    evals = [(e["step"], e["eval_loss"]) for e in trainer.state.log_history if "eval_loss" in e]
+    return {
+        "status": "completed",
+        "final_loss": losses[-1] if losses else None,
+        "mean_loss": run_mean if run_mean is not None else metrics.get("train_loss"),
+        "eval_loss": evals[-1][1] if evals else None,  # the last evaluation's, at step eval_step
+        "eval_step": evals[-1][0] if evals else None,
+        "evaluations": len(evals),
+        "steps": trainer.state.global_step,
+        "samples_per_second": metrics.get("train_samples_per_second"),
+        "train_seconds": round(wall, 3),
+        "world_size": state.num_processes,
+        "global_batch": trainer.args.per_device_train_batch_size * state.num_processes
+        * trainer.args.gradient_accumulation_steps // (_sequence_parallel(trainer) * trainer.get_tp_size()),
+        **count_parameters(trainer.model),
+        "zero3_leaf_modules": leaf_module_names(trainer.model),  # MoE blocks gathered whole (worker/moe_leaf.py)
+        "sequence_parallel_size": _sequence_parallel(trainer),
+        "tensor_parallel_size": trainer.get_tp_size(),  # ranks splitting each layer (AutoTP)
+        "gradient_checkpointing": bool(getattr(trainer.model, "is_activation_checkpointing", False)),
+        "distributed_type": str(state.distributed_type.value if hasattr(state.distributed_type, "value")
+                                else state.distributed_type),
+        "device": str(state.device),
+        "run_dir": run_dir,
+    }
+
+
+
+def _sequence_parallel(trainer) -> int:
+    """Ranks that share each sample (Ulysses): they do not multiply the batch."""
+    pc = trainer.accelerator.parallelism_config
+    return pc.sp_size if pc is not None else 1
