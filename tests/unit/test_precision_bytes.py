@@ -27,14 +27,7 @@ def stepped(make, dtype):
     return optimizer, param
 
 
-@pytest.mark.parametrize("bf16_states", [False, True])
-def test_offloaded_moments_are_what_deepspeeds_cpu_adam_keeps(bf16_states):
-    """engine.get_optimizer_configuration gives CPU Adam fp32_optimizer_states = not bf16_optimizer_states."""
-    import torch
-    from deepspeed.ops.adam import DeepSpeedCPUAdam
-
-    optimizer, param = stepped(lambda ps: DeepSpeedCPUAdam(ps, fp32_optimizer_states=not bf16_states), torch.bfloat16)
-    assert optimizer_bytes(True, bf16_states, offloaded=True).moments == state_bytes_per_param(optimizer, param)
+# DeepSpeed's CPU Adam (its JIT-built cpu_adam op): tests/integration/test_precision_bytes_cpu_adam.py
 
 
 @pytest.mark.parametrize("bf16_master", [False, True])
