@@ -203,3 +203,15 @@ def test_a_tp_checkpoint_of_another_world_is_refused(compose_cfg, tmp_path):
         f"ZeRO stage 2; trl_ds has not converted a tensor-parallel checkpoint to another shape. Relaunch with the "
         f"cluster and zero it was written with, resume=never to start over, or a new hydra.run.dir."]
     assert validate(compose_cfg([*TP2, "cluster.gpus_per_node=4", "resume=never"]), str(tmp_path), False).world == 2
+
+
+def test_allreduce_seconds_are_bytes_over_bandwidth_plus_latency():
+    """Tiny Llama, 128 tokens, fp32, tp 2, 1 GB/s and 10 µs per call (test_allreduce_bytes_per_micro_step): 7
+    calls × 4 layers × 65,536 B × (2 × 1/2) = 1,835,008 B -> 1.835008 ms, plus 28 calls × 10 µs = 0.28 ms."""
+    from trl_ds.plan.params import Architecture
+    from trl_ds.plan.tensor_parallel import allreduce_seconds
+
+    tiny = Architecture(model_type="llama", vocab_size=512, hidden_size=128, intermediate_size=352,
+                        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+    assert allreduce_seconds(tiny, 2, 128, 4, False, 1.0, 10.0) == pytest.approx(1.835008e-3 + 0.28e-3)
+    assert allreduce_seconds(tiny, 1, 128, 4, False, 1.0, 10.0) == 0.0

@@ -83,3 +83,13 @@ def allreduce_bytes(arch: Architecture, tp: int, tokens: int, width: int, checkp
     buffer = tokens * arch.hidden_size * width
     count = allreduces_per_layer(arch, checkpointing) * arch.num_hidden_layers
     return int(count * buffer * 2 * (tp - 1) / tp)
+
+
+def allreduce_seconds(arch: Architecture, tp: int, tokens: int, width: int, checkpointing: bool, gbps: float,
+                      latency_us: float) -> float:
+    """Seconds of TP's all-reduces per micro-step: bytes over the group's bandwidth plus a latency per call. They sit
+    on the critical path (each layer waits for its reduced output or input gradient), so nothing hides them."""
+    if tp <= 1:
+        return 0.0
+    calls = allreduces_per_layer(arch, checkpointing) * arch.num_hidden_layers
+    return allreduce_bytes(arch, tp, tokens, width, checkpointing) / (gbps * 1e9) + calls * latency_us * 1e-6
