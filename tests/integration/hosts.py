@@ -20,7 +20,7 @@ SSH_PORT = 22
 
 
 def missing_components() -> List[str]:
-    """What the hosts need and this machine lacks (scripts/setup_env.sh installs them)."""
+    """What the hosts need and this machine lacks (scripts/setup_test_env.sh installs them)."""
     missing = [f"{tool} (Debian: {package})" for tool, package in (
         ("ip", "iproute2"), ("/usr/sbin/sshd", "openssh-server"), ("ssh-keygen", "openssh-client"),
         ("pdsh", "pdsh"), ("mpirun", "openmpi-bin")) if not shutil.which(tool)]

@@ -43,7 +43,7 @@ def slurm_env(tmp_path_factory):
     require(os.geteuid() == 0, "the local SLURM cluster runs its daemons as root")
     missing = [tool for tool in TOOLS if not shutil.which(tool)]
     require(not missing, f"SLURM is not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm "
-                         f"munge (scripts/setup_env.sh does it as root)")
+                         f"munge (scripts/setup_test_env.sh does it as root)")
     folder = tmp_path_factory.mktemp("slurm")
     env = {**os.environ, "TRL_DS_SLURM_PORT": str(free_port_block(3))}
     started = subprocess.run(["bash", str(CLUSTER_SCRIPT), "start", str(folder)], env=env, capture_output=True,
