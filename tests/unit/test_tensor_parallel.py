@@ -215,3 +215,11 @@ def test_allreduce_seconds_are_bytes_over_bandwidth_plus_latency():
                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
     assert allreduce_seconds(tiny, 2, 128, 4, False, 1.0, 10.0) == pytest.approx(1.835008e-3 + 0.28e-3)
     assert allreduce_seconds(tiny, 1, 128, 4, False, 1.0, 10.0) == 0.0
+
+
+def test_installed_deepspeed_is_new_enough_and_versions_parse():
+    from trl_ds.check.tensor_parallel import MIN_DEEPSPEED, _release, _versions
+
+    assert _versions() == []  # the installed deepspeed has autotp_size and preset_model
+    assert _release("0.19.8+cu121") == (0, 19, 8) and _release("0.16.4rc1") == (0, 16, 4)
+    assert _release("0.16.3") < MIN_DEEPSPEED <= _release("0.16.4")
