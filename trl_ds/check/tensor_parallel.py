@@ -17,6 +17,7 @@ What each refusal rests on (installed deepspeed 0.19.8, transformers 5.24, accel
 import importlib.metadata
 import importlib.util
 import os
+import re
 from typing import List
 
 from trl_ds.config.topology import AUTOTP_PRESETS, autotp_preset, model_type, topology
@@ -129,11 +130,8 @@ def _versions() -> List[str]:
 
 
 def _release(version: str) -> tuple:
-    parts = []
-    for piece in version.split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit()) or "0"
-        parts.append(int(digits))
-    return tuple(parts)
+    """(major, minor, patch) of '0.19.8+cu121' or '0.16.4rc1': each part's leading digits."""
+    return tuple(int(re.match(r"\d*", piece).group() or 0) for piece in version.split("+")[0].split(".")[:3])
 
 
 def _tp_config_source() -> str:
