@@ -156,3 +156,23 @@ def test_every_entry_point_refuses_through_compose():
     out = subprocess.run([sys.executable, "-m", "trl_ds.cli", "plan", "+zero.overlap_comms=true"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "Did you mean zero.overlap_comm?" in out.stdout + out.stderr
+
+
+def test_shipped_top_level_names_are_what_deepspeed_reads(compose_cfg):
+    """The names a misspelt deepspeed.NAME is compared with, at once, are those the installed DeepSpeed's
+    DeepSpeedConfig looks up (recorded); a DeepSpeed upgrade that reads others fails here."""
+    from trl_ds.check.deepspeed_verdict import judge
+    from trl_ds.config.deepspeed_names import TOP_LEVEL_NAMES, TOP_LEVEL_VERSION, deepspeed_version
+
+    assert deepspeed_version() == TOP_LEVEL_VERSION, "record TOP_LEVEL_NAMES for the installed DeepSpeed"
+    error, read = judge(built(compose_cfg, []), 2)
+    assert error is None and {name for name in read if "." not in name} == TOP_LEVEL_NAMES
+
+
+def test_a_misspelt_top_level_block_is_refused_without_importing_deepspeed():
+    code = ("import sys\nfrom trl_ds.config.compose import compose\nfrom trl_ds.check.validate import validate\n"
+            "from trl_ds.errors import ConfigError\n"
+            "try:\n    validate(compose(['+deepspeed.wall_clok_breakdown=true']), '/tmp/run', False)\n"
+            "except ConfigError as err:\n    print(err)\nprint('deepspeed' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "Did you mean deepspeed.wall_clock_breakdown?" in out and out.split()[-1] == "False", out

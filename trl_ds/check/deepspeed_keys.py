@@ -5,9 +5,10 @@ undeclared `offload.NAME` (an offload_optimizer / offload_param key) and `deepsp
 The group keys are checked at once by config/undeclared_keys.py (compose() runs it too); this module adds the
 deepspeed.* and zero.zenflow names. Keys trl_ds derives are refused, naming trl_ds's key.
 """
+import difflib
 from typing import Any, Dict, List
 
-from trl_ds.config.deepspeed_names import block_names
+from trl_ds.config.deepspeed_names import block_names, deepspeed_version, top_level_names
 from trl_ds.config.undeclared_keys import check_undeclared_keys, schema_paths, show, unknown_key
 from trl_ds.config.values import undeclared
 
@@ -29,10 +30,21 @@ DERIVED_TOP = {
     "aio": "offload.aio.NAME (block_size, queue_depth, intra_op_parallelism, single_submit, overlap_events)",
 }
 def check_deepspeed_block(cfg) -> List[str]:
-    """deepspeed.NAME: the keys trl_ds derives are refused here; every other name goes to DeepSpeed's verdict."""
+    """deepspeed.NAME: the keys trl_ds derives are refused here, and (for the DeepSpeed version they were recorded
+    from) names DeepSpeed never reads; nested names and values go to DeepSpeed's verdict."""
     given = dict(cfg.deepspeed or {})
-    return [f"deepspeed.{k}={show(v)}: trl_ds writes {k} into ds_config.json itself. Use {DERIVED_TOP[k]} instead."
-            for k, v in given.items() if k in DERIVED_TOP]
+    known = top_level_names()
+    problems = []
+    for k, v in given.items():
+        if k in DERIVED_TOP:
+            problems.append(f"deepspeed.{k}={show(v)}: trl_ds writes {k} into ds_config.json itself. Use "
+                            f"{DERIVED_TOP[k]} instead.")
+        elif known is not None and k not in known:
+            close = difflib.get_close_matches(k, sorted(known), n=1, cutoff=0.6)
+            fix = f"Did you mean deepspeed.{close[0]}?" if close else "Remove it (docs/deepspeed-keys.md)."
+            problems.append(f"deepspeed.{k}={show(v)}: DeepSpeed {deepspeed_version()} never reads {k} (it would be "
+                            f"ignored). {fix}")
+    return problems
 
 
 def check_zenflow_names(cfg) -> List[str]:

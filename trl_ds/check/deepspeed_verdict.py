@@ -99,27 +99,36 @@ def needs_verdict(cfg) -> bool:
 
 def deepspeed_verdict(cfg, ds_config: dict, world: int) -> List[str]:
     """[] when DeepSpeed accepts ds_config for `world` ranks; else one line per problem, naming trl_ds's key."""
+    from pydantic import ValidationError
+
+    version = deepspeed_version()
+    error, read = judge(ds_config, world)
+    if isinstance(error, ValidationError):
+        return [_pydantic_line(error.title, e, version) for e in error.errors()]
+    if error is not None:
+        return [f"DeepSpeed {version} refuses ds_config.json: {error}. Fix the key it names (docs/deepspeed-keys.md "
+                f"lists where each one is set)."]
+    given = OmegaConf.to_container(cfg.deepspeed) if cfg.deepspeed else {}
+    unread = [name for name in leaves(given) if name not in read and _read_key_by_key(name, read)]
+    return [_unread_line(name, OmegaConf.select(cfg.deepspeed, name), sorted(read), version) for name in unread]
+
+
+def judge(ds_config: dict, world: int):
+    """(DeepSpeed's exception or None, every dotted name its DeepSpeedConfig looked up) for ds_config."""
     import deepspeed.runtime.config as ds_runtime_config
     from pydantic import ValidationError
 
     recording = _Recording(ds_config)
     saved = ds_runtime_config.dist
     ds_runtime_config.dist = _World(world)
-    version = deepspeed_version()
     try:
         with redirect_stdout(io.StringIO()):  # DeepSpeed logs its config checks to stdout
             ds_runtime_config.DeepSpeedConfig(recording)
-    except ValidationError as err:
-        return [_pydantic_line(err.title, e, version) for e in err.errors()]
-    except (AssertionError, ValueError, KeyError, TypeError) as err:
-        return [f"DeepSpeed {version} refuses ds_config.json: {err}. Fix the key it names (docs/deepspeed-keys.md "
-                f"lists where each one is set)."]
+    except (ValidationError, AssertionError, ValueError, KeyError, TypeError) as err:
+        return err, recording.read
     finally:
         ds_runtime_config.dist = saved
-    given = OmegaConf.to_container(cfg.deepspeed) if cfg.deepspeed else {}
-    unread = [name for name in leaves(given) if name not in recording.read and _read_key_by_key(name, recording.read)]
-    return [_unread_line(name, OmegaConf.select(cfg.deepspeed, name), sorted(recording.read), version)
-            for name in unread]
+    return None, recording.read
 
 
 def _pydantic_line(title: str, error: dict, version: str) -> str:

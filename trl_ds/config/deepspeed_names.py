@@ -81,3 +81,25 @@ def deepspeed_version() -> str:
     except OSError:
         pass
     return "?"
+
+
+# The top-level names DeepSpeed's DeepSpeedConfig looks up (it ignores any other), recorded by
+# check/deepspeed_verdict.py `judge`; tests/unit/test_deepspeed_keys.py fails when the installed DeepSpeed reads
+# others. They let a misspelt deepspeed.NAME be refused without importing deepspeed, for this version only.
+TOP_LEVEL_VERSION = "0.19.8"
+TOP_LEVEL_NAMES = frozenset("""
+activation_checkpointing aio amp autotuning bf16 checkpoint comet comms_logger communication_data_type compile
+compression_training csv_monitor curriculum_learning data_efficiency data_types dataloader_drop_last datastates_ckpt
+disable_allgather disable_python_gc dump_state eigenvalue elasticity expert_parallel flops_profiler fp16
+gradient_accumulation_steps gradient_allreduce_op gradient_clipping gradient_predivide_factor graph_harvesting
+hybrid_engine log_level managed_gradient_accumulation memory_breakdown nebula optimizer pipeline prescale_gradients
+progressive_layer_drop quantize_training scheduler seq_parallel_communication_data_type sequence_parallel_size
+sparse_attention sparse_gradients steps_per_print tensor_parallel tensorboard timers torch_autocast train_batch_size
+train_micro_batch_size_per_gpu use_data_before_expert_parallelism vocabulary_size wall_clock_breakdown wandb
+weight_quantization zero_allow_untested_optimizer zero_force_ds_cpu_optimizer zero_optimization
+""".split())
+
+
+def top_level_names() -> Optional[frozenset]:
+    """TOP_LEVEL_NAMES when the installed DeepSpeed is the version they were recorded from; else None."""
+    return TOP_LEVEL_NAMES if deepspeed_version() == TOP_LEVEL_VERSION else None
