@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, read_json
+from conftest import REPO, read_json, require
 
 from tests.integration.test_resume import complete_steps
 from tests.integration.test_run_dir_safety import snapshot
@@ -99,6 +99,25 @@ def test_a_lowered_max_steps_is_refused_and_changes_nothing(killed, tmp_path):
     after = snapshot(run_dir)
     assert {p: v for p, v in after.items() if not p.endswith("launch.lock")} == \
         {p: v for p, v in before.items() if not p.endswith("launch.lock")}
+
+
+def test_a_read_only_checkpoint_folder_is_refused_before_launch(killed, tmp_path):
+    """A read-only trainer/ (a bind mount remounted read-only) would fail only at the first save, after training."""
+    require(os.geteuid() == 0 and shutil.which("mount") is not None, "a read-only bind mount needs root and mount(8)")
+    run_dir = tmp_path / "ro"
+    shutil.copytree(killed[0], run_dir)
+    trainer = run_dir / "trainer"
+    written = (run_dir / "launch.sh").stat().st_mtime_ns
+    subprocess.run(["mount", "--bind", str(trainer), str(trainer)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(trainer)], check=True)
+        out = subprocess.run(command(run_dir, 40), cwd=REPO, capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["umount", "-l", str(trainer)], check=True)
+    assert out.returncode == 2
+    assert out.stderr.endswith(f"trl_ds: {trainer} is not writable, so no checkpoint of this launch could be saved. "
+                               f"Make it writable (chmod u+w {trainer}) or use another hydra.run.dir.\n")
+    assert (run_dir / "launch.sh").stat().st_mtime_ns == written  # refused before the run dir's files: none spawned
 
 
 def test_damaged_small_files_are_repaired_and_the_run_goes_on(killed, tmp_path):
