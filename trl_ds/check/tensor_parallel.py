@@ -9,7 +9,8 @@ What each refusal rests on (installed deepspeed 0.19.8, transformers 5.24, accel
   (deepspeed/module_inject/tp_shard.py get_shard_size); an uneven split leaves ranks waiting for the largest shard,
   and ranks beyond the kv head count hold no attention at all.
 - families: only those with an AutoTP preset in trl_ds/config/topology.py; transformers 5 keeps each MoE block's
-  experts as one fused 3D parameter, which no nn.Linear spec matches, and OLMo-2's q_norm spans all heads.
+  experts as one fused 3D parameter, which no nn.Linear spec matches; OLMo-2's q_norm spans all heads; Phi-3 slices
+  its fused qkv at the whole model's width.
 - LoRA: PEFT wraps each target Linear (q_proj.base_layer), so the preset's patterns no longer match it.
 - versions: accelerate refuses AutoTP below deepspeed 0.16.4 (accelerator._prepare_deepspeed); trl_ds's layout
   needs `preset_model` in DeepSpeed's TPTrainingConfig.
@@ -29,6 +30,11 @@ from trl_ds.rundir.layout import CHECKPOINT_DIR
 from trl_ds.rundir.universal import shape_change
 
 MIN_DEEPSPEED = (0, 16, 4)
+FAMILY_REASONS = {
+    "phi3": "transformers' Phi3Attention slices its fused qkv_proj output at the whole model's heads × head_dim, "
+            "which a rank's shard does not hold",
+    "olmo2": "OLMo-2's q_norm and k_norm span all heads, so a rank's shard of q and k does not fit them",
+}
 
 
 def check_tensor_parallel(cfg) -> List[str]:
@@ -73,7 +79,7 @@ def _model(cfg, size: int) -> List[str]:
     if autotp_preset(cfg.model) is None:
         why = ("transformers keeps each MoE block's experts as one fused 3D parameter, which AutoTP's nn.Linear specs "
                "do not match, so the experts would stay whole on every rank") if arch.num_experts else \
-            "it has no AutoTP layout here"
+            FAMILY_REASONS.get(family, "it has no AutoTP layout here")
         return [f"tp=autotp cannot split model={cfg.model.name} (model_type {family}): {why}. Families split: "
                 f"{', '.join(sorted(AUTOTP_PRESETS))}. Use tp=none (zero=stage3 shards every weight)."]
     heads, kv = arch.num_attention_heads, arch.num_key_value_heads
@@ -83,9 +89,6 @@ def _model(cfg, size: int) -> List[str]:
         problems.append(f"tp.size={size} must divide model.num_attention_heads={heads} and num_key_value_heads={kv}: "
                         f"AutoTP splits attention by key-value head groups, so the ranks would hold unequal shards "
                         f"(none beyond {kv}). Use tp.size={' or '.join(fits)}.")
-    if family == "phi3" and kv != heads:
-        problems.append(f"tp=autotp splits phi3's fused qkv_proj in three equal parts (DeepSpeed's phi3 preset), "
-                        f"which needs num_key_value_heads == num_attention_heads (got {kv} and {heads}). Use tp=none.")
     return problems
 
 

@@ -54,8 +54,10 @@ def _value(x):
 # Face tp_plan: that plan also splits lm_head by vocabulary, and TRL's fused LM head (SFTTrainer's loss) reads
 # lm_head.weight directly, so each rank's loss would be a softmax over its own half of the vocabulary. Under a preset
 # the embeddings, norms and lm_head stay whole. Families absent here are refused (trl_ds/check/tensor_parallel.py).
+# phi3 is not among them: DeepSpeed has a phi3 preset, but transformers' Phi3Attention slices its fused qkv_proj
+# output at the whole model's num_attention_heads × head_dim (modeling_phi3.py), which a rank's shard does not hold.
 AUTOTP_PRESETS = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "llama", "gemma": "llama",
-                  "gemma2": "llama", "gemma3_text": "llama", "phi3": "phi3"}
+                  "gemma2": "llama", "gemma3_text": "llama"}
 
 
 def model_type(model_cfg) -> str:
