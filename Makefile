@@ -5,7 +5,7 @@
 #              libaio), lint, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI):
 #              unit + config tests on both cores, then the integration tests one at a time (scripts/run_tests.sh)
 # make test-fast — lint, then tests/unit and tests/configs only (not tests/integration)
-# make lint  — ruff (rules and line length in pyproject.toml)
+# make lint  — ruff (rules and line length in pyproject.toml); installs the test tools like make test
 PY := .venv/bin/python
 
 .PHONY: setup setup-test nvme run test test-fast lint dry-run clean
@@ -21,14 +21,14 @@ nvme:
 run: setup
 	$(PY) -m trl_ds
 
-lint: setup
+lint: setup-test
 	$(PY) -m ruff check .
 
-test: setup-test lint
+test: lint
 	$(PY) -m trl_ds.cli build-ops
 	bash scripts/run_tests.sh
 
-test-fast: setup-test lint
+test-fast: lint
 	$(PY) -m pytest -q -ra -n 2 tests/unit tests/configs
 
 dry-run: setup

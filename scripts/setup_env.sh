@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What training needs, into .venv: `make run` calls it (and scripts/setup_test_env.sh, for `make test`). Idempotent:
 # does nothing when up to date. No system packages, except libaio for NVMe offload when asked:
-#   bash scripts/setup_env.sh          # the venv: torch (CPU build without an NVIDIA GPU), trl_ds and its pinned deps
+#   bash scripts/setup_env.sh          # the venv: torch (CPU build without an NVIDIA GPU), trl_ds and its pinned deps,
+#                                      # matplotlib for trl-ds report's plot (the test tools: setup_test_env.sh)
 #   bash scripts/setup_env.sh --nvme   # also Debian's libaio-dev (DeepSpeed's async_io op), with apt-get as root
 # A run with offload=nvme on a machine without libaio stops before launch and names the same package.
 set -euo pipefail
@@ -24,7 +25,7 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$0" -nt "$STAMP" ]
       "$PY" -m pip install -q "$CPU_TORCH"   # never pull a multi-GB CUDA build onto a CPU machine
     fi
   fi
-  "$PY" -m pip install -q -e ".[test,report]"
+  "$PY" -m pip install -q -e ".[report]"
   touch "$STAMP"
 fi
 

@@ -63,5 +63,6 @@ def test_make_run_installs_no_system_package():
     setup = (REPO / "scripts" / "setup_env.sh").read_text()
     code = "\n".join(line for line in setup.splitlines() if not line.lstrip().startswith("#"))
     assert code.count("apt-get update") == 1 and 'if [ "${1:-}" = "--nvme" ]' in code
+    assert '-e ".[report]"' in code and "[test" not in code  # pytest, ruff and co. come with make test
     for package in ("slurm-wlm", "munge", "openssh-server", "pdsh", "openmpi-bin"):
         assert package not in code and package in (REPO / "scripts" / "setup_test_env.sh").read_text()
