@@ -3,8 +3,9 @@
 `deepspeed.runtime.config.DeepSpeedConfig` runs every pydantic class of the JSON (they forbid unknown fields) and
 DeepSpeed's cross-key assertions. It costs the deepspeed import (about 2 s), so it runs only when the config holds
 something beyond trl_ds's own keys (those are checked for every shipped combination by tests/configs). Its top-level
-keys are not a pydantic class: DeepSpeed reads the names it knows and ignores the rest, so the names it read are
-recorded, and a deepspeed.NAME it never read is refused with the closest one it did.
+keys are not a pydantic class: DeepSpeed reads the names it knows and ignores the rest, so the names it looks up are
+recorded (`judge`), and a deepspeed.NAME it never read is refused with the closest one it did. The top-level names
+are also shipped for the installed version (config/deepspeed_names.py), so a misspelt block is refused before this.
 """
 import difflib
 import io
@@ -49,12 +50,9 @@ class _Recording(dict):
     since DeepSpeed's non-pydantic blocks (flops_profiler, ...) also ignore names they do not read."""
 
     def __init__(self, data: dict, path: str = "", read: Optional[set] = None):
-        super().__init__({k: _Recording(v, f"{path}{k}.", read) if isinstance(v, dict) else v
-                          for k, v in data.items()} if read is not None else {})
-        if read is None:  # the top: one shared set for every block
-            read = set()
-            super().update({k: _Recording(v, f"{k}.", read) if isinstance(v, dict) else v for k, v in data.items()})
-        self.path, self.read = path, read
+        self.path, self.read = path, set() if read is None else read  # one set shared by every block
+        super().__init__({k: _Recording(v, f"{path}{k}.", self.read) if isinstance(v, dict) else v
+                          for k, v in data.items()})
 
     def _note(self, key):
         self.read.add(f"{self.path}{key}")
