@@ -121,7 +121,8 @@ def test_a_read_only_checkpoint_folder_is_refused_before_launch(killed, tmp_path
 
 
 def test_damaged_small_files_are_repaired_and_the_run_goes_on(killed, tmp_path):
-    """A 0-byte config.yaml, summary.json and newest checkpoint marker, and metrics.jsonl cut mid-row."""
+    """A 0-byte config.yaml, summary.json and newest checkpoint marker, and metrics.jsonl cut mid-row; report and
+    watch read them as they are, then the run resumes on 1 rank (the earlier launches had 2)."""
     run_dir = tmp_path / "damaged[2]"
     shutil.copytree(killed[0], run_dir)
     newest = max(complete_steps(run_dir))
@@ -131,7 +132,18 @@ def test_damaged_small_files_are_repaired_and_the_run_goes_on(killed, tmp_path):
         f.truncate(len(text.encode()) - 20)  # the last row cut, as a killed writer leaves it
     for name in ("config.yaml", "summary.json", f"trainer/checkpoint-{newest}/trl_ds_complete.json"):
         open(run_dir / name, "w").close()
-    out = subprocess.run(command(run_dir, 8), cwd=REPO, capture_output=True, text=True, timeout=600)
+    report = subprocess.run([sys.executable, "-m", "trl_ds.cli", "report", str(run_dir)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and "Traceback" not in report.stderr + report.stdout, report.stderr[-3000:]
+    assert "summary.json unreadable" in report.stdout
+    watch = subprocess.run([sys.executable, "-m", "trl_ds.cli.watch", str(run_dir)], cwd=REPO, capture_output=True,
+                           text=True, timeout=120)
+    assert (watch.returncode, watch.stderr) == (1, (
+        f"trl_ds watch: {run_dir}/summary.json is empty or cut short (a kill while it was written); rerun the same "
+        f"command to finish the run and rewrite it. Logs: {run_dir}/logs\n"))
+    assert (run_dir / "memory" / "rank_1.json").exists()  # from the 2-rank launches
+    out = subprocess.run(command(run_dir, 8, "cluster.gpus_per_node=1"), cwd=REPO, capture_output=True, text=True,
+                         timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     assert (f"trl_ds: {run_dir}/config.yaml is empty or cut short (a kill while it was written); this launch's "
@@ -144,14 +156,13 @@ def test_damaged_small_files_are_repaired_and_the_run_goes_on(killed, tmp_path):
     assert [r["step"] for r in kept if "loss" in r] == list(range(1, 9))  # one row per step, every launch
     summary = read_json(run_dir / "summary.json")
     assert (summary["status"], summary["steps"], summary["run_dir"]) == ("completed", 8, str(run_dir))
+    assert summary["world_size"] == 1 and not (run_dir / "memory" / "rank_1.json").exists()  # no stale rank 1
     losses = [r["loss"] for r in kept if "loss" in r]
     assert summary["mean_loss"] == pytest.approx(sum(losses) / len(losses))  # the whole run, not this launch
-    report = subprocess.run([sys.executable, "-m", "trl_ds.cli", "report", str(run_dir)], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
-    assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr[-3000:]
     watch = subprocess.run([sys.executable, "-m", "trl_ds.cli.watch", str(run_dir)], cwd=REPO, capture_output=True,
                            text=True, timeout=120)
     assert watch.returncode == 0 and "after 8 steps" in watch.stdout, watch.stderr
+    assert "rank 1:" not in watch.stdout
 
 
 def test_a_killed_conversion_to_zero3_is_redone_from_scratch(killed, tmp_path):

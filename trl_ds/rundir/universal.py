@@ -43,10 +43,11 @@ def ensure_universal(checkpoint: str) -> tuple:
     for leftover in (partial, folder):  # of a conversion cut short at any moment: redone from scratch
         shutil.rmtree(leftover, ignore_errors=True)
     # --inject_missing_state: checkpoints saved through transformers lack the universal_checkpoint_info DeepSpeed needs.
+    # Paths relative to the checkpoint (its cwd): the converter globs them, and a run dir's name may hold [ * ?.
     subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
-                    os.path.join(checkpoint, f"global_step{step}"), "--output_folder", partial,
+                    f"global_step{step}", "--output_folder", os.path.basename(partial),
                     "--inject_missing_state", "--num_extract_workers", "1", "--num_merge_workers", "1"],
-                   check=True, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent())
+                   check=True, stdout=subprocess.DEVNULL, cwd=checkpoint, preexec_fn=die_with_parent())
     loadable_by_zero3(partial)
     os.replace(partial, folder)
     _write_atomic(os.path.join(folder, UNIVERSAL_MARKER), {"step": step, "files": file_sizes(folder)})
