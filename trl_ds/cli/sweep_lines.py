@@ -38,7 +38,7 @@ def point_line(run_dir: str) -> str:
     if s.get("final_loss") is not None:
         parts.append(f"final loss {s['final_loss']:.4f}")
     peaks = []
-    for path in glob.glob(os.path.join(run_dir, MEMORY_DIR, "rank_*.json")):
+    for path in glob.glob(os.path.join(glob.escape(run_dir), MEMORY_DIR, "rank_*.json")):  # a literal run dir
         m = read_json(path)
         peaks.append(m.get("gpu_peak_allocated_bytes", m["peak_rss_bytes"]))
     if peaks:

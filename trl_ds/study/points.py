@@ -63,7 +63,8 @@ def _load(run_dir: str, name: str, parse, problems: List[str], required: bool = 
 def read_ranks(run_dir: str, world_size: Optional[int], problems: List[str]) -> List[dict]:
     """memory/rank_K.json of every rank that wrote one; with world_size (a completed run), ranks without one are
     problems."""
-    found = {int(RANK_FILE.search(p).group(1)): p for p in glob.glob(os.path.join(run_dir, MEMORY_DIR, "rank_*.json"))}
+    pattern = os.path.join(glob.escape(run_dir), MEMORY_DIR, "rank_*.json")  # the run dir's name may hold [ * ?
+    found = {int(RANK_FILE.search(p).group(1)): p for p in glob.glob(pattern)}
     wanted = range(world_size) if world_size else sorted(found)
     ranks = []
     for rank in wanted:
