@@ -23,13 +23,13 @@ from trl_ds.launch.progress import Display, MetricsTail, Progress, read_peaks, t
 from trl_ds.rundir.layout import (
     CHECKPOINT_DIR,
     CHECKPOINT_MARKER,
-    LAUNCH_SCRIPT,
     LOGS_DIR,
     METRICS,
     RESOLVED_CONFIG,
     SLURM_JOB_ID,
     SUMMARY,
     read_json_or_none,
+    summary_is_latest,
 )
 
 START_GRACE_S = 30  # a run dir with neither a running launch nor a summary: wait this long for a launch to start
@@ -150,7 +150,7 @@ def finished(run_dir: str) -> int:
         print(f"trl_ds watch: {path} is empty or cut short (a kill while it was written); rerun the same command to "
               f"finish the run and rewrite it. Logs: {os.path.join(run_dir, LOGS_DIR)}", file=sys.stderr)
         return 1
-    if not written_by_latest_launch(run_dir):
+    if not summary_is_latest(run_dir):
         steps = f" after {summary['steps']} steps" if summary.get("steps") is not None else ""
         return ended_without_summary(run_dir, f"; the {SUMMARY} there is an earlier launch's ({summary['status']}"
                                               f"{steps})")
@@ -163,15 +163,6 @@ def finished(run_dir: str) -> int:
         print(f"trl_ds: run {summary['status']}{steps} (not shown in full: {type(err).__name__} reading "
               f"{RESOLVED_CONFIG} or {SUMMARY}); run dir: {run_dir}")
     return exit_status(summary)
-
-
-def written_by_latest_launch(run_dir: str) -> bool:
-    """summary.json is at least as new as launch.sh, which every launch rewrites before it starts its ranks."""
-    try:
-        summary_time = os.path.getmtime(os.path.join(run_dir, SUMMARY))
-        return summary_time >= os.path.getmtime(os.path.join(run_dir, LAUNCH_SCRIPT))
-    except OSError:
-        return True
 
 
 def main(argv=None) -> int:

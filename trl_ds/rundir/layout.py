@@ -86,6 +86,16 @@ def read_json_or_none(path: str) -> Any:
         return None
 
 
+def summary_is_latest(run_dir: str) -> bool:
+    """summary.json is at least as new as launch.sh, which every launch rewrites before it starts its ranks; an older
+    one is an earlier launch's (the latest was killed before writing one)."""
+    try:
+        summary_time = os.path.getmtime(os.path.join(run_dir, SUMMARY))
+        return summary_time >= os.path.getmtime(os.path.join(run_dir, LAUNCH_SCRIPT))
+    except OSError:
+        return True
+
+
 def write_text(path: str, text: str, mode: int = 0o644) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:

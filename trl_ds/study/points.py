@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 import yaml
 
 from trl_ds.plan.memory import CUDA_CONTEXT_BYTES
-from trl_ds.rundir.layout import MEMORY_DIR, OVERRIDES, PLAN, SUMMARY, memory_file
+from trl_ds.rundir.layout import MEMORY_DIR, OVERRIDES, PLAN, SUMMARY, memory_file, summary_is_latest
 
 KINDS = ("params", "gradients", "optimizer")
 PEAK_PARTS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead", "offloaded")
@@ -33,6 +33,9 @@ def read_point(run_dir: str) -> dict:
     if not isinstance(summary, dict) and not problems:  # it parsed, but as null, a list, a number
         problems.append("summary.json unreadable (not a JSON object)")
         summary = None
+    if isinstance(summary, dict) and not summary_is_latest(run_dir):  # the latest launch was killed before writing one
+        problems.append(f"the latest launch ended without writing summary.json (killed?); the one there is an "
+                        f"earlier launch's ({summary.get('status')})")
     overrides = _load(run_dir, OVERRIDES, yaml.safe_load, problems, required=False) or []
     status = (summary or {}).get("status", "incomplete")
     plan = None
