@@ -133,6 +133,7 @@ def test_deepspeeds_own_classes_refuse_before_launch(overrides, message, compose
                                        "batch.global_size instead."),
     ("+deepspeed.zero_optimization.stage=3", "Use zero.NAME"),
     ("+deepspeed.bf16.enabled=true", "Use precision=bf16"),
+    ("+deepspeed.tensor_parallel.autotp_size=2", "Use tp=autotp tp.size=N"),
     ("+zero.offload_optimizer.device=cpu", "trl_ds writes zero_optimization.offload_optimizer itself. Use "
                                            "offload.optimizer=cpu|nvme"),
     ("+zero.cpu_offload=true", "zero.cpu_offload=true: DeepSpeed deprecates cpu_offload (use offload_optimizer). "

@@ -27,6 +27,7 @@ DERIVED_TOP = {
     "bf16": "precision=bf16 and precision.bf16_master_weights_and_grads / precision.bf16_optimizer_states",
     "bfloat16": "precision=bf16", "fp16": "precision=fp16 and precision.initial_scale_power (loss scaling)",
     "sequence_parallel_size": "sp=ulysses sp.size=N",
+    "tensor_parallel": "tp=autotp tp.size=N (the data-parallel world and the batch follow it)",
     "aio": "offload.aio.NAME (block_size, queue_depth, intra_op_parallelism, single_submit, overlap_events)",
 }
 def check_deepspeed_block(cfg) -> List[str]:
