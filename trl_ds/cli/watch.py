@@ -5,8 +5,9 @@ show its state and progress until it ends; exit with the run's own status.
 
 A finished run prints its summary and exits at once: 0 completed, 1 failed, 128+signal stopped, 2 skipped.
 A launch is running while its launcher holds the run dir's lock (launch.lock: pid and host), or, for launcher=slurm,
-while its job is in SLURM's queue. A summary.json older than the run dir's launch.sh (which every launch rewrites)
-is an earlier launch's: the latest launch ended without one (killed), and watch says so instead of the old outcome.
+while its job is in SLURM's queue. A summary.json written by another launch than the latest one that started its
+ranks (rundir/layout.py summary_is_latest) is an earlier launch's: the latest ended without one (killed), and watch
+says so instead of the old outcome.
 """
 import argparse
 import os

@@ -16,6 +16,7 @@ from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
 from trl_ds.rundir.disk_space import remove_incomplete
 from trl_ds.rundir.layout import MEMORY_DIR, OVERRIDES, SBATCH_SCRIPT, SUMMARY, read_json, write_json, write_text
+from trl_ds.rundir.lifeline import this_launch_id
 
 MiB = 2 ** 20
 DISK_FULL = "DiskFullError: "  # how trl_ds.worker.train reports a write that found the disk full or read-only
@@ -74,6 +75,7 @@ def record_stopped(run_dir: str, stop, wall_seconds: float, writes_summary: bool
     reason = f"stopped by {stop}"
     if writes_summary:
         write_json(os.path.join(run_dir, SUMMARY), {"status": "stopped", "reason": reason, "run_dir": run_dir,
+                                                    "launch_id": this_launch_id(),
                                                            "wall_seconds": round(wall_seconds, 3)})
     print(f"trl_ds: launch {reason}: this node's launcher and ranks were ended. To resume from the newest complete "
           f"checkpoint, rerun the command with hydra.run.dir={run_dir}", file=sys.stderr)
@@ -83,7 +85,7 @@ def record_failed(run_dir: str, summary: dict) -> None:
     """summary.json says failed; on a disk that cannot take even that, one line says so instead of a traceback."""
     path = os.path.join(run_dir, SUMMARY)
     try:
-        write_json(path, summary)
+        write_json(path, {**summary, "launch_id": this_launch_id()})
     except OSError as err:
         print(f"trl_ds: could not write {path}: {err.strerror}", file=sys.stderr)
 
@@ -102,7 +104,8 @@ def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
         record_failed(run_dir, failed)
         print_outcome(cfg, run_dir, failed)  # from memory: a full disk may have kept summary.json from being written
         return
-    s = {**read_json(path), "wall_seconds": round(wall_seconds, 3)}
+    # this launch's id: rank 0 may run on another node (c10d), whose launcher's id its own summary carries
+    s = {**read_json(path), "wall_seconds": round(wall_seconds, 3), "launch_id": this_launch_id()}
     epoch_end = epoch_end_of(cfg, prepared.batch.global_size)
     if epoch_end:
         s["epoch_end"] = epoch_end

@@ -42,6 +42,9 @@ SLURM_JOB_ID = "slurm_job_id"  # launcher=slurm: the submitted job, so `trl-ds w
 FAILURE_FILE = "failure.json"  # why this node's launch failed
 JOINED_FILE = "joined"  # written by a node's first rank once the process group formed (every rank joined)
 
+# Written by the launching process: which launch the run dir's summary.json must come from to be the latest's
+LATEST_LAUNCH = "latest_launch"  # node 0's launch id (rundir/lifeline.py), written before it starts the ranks
+
 # Written by the launching process while it runs, removed when it exits
 LAUNCH_LOCK = "launch.lock"  # node 0's; launch.nodeN.lock on node N
 
@@ -87,13 +90,17 @@ def read_json_or_none(path: str) -> Any:
 
 
 def summary_is_latest(run_dir: str) -> bool:
-    """summary.json is at least as new as launch.sh, which every launch rewrites before it starts its ranks; an older
-    one is an earlier launch's (the latest was killed before writing one)."""
+    """summary.json names the launch that wrote it; one of another launch than the latest that started its ranks is
+    an earlier launch's (the latest was killed before writing one). Ids, not file times: a copy (cp -r) keeps them.
+    Without either id (an older trl_ds, launch.sh run by hand) it counts as the latest's."""
+    summary = read_json_or_none(os.path.join(run_dir, SUMMARY))
     try:
-        summary_time = os.path.getmtime(os.path.join(run_dir, SUMMARY))
-        return summary_time >= os.path.getmtime(os.path.join(run_dir, LAUNCH_SCRIPT))
+        with open(os.path.join(run_dir, LATEST_LAUNCH)) as f:
+            latest = f.read().strip()
     except OSError:
         return True
+    written_by = summary.get("launch_id") if isinstance(summary, dict) else None
+    return not latest or not written_by or written_by == latest
 
 
 def write_text(path: str, text: str, mode: int = 0o644) -> None:

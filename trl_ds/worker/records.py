@@ -7,6 +7,7 @@ import time
 from transformers import TrainerCallback
 
 from trl_ds.rundir.layout import MEMORY_DIR, METRICS, PROGRESS_DIR, write_json
+from trl_ds.rundir.lifeline import LAUNCH_ID
 from trl_ds.rundir.metrics import mean_loss, prepare_for_resume, read_rows
 from trl_ds.worker.measure import peak_memory
 from trl_ds.worker.moe_leaf import leaf_module_names
@@ -107,6 +108,7 @@ def summarize(run_dir: str, trainer, metrics: dict, wall: float, state, resumed:
                                 else state.distributed_type),
         "device": str(state.device),
         "run_dir": run_dir,
+        "launch_id": os.environ.get(LAUNCH_ID),  # the launch it belongs to (rundir/layout.py summary_is_latest)
     }
 
 
