@@ -204,3 +204,16 @@ def test_the_live_tail_skips_cut_rows_and_follows_a_resumed_launchs_rewrite(tmp_
     with open(path, "a") as f:
         f.write(json.dumps({"step": 3, "time": 300.0, "loss": 3.5}) + "\n")
     assert [(r["step"], r["loss"]) for r in tail.read()] == [(1, 1.0), (2, 2.0), (3, 3.5)]
+
+
+def test_a_summary_of_an_earlier_launch_is_told_apart_by_launch_id(tmp_path):
+    from trl_ds.rundir.layout import summary_is_latest
+
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "launch_id": "a"}))
+    assert summary_is_latest(str(tmp_path))  # no latest_launch: an older trl_ds, or launch.sh run by hand
+    (tmp_path / "latest_launch").write_text("a\n")
+    assert summary_is_latest(str(tmp_path))
+    (tmp_path / "latest_launch").write_text("b\n")  # launch b started its ranks and was killed before a summary
+    assert not summary_is_latest(str(tmp_path))
+    os.utime(tmp_path / "latest_launch", (1, 1))  # file times do not decide (a cp -r copy reorders them)
+    assert not summary_is_latest(str(tmp_path))
