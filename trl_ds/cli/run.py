@@ -141,8 +141,9 @@ def ready_resume(cfg, run_dir: str, batch=None) -> None:
     try:
         chosen, _, lines = prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage)
     except subprocess.CalledProcessError as err:  # ds_to_universal failed: its own output above says why
-        print(f"trl_ds: launch failed: converting to DeepSpeed's universal format failed ({' '.join(err.cmd)} "
-              f"exited with {err.returncode}); the checkpoints are unchanged", file=sys.stderr)
+        print(f"trl_ds: launch failed: converting the newest checkpoint in {run_dir}/{CHECKPOINT_DIR} to DeepSpeed's "
+              f"universal format failed ({' '.join(err.cmd)} exited with {err.returncode}, run in that checkpoint); "
+              f"the checkpoints are unchanged", file=sys.stderr)
         sys.exit(1)
     for line in lines + ([batch_change_line(cfg, chosen, batch)] if chosen and batch else []):
         if line:
