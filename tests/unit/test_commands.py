@@ -13,6 +13,7 @@ from tests.conftest import REPO
 EXPECTED = {
     "run": "trl_ds: one checked, resolved DeepSpeed + TRL run",
     "plan": "`trl-ds plan [--json] [--fits] [overrides]`",
+    "fit": "usage: trl-ds fit",
     "watch": "usage: trl-ds watch",
     "report": "usage: trl-ds report",
     "export": "usage: trl-ds export",
@@ -48,8 +49,8 @@ def test_no_command_or_an_unknown_one_is_a_user_mistake():
     assert none.returncode == 2 and "usage: trl-ds COMMAND" in none.stderr
     typo = trl_ds("paln")
     assert typo.returncode == 2
-    assert typo.stderr == ("trl-ds: unknown command 'paln'. Did you mean `trl-ds plan`? Commands: run, plan, watch, "
-                           "report, export, doctor, env, calibrate, check-equivalence, build-ops.\n")
+    assert typo.stderr == ("trl-ds: unknown command 'paln'. Did you mean `trl-ds plan`? Commands: run, plan, fit, "
+                           "watch, report, export, doctor, env, calibrate, check-equivalence, build-ops.\n")
 
 
 def test_a_command_takes_the_same_overrides_and_exit_codes_as_its_module_form():
