@@ -83,7 +83,10 @@ class _serialised:
 
     def __enter__(self):
         self.fd = os.open(self.run_dir, os.O_RDONLY)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks (NFS mounted nolock): the takeover is then not serialised
+            pass
 
     def __exit__(self, *exc):
         os.close(self.fd)  # closing releases the flock
