@@ -66,8 +66,20 @@ class RunDirLock:
             os.link(tmp, self.path)
         except FileExistsError:
             return False
+        except OSError:  # no hard links here (some network or FUSE file systems): create-exclusive, then write
+            return self._create_exclusive()
         finally:
             _remove(tmp)
+        self.held = True
+        return True
+
+    def _create_exclusive(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            json.dump(me(self.run_dir), f)
         self.held = True
         return True
 
