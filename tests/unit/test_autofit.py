@@ -17,7 +17,8 @@ def test_the_winner_is_the_least_time_per_sample_that_fits(compose_cfg):
     cfg = compose_cfg(["model=llama3-8b", "cluster=1x8", "cluster.gpu_memory_gb=48", "zero=auto", "offload=auto",
                        "batch.global_size=64", "trainer.max_length=2048"])
     ranked = candidates(cfg)
-    assert len(ranked) == 9  # stage 0: none; 1-2: none, opt-cpu; 3: the four offloads
+    # stage 0: none; 1-2: none, opt-cpu; 3: the four offloads and opt-cpu at the three partial ratios
+    assert len(ranked) == 12
     fitting = [c for c in ranked if c.fits]
     assert ranked[:len(fitting)] == fitting  # those that fit come first
     assert [c.time.per_sample for c in fitting] == sorted(c.time.per_sample for c in fitting)
@@ -36,7 +37,7 @@ def test_it_is_deterministic(compose_cfg):
 def test_only_the_auto_choice_varies(compose_cfg):
     cfg = compose_cfg(["model=llama3-8b", "cluster=1x8", "zero=stage3", "offload=auto"])
     ranked = candidates(cfg)
-    assert {c.estimate.setup.stage for c in ranked} == {3} and len(ranked) == 4
+    assert {c.estimate.setup.stage for c in ranked} == {3} and len(ranked) == 4 + 3  # opt-cpu's 3 partial ratios
     assert resolve(compose_cfg(["zero=stage2"])) is None  # nothing auto: nothing changes
 
 
@@ -50,7 +51,7 @@ def test_70b_on_one_node_needs_nvme(compose_cfg):
 
 def test_nothing_fits_is_one_error_with_the_fix(compose_cfg):
     cfg = compose_cfg(["model=llama3-70b", "cluster=1x8", "trainer.max_length=2048", "zero=auto", "offload=auto"])
-    with pytest.raises(ConfigError, match=r"zero=auto, offload=auto: none of the 9 candidates fits on cluster=1x8. "
+    with pytest.raises(ConfigError, match=r"zero=auto, offload=auto: none of the 12 candidates fits on cluster=1x8. "
                                           r"The smallest is zero=stage3 offload=opt\+param-cpu at 166.6 GiB per rank"):
         build(cfg, "/tmp/run", launching=False)
 
@@ -66,7 +67,7 @@ def test_the_run_dir_is_the_typed_winners(tmp_path):
     assert ds[0] == ds[1] and all(p.endswith("nvme") for p in nvme)
     plan = read_json(tmp_path / "auto" / "plan.json")
     assert plan["autofit"]["winner"]["zero_stage"] == 3 and plan["autofit"]["winner"]["offload"] == "nvme"
-    assert len(plan["autofit"]["ranking"]) == 9 and plan["recommendation"]["step_seconds"] > 0
+    assert len(plan["autofit"]["ranking"]) == 12 and plan["recommendation"]["step_seconds"] > 0
 
 
 def test_micro_batch_and_checkpointing_auto_vary_at_the_fixed_global_batch(compose_cfg):
@@ -74,7 +75,8 @@ def test_micro_batch_and_checkpointing_auto_vary_at_the_fixed_global_batch(compo
                        "zero=auto", "offload=auto", "trainer.per_device_train_batch_size=auto",
                        "trainer.gradient_checkpointing=auto"])
     ranked = candidates(cfg)
-    assert len(ranked) == 9 * 4 * 2  # pairs × micro-batches dividing 64 over 8 ranks (1, 2, 4, 8) × checkpointing
+    # pairs and ratios × micro-batches dividing 64 over 8 ranks (1, 2, 4, 8) × checkpointing
+    assert len(ranked) == 12 * 4 * 2
     result = resolve(cfg)
     assert result["choices"] == ["zero", "offload", "trainer.per_device_train_batch_size",
                                  "trainer.gradient_checkpointing"]

@@ -9,6 +9,10 @@ over the data-parallel ranks, × checkpointing off/on; only the `auto` choices v
 holds the global batch fixed, so it needs batch.global_size. Memory: trl_ds/plan/memory.py; time:
 trl_ds/plan/steptime.py. Ties are broken by the planner's speed heuristic, then by the candidate's order, so the choice
 is deterministic.
+
+With `offload=auto` at ZeRO-3, CPU optimizer offload is also tried as a partial offload (offload.ratio in
+optimizer_places.RATIOS, with zero.sub_group_size set to about ten sub-groups per rank so the split is close to the
+ratio): when the GPU has room for part of the optimizer, the device steps that part at HBM speed instead of CPU Adam's.
 """
 from dataclasses import dataclass, replace
 from typing import List, Optional
@@ -17,7 +21,8 @@ from trl_ds.config.values import checkpointing, micro_batch
 from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
 from trl_ds.plan.grid import OFFLOADS, micro_batches, offload_name, setups
-from trl_ds.plan.memory import Estimate, estimate, setup_from_config
+from trl_ds.plan.memory import Estimate, Setup, estimate, setup_from_config
+from trl_ds.plan.optimizer_places import RATIOS, auto_sub_group_size, bf16_allows, label, partial_ratio
 from trl_ds.plan.planner import size, speed_key
 from trl_ds.plan.steptime import StepTime, accumulation_for, hardware_from_config, step_time
 
@@ -36,7 +41,7 @@ class Candidate:
 
     def label(self) -> str:
         s = self.estimate.setup
-        parts = [f"zero=stage{s.stage}", f"offload={offload_name(s)}"]
+        parts = [f"zero=stage{s.stage}", f"offload={label(s, offload_name(s))}"]
         parts += [f"micro={s.micro_batch}"] if MICRO in self.auto else []
         parts += [f"ckpt={'yes' if s.gradient_checkpointing else 'no'}"] if CHECKPOINTING in self.auto else []
         return " ".join(parts)
@@ -72,11 +77,27 @@ def candidates(cfg, auto: Optional[List[str]] = None) -> List[Candidate]:
     ckpts = (False, True) if CHECKPOINTING in auto else (base.gradient_checkpointing,)
     hw = hardware_from_config(cfg)
     out = []
-    for setup in setups(base, micros, stages=stages, offloads=names, checkpointing=ckpts):
+    grid = setups(base, micros, stages=stages, offloads=names, checkpointing=ckpts)
+    for setup in (with_ratios(grid) if "offload" in auto else grid):
+        if not bf16_allows(setup):  # the check would refuse it after the choice
+            continue
         e = estimate(setup)
         accumulation = accumulation_for(setup, cfg.batch.global_size, cfg.trainer.gradient_accumulation_steps)
         out.append(Candidate(e, step_time(setup, hw, accumulation), tuple(auto)))
     return sorted(out, key=lambda c: (not c.fits, c.time.per_sample, speed_key(c.estimate)))
+
+
+def with_ratios(grid):
+    """Each ZeRO-3 optimizer-only CPU offload, then the same with each partial ratio."""
+    for setup in grid:
+        yield setup
+        if setup.stage == 3 and (setup.optimizer_offload, setup.param_offload) == ("cpu", "none"):
+            for ratio in RATIOS:
+                yield partial(setup, ratio)
+
+
+def partial(setup: Setup, ratio: float) -> Setup:
+    return replace(setup, offload_ratio=ratio, sub_group_size=auto_sub_group_size(setup))
 
 
 def why(winner: Candidate, ranked: List[Candidate]) -> str:
@@ -102,13 +123,17 @@ def apply(cfg, winner: Candidate) -> None:
     s = winner.estimate.setup
     cfg.zero.stage, cfg.zero.auto = s.stage, False
     cfg.offload.optimizer, cfg.offload.param, cfg.offload.auto = s.optimizer_offload, s.param_offload, False
+    cfg.offload.ratio = partial_ratio(s)  # 1 where a ratio does not apply: the check refuses one there
+    if cfg.offload.ratio < 1.0:
+        cfg.zero.sub_group_size = s.sub_group_size
     cfg.trainer.per_device_train_batch_size = s.micro_batch
     cfg.trainer.gradient_checkpointing = s.gradient_checkpointing
 
 
 def row(c: Candidate) -> dict:
     s = c.estimate.setup
-    return {"zero_stage": s.stage, "offload": offload_name(s), "micro_batch": s.micro_batch,
+    return {"zero_stage": s.stage, "offload": offload_name(s), "offload_ratio": partial_ratio(s),
+            "micro_batch": s.micro_batch,
             "gradient_checkpointing": s.gradient_checkpointing, "device_total_bytes": c.estimate.device_total,
             "host_total_bytes": c.estimate.host_total, "verdict": c.estimate.verdict,
             "step_seconds": c.time.seconds, "seconds_per_sample": c.time.per_sample, "step_terms": dict(c.time.terms)}

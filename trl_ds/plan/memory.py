@@ -33,6 +33,7 @@ from typing import Dict
 from trl_ds.config.topology import Topology, topology
 from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, value
 from trl_ds.plan import trainers
+from trl_ds.plan.optimizer_places import off_device, optimizer_places
 from trl_ds.plan.params import (
     AdapterCounts,
     Architecture,
@@ -118,6 +119,10 @@ class Setup:
     ds3_gather: bool = True  # GRPO: ds3_gather_for_generation
     generation_batch: int = 0  # GRPO: sequences generated at once across data-parallel ranks (0: micro × accumulation)
     accumulation: int = 1  # micro-steps per optimizer step as configured (GRPO's default steps_per_generation)
+    # DeepSpeed's bf16 options and partial offload (trl_ds/plan/optimizer_places.py): bytes per parameter and place
+    bf16_master: bool = False  # precision.bf16_master_weights_and_grads
+    bf16_states: bool = False  # precision.bf16_optimizer_states
+    offload_ratio: float = 1.0  # offload.ratio: applies at ZeRO-3 with the optimizer on the CPU
 
     @property
     def topology(self) -> Topology:
@@ -223,7 +228,9 @@ def setup_from_config(cfg) -> Setup:
                  persistence_threshold=z.stage3_param_persistence_threshold, sub_group_size=z.sub_group_size,
                  buffer_count=o.buffer_count, buffer_size=o.buffer_size, zeropp=bool(z.get("zeropp", False)),
                  lora_r=cfg.peft.r if lora else 0, lora_targets=tuple(cfg.peft.target_modules) if lora else (),
-                 lora_dropout=cfg.peft.lora_dropout if lora else 0.0, sp_size=topo.sp_size)
+                 lora_dropout=cfg.peft.lora_dropout if lora else 0.0, sp_size=topo.sp_size,
+                 bf16_master=bool(cfg.precision.bf16_master_weights_and_grads),
+                 bf16_states=bool(cfg.precision.bf16_optimizer_states), offload_ratio=float(cfg.offload.ratio))
     return replace(base, **trainer_fields(cfg, topo))
 
 
@@ -266,24 +273,25 @@ def model_states(s: Setup):
     Mixed precision: 2 B params + 2 B grads + 4 B fp32 grads + 12 B fp32 master and Adam per parameter, partitioned
     by stage; ZeRO-3 adds the largest module gathered with its gradient (2 × width × L_max) and counts 4 B of
     gradients, as DeepSpeed's estimator does. fp32 training uses 4 B for the "16-bit" terms. Parameters count Ψ (all
-    of them); gradients and optimizer states Ψ_t (the trainable ones: LoRA's adapters).
+    of them); gradients and optimizer states Ψ_t (the trainable ones: LoRA's adapters). The 12 B and 4 B are the
+    default of optimizer_places, which follows the bf16 options and splits them by offload.ratio.
     """
     psi, psi_t, n, w, l_max = s.total_params, s.trainable, s.world, s.width, s.counts.largest_module
     offload_opt = s.optimizer_offload != "none"
     if s.stage == 0:  # mixed precision: fp32 master copy and a transient fp32 gradient; fp32 steps the params
         master = 0 if s.dtype == "fp32" else 4
         return {"params": w * psi, "gradients": (w + master) * psi_t, "optimizer": (master + 8) * psi_t}, 0
-    optimizer = 0 if offload_opt else int(12 * psi_t / n)
-    off_device = int(16 * psi_t / n) if offload_opt else 0  # fp32 gradients, master weights, Adam moments
+    places = optimizer_places(s)
+    optimizer, fp32_grads = places["states"]["device"], places["master_grads"]["device"]
+    off_device_bytes = off_device(places)  # fp32 gradients, master weights, Adam moments
     if s.stage < 3:
         grads16 = w * psi_t if s.stage == 1 else (0 if offload_opt else int(w * psi_t / n))
-        fp32_grads = 0 if offload_opt else int(4 * psi_t / n)
-        return {"params": w * psi, "gradients": grads16 + fp32_grads, "optimizer": optimizer}, off_device
+        return {"params": w * psi, "gradients": grads16 + fp32_grads, "optimizer": optimizer}, off_device_bytes
     params_offloaded = s.param_offload != "none"
     params = w * l_max + (0 if params_offloaded else int(w * psi / n))
-    off_device += int(w * psi / n) if params_offloaded else 0
-    gradients = w * s.largest_trainable + (0 if offload_opt else int(4 * psi_t / n))
-    return {"params": params, "gradients": gradients, "optimizer": optimizer}, off_device
+    off_device_bytes += int(w * psi / n) if params_offloaded else 0
+    gradients = w * s.largest_trainable + fp32_grads
+    return {"params": params, "gradients": gradients, "optimizer": optimizer}, off_device_bytes
 
 
 def host_model_states(s: Setup, per_rank_host: int) -> int:
@@ -303,9 +311,10 @@ def host_model_states(s: Setup, per_rank_host: int) -> int:
 
 
 def nvme_bytes(s: Setup) -> int:
-    """ZeRO-Infinity swap files per node: 16-bit params (all) and/or fp32 master + Adam state (12 B, trainable)."""
+    """ZeRO-Infinity swap files per node: 16-bit params (all) and/or master + Adam state (12 B per trainable
+    parameter in fp32; optimizer_places' bytes under the bf16 options)."""
     params = (s.width if s.param_offload == "nvme" else 0) * s.total_params
-    optimizer = (12 if s.optimizer_offload == "nvme" else 0) * s.trainable
+    optimizer = optimizer_places(s)["states"].get("nvme", 0) * s.world  # per rank, so × the ranks
     reference = trainers.reference_places(s).get("nvme", 0) * s.gpus_per_node  # per rank, in its own swap files
     return int(params / s.nodes + optimizer / s.nodes) + reference
 
@@ -421,7 +430,8 @@ def after_step(s: Setup) -> Dict[str, Dict[str, int]]:
     params: the parameters or their ZeRO-3 partitions, plus ZeRO-3's persistent small params kept whole.
     gradients: persistent gradient partitions (ZeRO-3's flat buffer; the pinned fp32 gradients of CPU offload).
     optimizer: fp32 master partitions and Adam's two moments.
-    Params count every parameter; gradients and optimizer the trainable ones.
+    Params count every parameter; gradients and optimizer the trainable ones. The optimizer side's bytes and places
+    are optimizer_places' (bf16 options, offload.ratio).
     """
     psi, psi_t, n, w = s.total_params, s.trainable, s.world, s.width
     opt_place, param_place = PLACE[s.optimizer_offload], PLACE[s.param_offload]
@@ -429,15 +439,18 @@ def after_step(s: Setup) -> Dict[str, Dict[str, int]]:
     if s.stage == 0:
         master = 0 if s.dtype == "fp32" else 4 * psi_t
         return {"params": {"device": w * psi}, "gradients": {}, "optimizer": {"device": master + 8 * psi_t}}
-    optimizer = {opt_place: int(12 * psi_t / n)}
-    offload_grads = int(4 * psi_t / n) if s.optimizer_offload != "none" else 0
+    places = optimizer_places(s)
+    optimizer = {place: b for place, b in places["states"].items() if b or place == opt_place}
+    # without an offload the fp32 gradients are freed after the step; offloaded (and the device sub-groups of a
+    # partial offload) DeepSpeed keeps them (stage3.py `_release_sub_group` frees them only without offload)
+    kept_grads = {} if s.optimizer_offload == "none" else {p: b for p, b in places["master_grads"].items() if b}
     if s.stage < 3:
-        gradients = {grad_place: offload_grads} if offload_grads else {}
-        return {"params": {"device": w * psi}, "gradients": gradients, "optimizer": optimizer}
+        return {"params": {"device": w * psi}, "gradients": kept_grads, "optimizer": optimizer}
     params = {param_place: int(w * psi / n)}
     params["device"] = params.get("device", 0) + w * s.persistent_params
-    return {"params": params, "gradients": {grad_place: int(w * psi_t / n) + offload_grads},
-            "optimizer": optimizer}
+    gradients = dict(kept_grads)
+    gradients[grad_place] = gradients.get(grad_place, 0) + int(w * psi_t / n)  # ZeRO-3's 16-bit gradient partition
+    return {"params": params, "gradients": gradients, "optimizer": optimizer}
 
 
 def verdict(e: Estimate) -> str:

@@ -23,13 +23,14 @@ from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan import trainers
 from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
+from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio, ratio_overrides
 from trl_ds.plan.params import describe_count
 from trl_ds.plan.saved_activations import measured
 from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
 from trl_ds.short_lived import pause_collection
 
 # name -> (offload.optimizer, offload.param), slowest last; the override that selects each
-GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.param=",
+GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.param=", "offload.ratio=",
              "trainer.gradient_checkpointing=", "trainer.per_device_train_batch_size=")
 NOT_FOR_RUNNING = ("dry_run=", "preflight.")  # dropped from the recommended run command
 FLAGS = ("--json", "--fits")  # JSON instead of the table; only the rows that fit
@@ -43,8 +44,9 @@ def columns(s: Setup) -> Tuple[str, ...]:
 
 
 def grid(base: Setup, global_size: Optional[int] = None) -> List[Estimate]:
-    """Every valid stage × offload × checkpointing × micro-batch around `base`, estimated."""
-    return [estimate(s) for s in setups(base, micro_batches(base, global_size))]
+    """Every valid stage × offload × checkpointing × micro-batch around `base`, estimated (those DeepSpeed accepts
+    with the bf16 options in force)."""
+    return [estimate(s) for s in setups(base, micro_batches(base, global_size)) if bf16_allows(s)]
 
 
 def speed_key(e: Estimate) -> Tuple:
@@ -98,14 +100,17 @@ def time_reason(best: Estimate, rows: Sequence[Estimate], times: Times) -> str:
 
 
 def grid_overrides(s: Setup) -> List[str]:
-    return [f"zero=stage{s.stage}", *OFFLOAD_OVERRIDES[offload_name(s)],
+    return [f"zero=stage{s.stage}", *OFFLOAD_OVERRIDES[offload_name(s)], *ratio_overrides(s),
             f"trainer.gradient_checkpointing={str(s.gradient_checkpointing).lower()}",
             f"trainer.per_device_train_batch_size={s.micro_batch}"]
 
 
 def run_command(s: Setup, user_overrides: Sequence[str]) -> str:
-    kept = [o for o in user_overrides if not o.startswith(GRID_KEYS + NOT_FOR_RUNNING)]
-    return " ".join(["python -m trl_ds", *kept, *grid_overrides(s)])
+    """The user's overrides without those the grid point sets (a partial offload's sub-group size included)."""
+    ours = grid_overrides(s)
+    set_here = tuple(o.split("=", 1)[0] + "=" for o in ours)
+    kept = [o for o in user_overrides if not o.lstrip("+").startswith(GRID_KEYS + NOT_FOR_RUNNING + set_here)]
+    return " ".join(["python -m trl_ds", *kept, *ours])
 
 
 def changed(a: Setup, b: Setup) -> int:
@@ -249,7 +254,7 @@ def render_table(rows: Sequence[Estimate], times: Times) -> str:
     unit, shown = table_unit(rows)[0], columns(rows[0].setup)
     head = ["zero", "offload", "ckpt", "micro", *shown, "per-rank", "host/node", "nvme/node", "s/step", "s/sample",
             "verdict"]
-    lines = [[str(e.setup.stage), offload_name(e.setup), "yes" if e.setup.gradient_checkpointing else "no",
+    lines = [[str(e.setup.stage), offload_shown(e.setup), "yes" if e.setup.gradient_checkpointing else "no",
               str(e.setup.micro_batch), *(size(e.device[k], unit) for k in shown), size(e.device_total, unit),
               size(e.host_total, unit), size(e.nvme, unit), seconds(times[e.setup]),
               f"{times[e.setup].per_sample:.3g}", e.verdict] for e in rows]
@@ -257,6 +262,11 @@ def render_table(rows: Sequence[Estimate], times: Times) -> str:
     fmt = lambda r: "  ".join(c.ljust(w) if i in (1, len(r) - 1) else c.rjust(w)  # noqa: E731
                               for i, (c, w) in enumerate(zip(r, widths))).rstrip()
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in lines])
+
+
+def offload_shown(s: Setup) -> str:
+    """The offload's grid name, with the ratio of a partial offload (opt-cpu@0.5)."""
+    return label(s, offload_name(s))
 
 
 def seconds(t: StepTime) -> str:
@@ -312,7 +322,7 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, mode
 
 def summary_line(e: Estimate) -> str:
     s = e.setup
-    return (f"zero=stage{s.stage} offload={offload_name(s)} ckpt={'yes' if s.gradient_checkpointing else 'no'} "
+    return (f"zero=stage{s.stage} offload={offload_shown(s)} ckpt={'yes' if s.gradient_checkpointing else 'no'} "
             f"micro={s.micro_batch}: {size(e.device_total)} GiB per rank, {size(e.host_total)} GiB host per node, "
             f"{e.verdict}")
 
@@ -368,7 +378,9 @@ def trainer_json(s: Setup) -> dict:
 def row_json(e: Estimate, times: Times) -> dict:
     s, t = e.setup, times[e.setup]
     return {"zero_stage": s.stage, "offload": offload_name(s), "offload_optimizer": s.optimizer_offload,
-            "offload_param": s.param_offload, "gradient_checkpointing": s.gradient_checkpointing,
+            "offload_param": s.param_offload, "offload_ratio": partial_ratio(s),
+            "precision": {"bf16_master_weights_and_grads": s.bf16_master, "bf16_optimizer_states": s.bf16_states},
+            "gradient_checkpointing": s.gradient_checkpointing,
             "micro_batch": s.micro_batch, "device_bytes": dict(e.device), "device_total_bytes": e.device_total,
             "buffer_items": dict(e.buffer_items), "generation_items": dict(e.generation_items),
             "host_bytes": dict(e.host), "host_total_bytes": e.host_total,

@@ -27,7 +27,8 @@ Terms per optimizer step, each in `StepTime.terms`:
   Gradients and updated parameters are Ψ_t (trainable); ZeRO-3's parameter gathers move all Ψ.
 - optimizer: on the device, Adam streams 28 B per parameter of its partition (fp32 param, grad, two moments read;
   param and moments written) over hbm_gbps; offloaded, DeepSpeedCPUAdam updates the node's partition (Ψ / nodes) at
-  cpu_adam_mparams_per_s (Ψ_t / nodes; ZeRO-Offload, Ren et al. 2021, sec. 4.2).
+  cpu_adam_mparams_per_s (Ψ_t / nodes; ZeRO-Offload, Ren et al. 2021, sec. 4.2); a partial offload (offload.ratio)
+  is charged the offloaded share on the CPU and the rest on the device, one after the other.
 - offload: host<->device traffic over pcie_gbps (ZeRO-Offload: 16-bit gradients down every micro-step in stages 2-3,
   once in stage 1, 16-bit parameters up once per step; offload.param adds a fetch per forward and per backward);
   NVMe (ZeRO-Infinity, Rajbhandari et al. 2021): fp32 master and moments (12 B) read and written once per step,
@@ -72,6 +73,7 @@ from trl_ds.config.schema import HardwareConfig
 from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
 from trl_ds.plan.memory import Setup
+from trl_ds.plan.optimizer_places import offloaded_fraction
 
 ADAM_BYTES_PER_PARAM = 28  # fp32 param, grad, exp_avg, exp_avg_sq read; param and both moments written
 NVME_OPTIMIZER_BYTES = 12  # fp32 master + two moments per parameter, swapped in and out each step
@@ -177,7 +179,10 @@ def optimizer_seconds(s: Setup, hw: Hardware) -> float:
     partition = s.trainable / (1 if s.stage == 0 else s.world)
     if s.optimizer_offload == "none":
         return ADAM_BYTES_PER_PARAM * partition / (hw.hbm_gbps * 1e9)
-    return s.trainable / s.nodes / (hw.cpu_adam_mparams_per_s * 1e6)
+    # offload.ratio: DeepSpeed steps the sub-groups one after the other, the device's on the GPU, the rest on the CPU
+    off = offloaded_fraction(s)
+    return ((1 - off) * ADAM_BYTES_PER_PARAM * partition / (hw.hbm_gbps * 1e9)
+            + off * s.trainable / s.nodes / (hw.cpu_adam_mparams_per_s * 1e6))
 
 
 def offload_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
@@ -187,7 +192,9 @@ def offload_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
     seconds = 0.0
     if s.optimizer_offload != "none":
         grads_down = (1 if s.stage == 1 else accumulation) * trained_bytes
-        seconds += (grads_down + trained_bytes) / (hw.pcie_gbps * 1e9)
+        # every gradient goes down (ZeRO-3's gradient partition lives in host RAM); only the offloaded sub-groups'
+        # updated parameters come back up
+        seconds += (grads_down + offloaded_fraction(s) * trained_bytes) / (hw.pcie_gbps * 1e9)
     if s.param_offload == "cpu":
         seconds += 2 * accumulation * partition_bytes / (hw.pcie_gbps * 1e9)
     if s.optimizer_offload == "nvme":
