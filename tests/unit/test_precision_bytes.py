@@ -8,8 +8,6 @@ from trl_ds.plan.precision_bytes import (
     even_offload_split,
     offload_split,
     optimizer_bytes,
-    optimizer_bytes_of,
-    placement_of,
     sub_group_sizes,
 )
 
@@ -89,13 +87,3 @@ def test_offload_split_moves_whole_sub_groups():
     assert offload_split([100], 0.3) == (0, 100)  # one sub-group: int(0.7) = 0, all of it offloaded
     assert even_offload_split(1000, 100, 0.25) == (700, 300)  # ten sub-groups, int(7.5) = 7 stay
     assert even_offload_split(1000, 10_000, 0.25) == (0, 1000)
-
-
-def test_a_runs_config_picks_its_bytes_and_placement(compose_cfg):
-    gpu = ["cluster=1x8", "precision=bf16", "zero=stage3"]
-    lean = compose_cfg([*gpu, "precision.bf16_master_weights_and_grads=true", "precision.bf16_optimizer_states=true"])
-    assert optimizer_bytes_of(lean).total == 8 and placement_of(lean, 1000) == (1000, 0)
-    offloaded = compose_cfg([*gpu, "offload=cpu", "precision.bf16_master_weights_and_grads=true"])
-    assert optimizer_bytes_of(offloaded).total == 12 and placement_of(offloaded, 10) == (0, 10)
-    split = compose_cfg([*gpu, "offload=cpu", "offload.ratio=0.25", "zero.sub_group_size=100"])
-    assert placement_of(split, 1000) == (700, 300)  # ten sub-groups, int(0.75 * 10) = 7 stay

@@ -1,5 +1,6 @@
 """Optimizer-side bytes per trainable parameter under DeepSpeed's bf16 options, and where a partial optimizer offload
-(offload.ratio) puts them. Pure; the memory estimate and auto-fit call these (docs/deepspeed-keys.md).
+(offload.ratio) puts them. Pure; the memory estimate (optimizer_places.py) and the ratio check call these
+(docs/deepspeed-keys.md).
 
 What DeepSpeed 0.19.8 allocates, per trainable parameter of a rank's partition:
 - master weights in `master_weights_and_grads_dtype`: bf16 with bf16_master_weights_and_grads, else fp32
@@ -15,8 +16,6 @@ estimate has always used.
 """
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
-
-from trl_ds.config.values import offloads
 
 
 @dataclass(frozen=True)
@@ -82,20 +81,3 @@ def even_offload_split(elements: int, sub_group_size: int, ratio: float) -> Tupl
         return 0, 0
     full, rest = divmod(elements, max(1, sub_group_size))
     return offload_split([sub_group_size] * full + ([rest] if rest else []), ratio)
-
-
-def optimizer_bytes_of(cfg) -> OptimizerBytes:
-    """optimizer_bytes for a run's config (precision.bf16_*, offload.optimizer)."""
-    p = cfg.precision
-    return optimizer_bytes(p.bf16_master_weights_and_grads, p.bf16_optimizer_states,
-                           offloaded=offloads(cfg)["optimizer"] != "none")
-
-
-def placement_of(cfg, trainable_per_rank: int) -> Tuple[int, int]:
-    """(elements whose optimizer side stays on the device, elements offloaded) of one rank's trainable partition:
-    all on the device without an optimizer offload, all off it with one, split by offload.ratio at stage 3."""
-    if offloads(cfg)["optimizer"] == "none":
-        return trainable_per_rank, 0
-    if cfg.zero.stage != 3 or cfg.offload.ratio >= 1.0:
-        return 0, trainable_per_rank
-    return even_offload_split(trainable_per_rank, cfg.zero.sub_group_size, cfg.offload.ratio)
