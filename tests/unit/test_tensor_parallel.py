@@ -227,3 +227,28 @@ def test_installed_deepspeed_is_new_enough_and_versions_parse():
     assert _versions() == []  # the installed deepspeed has autotp_size and preset_model
     assert _release("0.19.8+cu121") == (0, 19, 8) and _release("0.16.4rc1") == (0, 16, 4)
     assert _release("0.16.3") < MIN_DEEPSPEED <= _release("0.16.4")
+
+
+def test_the_estimate_and_step_time_divide_what_tp_splits(compose_cfg):
+    """llama3-8b on 1x8, bf16, ZeRO-2: at tp.size=2 each rank holds rank 0's 4,540,600,320 parameters (held to
+    DeepSpeed's split above), ZeRO shards Adam over the 4 data-parallel ranks, the saved activations are those of the
+    split layers, and communication gains TP's all-reduces: 7 per layer (no checkpointing) of tokens × 4096 × 2 B."""
+    from trl_ds.plan.memory import estimate, setup_from_config
+    from trl_ds.plan.steptime import communication_seconds, hardware_from_config, step_time
+
+    base = ["model=llama3-8b", "cluster=1x8", "trainer.per_device_train_batch_size=2"]
+    one, two = (setup_from_config(compose_cfg(base + extra)) for extra in ([], ["tp=autotp", "tp.size=2"]))
+    arch = architecture(compose_cfg(base).model)
+    assert (one.total_params, two.total_params) == (8_030_261_248, 4_540_600_320)
+    assert (one.world, two.world, two.data_parallel) == (8, 4, 4)
+    device = estimate(two).device
+    assert device["params"] == 2 * 4_540_600_320  # bf16: ZeRO-2 keeps a rank's whole 16-bit weights
+    assert device["optimizer"] == int(12 * 4_540_600_320 / 4)  # fp32 master + Adam, over the data-parallel ranks
+    assert device["activations"] == decoder_bytes(local_architecture(arch, 2), 2, two.tokens, two.seq_len)[1]
+    assert estimate(one).device["params"] == 2 * 8_030_261_248
+    hw = hardware_from_config(compose_cfg(base))
+    tokens = two.tokens
+    by_hand = 7 * 32 * tokens * 4096 * 2 * (2 * 1 / 2) / (hw.intra_node_gbps * 1e9) + 7 * 32 * (
+        hw.collective_latency_us or 0) * 1e-6
+    zero = communication_seconds(two, hw, 1, step_time(two, hw).terms["compute"])
+    assert step_time(two, hw).terms["communication"] == pytest.approx(zero + by_hand)

@@ -45,6 +45,7 @@ from trl_ds.plan.params import (
     linear_shapes,
 )
 from trl_ds.plan.saved_activations import decoder_bytes
+from trl_ds.plan.tensor_parallel import local_architecture
 
 GiB, MiB = 2 ** 30, 2 ** 20
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only
@@ -109,6 +110,7 @@ class Setup:
     lora_targets: tuple = ()  # the Linear names LoRA adapts (q_proj, ..., down_proj)
     lora_dropout: float = 0.0
     sp_size: int = 1  # ranks sharing one sequence (Ulysses)
+    tp_size: int = 1  # ranks splitting each layer (AutoTP): arch and counts are one rank's (plan/tensor_parallel.py)
     # The TRL trainer (trl_ds/plan/trainers.py). seq_len is a whole sequence: GRPO's prompt + completion.
     trainer: str = "sft"
     reference_wanted: bool = False  # DPO, or GRPO with beta != 0: the loss needs reference log-probs
@@ -126,11 +128,13 @@ class Setup:
 
     @property
     def topology(self) -> Topology:
-        return Topology(nodes=self.nodes, gpus_per_node=self.gpus_per_node, sp_size=self.sp_size)
+        return Topology(nodes=self.nodes, gpus_per_node=self.gpus_per_node, sp_size=self.sp_size,
+                        tp_size=self.tp_size)
 
     @property
     def world(self) -> int:
-        return self.topology.world
+        """Ranks ZeRO partitions over: tensor-parallel ranks hold different weights, so world / tp.size."""
+        return self.topology.world // self.tp_size
 
     @property
     def data_parallel(self) -> int:
@@ -216,6 +220,7 @@ def setup_from_config(cfg) -> Setup:
     """The composed RunConfig's memory-relevant values (reads model.config_path when it is set). A micro-batch or
     checkpointing left `auto` reads as 1 and off: the planner and trl_ds.plan.autofit vary them from there."""
     arch, topo = architecture(cfg.model), topology(cfg)
+    arch = local_architecture(arch, topo.tp_size)  # tp=autotp: one rank's layers; embeddings, norms, lm_head whole
     z, o, c, where, lora = cfg.zero, cfg.offload, cfg.cluster, offloads(cfg), value(cfg.peft.name) == "lora"
     counts = count_classifier(arch) if value(cfg.trainer.name) == "reward" else count_params(arch)
     base = Setup(arch=arch, counts=counts, stage=z.stage, optimizer_offload=where["optimizer"],
@@ -231,7 +236,7 @@ def setup_from_config(cfg) -> Setup:
                  lora_dropout=cfg.peft.lora_dropout if lora else 0.0, sp_size=topo.sp_size,
                  bf16_master=bool(cfg.precision.bf16_master_weights_and_grads),
                  bf16_states=bool(cfg.precision.bf16_optimizer_states), offload_ratio=float(cfg.offload.ratio))
-    return replace(base, **trainer_fields(cfg, topo))
+    return replace(base, tp_size=topo.tp_size, **trainer_fields(cfg, topo))
 
 
 def trainer_fields(cfg, topo: Topology) -> dict:

@@ -74,6 +74,7 @@ from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
 from trl_ds.plan.memory import Setup
 from trl_ds.plan.optimizer_places import offloaded_fraction
+from trl_ds.plan.tensor_parallel import allreduce_seconds
 
 ADAM_BYTES_PER_PARAM = 28  # fp32 param, grad, exp_avg, exp_avg_sq read; param and both moments written
 NVME_OPTIMIZER_BYTES = 12  # fp32 master + two moments per parameter, swapped in and out each step
@@ -255,9 +256,18 @@ def generation_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
     return generations * seconds
 
 
+def tensor_parallel_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
+    """tp=autotp's all-reduces of each layer's outputs and input gradients (trl_ds/plan/tensor_parallel.py), within
+    a node unless the group spans nodes; each layer waits for them, so none is hidden."""
+    gbps = hw.intra_node_gbps if s.tp_size <= s.gpus_per_node else hw.inter_node_gbps
+    return accumulation * allreduce_seconds(s.arch, s.tp_size, s.tokens, s.width, s.gradient_checkpointing, gbps,
+                                            hw.collective_latency_us or 0.0)
+
+
 def step_time(s: Setup, hw: Hardware, accumulation: int = 1) -> StepTime:
     compute = compute_seconds(s, hw, accumulation)
-    terms = {"compute": compute, "communication": communication_seconds(s, hw, accumulation, compute),
+    terms = {"compute": compute, "communication": communication_seconds(s, hw, accumulation, compute)
+             + tensor_parallel_seconds(s, hw, accumulation),
              "optimizer": optimizer_seconds(s, hw), "offload": offload_seconds(s, hw, accumulation),
              "zero": zero_seconds(s, hw, accumulation), "overhead": accumulation * hw.micro_step_overhead_ms * 1e-3,
              "reference": reference_seconds(s, hw, accumulation),
