@@ -252,3 +252,13 @@ def test_the_estimate_and_step_time_divide_what_tp_splits(compose_cfg):
         hw.collective_latency_us or 0) * 1e-6
     zero = communication_seconds(two, hw, 1, step_time(two, hw).terms["compute"])
     assert step_time(two, hw).terms["communication"] == pytest.approx(zero + by_hand)
+
+
+def test_the_grid_and_auto_fit_leave_zero3_out_under_tp(compose_cfg):
+    from trl_ds.plan.grid import setups
+    from trl_ds.plan.memory import setup_from_config
+
+    base = ["model=llama3-8b", "cluster=1x8"]
+    stages = {s.stage for s in setups(setup_from_config(compose_cfg([*base, "tp=autotp", "tp.size=2"])), [1])}
+    assert stages == {0, 1, 2}  # ZeRO-3 is refused with tp=autotp
+    assert {s.stage for s in setups(setup_from_config(compose_cfg(base)), [1])} == {0, 1, 2, 3}
