@@ -262,3 +262,14 @@ def test_the_grid_and_auto_fit_leave_zero3_out_under_tp(compose_cfg):
     stages = {s.stage for s in setups(setup_from_config(compose_cfg([*base, "tp=autotp", "tp.size=2"])), [1])}
     assert stages == {0, 1, 2}  # ZeRO-3 is refused with tp=autotp
     assert {s.stage for s in setups(setup_from_config(compose_cfg(base)), [1])} == {0, 1, 2, 3}
+
+
+def test_host_memory_counts_the_whole_model_every_rank_loads(compose_cfg):
+    """Below ZeRO-3 every rank loads the whole model (4 B per parameter, DeepSpeed's assumption) before AutoTP splits
+    it: the host column is the same at tp 1 and tp 2."""
+    from trl_ds.plan.memory import estimate, setup_from_config
+
+    base = ["model=llama3-8b", "cluster=1x8", "zero=stage2"]
+    one, two = (estimate(setup_from_config(compose_cfg(base + extra))).host["model_states"]
+                for extra in ([], ["tp=autotp", "tp.size=2"]))
+    assert one == two == int(4 * 8_030_261_248 * 8 * 1.5)

@@ -111,6 +111,7 @@ class Setup:
     lora_dropout: float = 0.0
     sp_size: int = 1  # ranks sharing one sequence (Ulysses)
     tp_size: int = 1  # ranks splitting each layer (AutoTP): arch and counts are one rank's (plan/tensor_parallel.py)
+    loaded_params: int = 0  # tp=autotp: the whole model's, which every rank loads before AutoTP splits it
     # The TRL trainer (trl_ds/plan/trainers.py). seq_len is a whole sequence: GRPO's prompt + completion.
     trainer: str = "sft"
     reference_wanted: bool = False  # DPO, or GRPO with beta != 0: the loss needs reference log-probs
@@ -220,7 +221,7 @@ def setup_from_config(cfg) -> Setup:
     """The composed RunConfig's memory-relevant values (reads model.config_path when it is set). A micro-batch or
     checkpointing left `auto` reads as 1 and off: the planner and trl_ds.plan.autofit vary them from there."""
     arch, topo = architecture(cfg.model), topology(cfg)
-    arch = local_architecture(arch, topo.tp_size)  # tp=autotp: one rank's layers; embeddings, norms, lm_head whole
+    whole, arch = arch, local_architecture(arch, topo.tp_size)  # tp=autotp: one rank's layers (norms etc. whole)
     z, o, c, where, lora = cfg.zero, cfg.offload, cfg.cluster, offloads(cfg), value(cfg.peft.name) == "lora"
     counts = count_classifier(arch) if value(cfg.trainer.name) == "reward" else count_params(arch)
     base = Setup(arch=arch, counts=counts, stage=z.stage, optimizer_offload=where["optimizer"],
@@ -236,7 +237,8 @@ def setup_from_config(cfg) -> Setup:
                  lora_dropout=cfg.peft.lora_dropout if lora else 0.0, sp_size=topo.sp_size,
                  bf16_master=bool(cfg.precision.bf16_master_weights_and_grads),
                  bf16_states=bool(cfg.precision.bf16_optimizer_states), offload_ratio=float(cfg.offload.ratio))
-    return replace(base, tp_size=topo.tp_size, **trainer_fields(cfg, topo))
+    loaded = count_params(whole).total if topo.tp_size > 1 else 0
+    return replace(base, tp_size=topo.tp_size, loaded_params=loaded, **trainer_fields(cfg, topo))
 
 
 def trainer_fields(cfg, topo: Topology) -> dict:
@@ -311,7 +313,8 @@ def host_model_states(s: Setup, per_rank_host: int) -> int:
     else:
         # the reference model (below ZeRO-3) is loaded in the policy's dtype while the policy is still on the host
         reference = trainers.reference_resident(s) * s.gpus_per_node
-        peak = max(LOAD_BYTES_PER_PARAM * s.total_params * s.gpus_per_node + reference, on_cpu)
+        loaded = max(s.total_params, s.loaded_params)
+        peak = max(LOAD_BYTES_PER_PARAM * loaded * s.gpus_per_node + reference, on_cpu)
     return int(peak * HOST_BUFFER_FACTOR)
 
 
