@@ -168,6 +168,21 @@ def test_llama3_8b_weights_per_rank_at_tp_1_2_8(compose_cfg):
         whole + split_linears, whole + split_linears // 2, whole + split_linears // 8]
 
 
+
+def test_the_plan_names_the_whole_model_and_one_ranks_share():
+    """The header and plan.json give the model's own size first (the published 8.03 B), then tp's per-rank share."""
+    import json
+    import subprocess
+    import sys
+
+    whole = 2 * 128256 * 4096 + 65 * 4096 + 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+    cmd = [sys.executable, "-m", "trl_ds.plan", "model=llama3-8b", "cluster=1x8", "tp=autotp", "tp.size=2"]
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert text.splitlines()[0].startswith("trl_ds plan: llama3-8b (8.03B parameters, 4.54B per rank at tp.size=2,")
+    plan = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, check=True).stdout)
+    split = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+    assert (plan["parameters"], plan["tp_size"], plan["parameters_per_rank"]) == (whole, 2, whole - split // 2)
+
 def test_saved_activations_split_the_heads_and_mlp_but_not_the_hidden_terms(compose_cfg):
     """Llama's fp32 coefficients (bytes per token): 24 h + 16 f + 8 q + 8 kv + 4 heads + 8; at tp 2 the last four
     features halve and h and the constant stay."""

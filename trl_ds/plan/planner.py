@@ -279,6 +279,9 @@ def describe_params(s: Setup) -> str:
     ones."""
     trainable = f", {describe_count(s.trainable)} trainable" if s.uses_lora else ""
     active = f", {describe_count(s.counts.active)} active per token" if s.arch.is_moe else ""
+    if s.tp_size > 1:  # Setup counts one rank's share; the model's own size comes first
+        return (f"{describe_count(s.loaded_params)} parameters, {describe_count(s.total_params)} per rank at "
+                f"tp.size={s.tp_size}{active}{trainable}")
     return f"{describe_count(s.total_params)} parameters{active}{trainable}"
 
 
@@ -347,7 +350,8 @@ def as_json(rows: Sequence[Estimate], current: Estimate, names: Tuple[str, str],
             times: Times) -> dict:
     s, best = current.setup, recommend(rows, times)
     a = s.arch
-    return {"model": names[1], "parameters": s.total_params, "trainable_parameters": s.trainable,
+    return {"model": names[1], "parameters": max(s.total_params, s.loaded_params), "trainable_parameters": s.trainable,
+            "tp_size": s.tp_size, "parameters_per_rank": s.total_params,
             "active_parameters": s.counts.active + s.adapters.total,
             "architecture": {"model_type": a.model_type, "source": a.source, "count": s.counts.method,
                              "num_hidden_layers": a.num_hidden_layers, "hidden_size": a.hidden_size,
