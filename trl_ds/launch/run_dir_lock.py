@@ -60,8 +60,13 @@ class RunDirLock:
     def _create(self) -> bool:
         """Write the holder to a private file, then link it to the lock's name: atomic, and whole when seen."""
         tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(me(self.run_dir), f)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(me(self.run_dir), f)
+        except OSError as e:  # a read-only or full run dir: name the lock the user sees, not the private file
+            if os.path.exists(tmp):
+                _remove(tmp)
+            raise OSError(e.errno, e.strerror, self.path) from e
         try:
             os.link(tmp, self.path)
         except FileExistsError:
