@@ -123,6 +123,9 @@ def test_zero_and_offload_keys_by_deepspeeds_names_reach_ds_config(compose_cfg, 
      "a valid boolean"),
     (["zero=stage3", "offload=cpu", "+offload.cpuadam_cores_perc=2"], "offload.cpuadam_cores_perc=2: DeepSpeed "
                                                                        "0.19.8 refuses it"),
+    # a number where DeepSpeed reads a block: its own AttributeError, one line instead of a traceback
+    (["+deepspeed.flops_profiler=5"], "DeepSpeed 0.19.8 refuses ds_config.json: AttributeError: 'int' object has no "
+                                      "attribute 'get' (the last key it read: flops_profiler)."),
 ])
 def test_deepspeeds_own_classes_refuse_before_launch(overrides, message, compose_cfg):
     assert message in refusal(compose_cfg, overrides)

@@ -49,13 +49,15 @@ class _Recording(dict):
     """A block of the JSON noting every dotted name DeepSpeed looks up (get, [], in, keys()); nested blocks too,
     since DeepSpeed's non-pydantic blocks (flops_profiler, ...) also ignore names they do not read."""
 
-    def __init__(self, data: dict, path: str = "", read: Optional[set] = None):
-        self.path, self.read = path, set() if read is None else read  # one set shared by every block
+    def __init__(self, data: dict, path: str = "", read: Optional[dict] = None):
+        # one record shared by every block; a dict keeps the order, so an error can name the last name read
+        self.path, self.read = path, {} if read is None else read
         super().__init__({k: _Recording(v, f"{path}{k}.", self.read) if isinstance(v, dict) else v
                           for k, v in data.items()})
 
     def _note(self, key):
-        self.read.add(f"{self.path}{key}")
+        self.read.pop(f"{self.path}{key}", None)
+        self.read[f"{self.path}{key}"] = None
 
     def get(self, key, *default):
         self._note(key)
@@ -76,7 +78,7 @@ class _Recording(dict):
         return iter(dict.keys(self))
 
 
-def _read_key_by_key(name: str, read: set) -> bool:
+def _read_key_by_key(name: str, read: dict) -> bool:
     """DeepSpeed looked names up in this name's block one by one (a top-level name always is). A block it looked
     nothing up in went whole to a pydantic class, which refuses unknown names itself."""
     block = name.rpartition(".")[0]
@@ -104,8 +106,9 @@ def deepspeed_verdict(cfg, ds_config: dict, world: int) -> List[str]:
     if isinstance(error, ValidationError):
         return [_pydantic_line(error.title, e, version) for e in error.errors()]
     if error is not None:
-        return [f"DeepSpeed {version} refuses ds_config.json: {error}. Fix the key it names (docs/deepspeed-keys.md "
-                f"lists where each one is set)."]
+        last = f" (the last key it read: {next(reversed(read))})" if read else ""
+        return [f"DeepSpeed {version} refuses ds_config.json: {type(error).__name__}: {error}{last}. Fix the key it "
+                f"names (docs/deepspeed-keys.md lists where each one is set)."]
     given = OmegaConf.to_container(cfg.deepspeed) if cfg.deepspeed else {}
     unread = [name for name in leaves(given) if name not in read and _read_key_by_key(name, read)]
     return [_unread_line(name, OmegaConf.select(cfg.deepspeed, name), sorted(read), version) for name in unread]
@@ -114,7 +117,6 @@ def deepspeed_verdict(cfg, ds_config: dict, world: int) -> List[str]:
 def judge(ds_config: dict, world: int):
     """(DeepSpeed's exception or None, every dotted name its DeepSpeedConfig looked up) for ds_config."""
     import deepspeed.runtime.config as ds_runtime_config
-    from pydantic import ValidationError
 
     recording = _Recording(ds_config)
     saved = ds_runtime_config.dist
@@ -122,7 +124,7 @@ def judge(ds_config: dict, world: int):
     try:
         with redirect_stdout(io.StringIO()):  # DeepSpeed logs its config checks to stdout
             ds_runtime_config.DeepSpeedConfig(recording)
-    except (ValidationError, AssertionError, ValueError, KeyError, TypeError) as err:
+    except Exception as err:  # whatever DeepSpeed raises on a user's value (a number for a block: AttributeError)
         return err, recording.read
     finally:
         ds_runtime_config.dist = saved
