@@ -191,6 +191,20 @@ def test_resuming_on_fewer_ranks_without_a_global_batch_says_the_batch_changes(t
     assert batch_change_line(kept, str(tmp_path), Batch(micro=2, world=1, accumulation=2)) is None
 
 
+def test_a_tensor_parallel_resume_compares_whole_worlds(tmp_path, compose_cfg):
+    """The marker holds the whole world (2 ranks); at tp.size=2 they were one data-parallel rank."""
+    from trl_ds.cli.run import batch_change_line
+    from trl_ds.config.batch import Batch
+
+    (tmp_path / "trl_ds_complete.json").write_text(json.dumps({"step": 6, "world_size": 2, "files": {}}))
+    same = compose_cfg(["tp=autotp", "tp.size=2", "cluster.gpus_per_node=2"])
+    assert batch_change_line(same, str(tmp_path), Batch(micro=4, world=1, accumulation=1)) is None
+    wider = compose_cfg(["tp=autotp", "tp.size=2", "cluster.gpus_per_node=4"])  # 2 data-parallel ranks now
+    assert batch_change_line(wider, str(tmp_path), Batch(micro=4, world=2, accumulation=1)) == (
+        f"trl_ds: warning: batch.global_size is not set, so the global batch follows the world size: 4 samples per "
+        f"step when {tmp_path.name} was written (2 ranks), 8 now (4 ranks). Set batch.global_size=4 to keep it.")
+
+
 def test_the_live_tail_skips_cut_rows_and_follows_a_resumed_launchs_rewrite(tmp_path):
     from trl_ds.launch.progress import MetricsTail
 

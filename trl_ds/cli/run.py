@@ -153,17 +153,17 @@ def ready_resume(cfg, run_dir: str, batch=None) -> None:
 def batch_change_line(cfg, checkpoint: str, batch) -> Optional[str]:
     """Without batch.global_size the global batch follows the world size: resuming on another one changes the
     batches the rest of the run trains on. Said, with the setting that keeps the checkpoint's."""
+    from trl_ds.config.topology import topology
     from trl_ds.rundir.checkpoint import read_marker
 
-    before = read_marker(checkpoint).get("world_size")
-    from trl_ds.config.values import sp_size
-
-    if cfg.batch.global_size is not None or not isinstance(before, int) or sp_size(cfg) > 1 or before == batch.world:
+    before, topo = read_marker(checkpoint).get("world_size"), topology(cfg)  # the marker holds the whole world
+    if cfg.batch.global_size is not None or not isinstance(before, int) or before == topo.world \
+            or before % topo.shares_samples:
         return None
-    was = batch.micro * before * batch.accumulation
+    was = batch.micro * (before // topo.shares_samples) * batch.accumulation  # tp × sp ranks share each sample
     return (f"trl_ds: warning: batch.global_size is not set, so the global batch follows the world size: {was} "
             f"samples per step when {os.path.basename(checkpoint)} was written ({_ranks(before)}), "
-            f"{batch.global_size} now ({_ranks(batch.world)}). Set batch.global_size={was} to keep it.")
+            f"{batch.global_size} now ({_ranks(topo.world)}). Set batch.global_size={was} to keep it.")
 
 
 def _ranks(n: int) -> str:
