@@ -162,6 +162,22 @@ def test_a_run_dir_hydra_would_misread_is_one_line_saying_to_quote_it():
         "hydra.run.dir=/runs/exp[1] holds characters Hydra's override grammar reads as syntax ([]{}(),='\") or does "
         "not take unquoted (non-ASCII); quote the path for Hydra: 'hydra.run.dir=\"/runs/exp[1]\"'")
     assert name_too_long(['hydra.run.dir="/runs/exp[1] *?é"', "hydra.run.dir=/runs/a b*?"]) is None
+    assert name_too_long(["hydra.run.dir=/runs/a,b"]).startswith("hydra.run.dir=/runs/a,b holds characters")  # a sweep
+
+
+def test_a_run_dir_hydras_parser_accepts_is_not_refused(tmp_path):
+    """Interpolations and backslash escapes are Hydra's own grammar: the app runs with them, as Hydra reads them."""
+    import time
+
+    from trl_ds.cli.run import name_too_long
+
+    assert name_too_long(["hydra.run.dir=outputs/${now:%Y-%m-%d}/x", r"hydra.run.dir=/runs/exp\[1\]",
+                          r"hydra.sweep.dir=/runs/f\(x\)\,y", "hydra.sweep.subdir=${hydra.job.num}"]) is None
+    out = subprocess.run([sys.executable, "-m", "trl_ds", "dry_run=true",
+                          f"hydra.run.dir={tmp_path}/${{now:%Y}}/exp\\[1\\]"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / time.strftime("%Y") / "exp[1]" / "config.yaml").is_file()
 
 
 def test_epoch_mode_continues_when_num_train_epochs_was_raised(tmp_path, compose_cfg):

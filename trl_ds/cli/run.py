@@ -199,7 +199,7 @@ def _remove_if_empty(run_dir: str) -> None:
 
 
 RUN_DIR_KEYS = ("hydra.run.dir=", "hydra.sweep.dir=", "hydra.sweep.subdir=")
-GRAMMAR_CHARS = "[]{}(),='\""  # outside quotes: lists, dicts, calls, a sweep's values
+GRAMMAR_CHARS = "[]{}(),='\""  # for the message: what Hydra reads as lists, dicts, calls, sweeps
 
 
 def name_too_long(args: Sequence[str]) -> Optional[str]:
@@ -209,12 +209,12 @@ def name_too_long(args: Sequence[str]) -> Optional[str]:
         key = next((k for k in RUN_DIR_KEYS if arg.lstrip("+").startswith(k)), None)
         if key is None:
             continue
-        given = arg.lstrip("+")[len(key):]
-        if not given.startswith(("'", '"')) and any(c in GRAMMAR_CHARS or not c.isascii() for c in given):
+        given, parsed = arg.lstrip("+")[len(key):], _hydra_value(arg)
+        if parsed is None:
             return (f"{key}{given} holds characters Hydra's override grammar reads as syntax ({GRAMMAR_CHARS}) or "
                     f"does not take unquoted (non-ASCII); "
                     f"quote the path for Hydra: '{key}\"{given}\"'")
-        path = os.path.abspath(os.path.expanduser(given.strip("'\"")))
+        path = os.path.abspath(os.path.expanduser(parsed))
         limit = _name_max(path)
         for part in path.split(os.sep):
             if len(os.fsencode(part)) > limit:
@@ -223,6 +223,20 @@ def name_too_long(args: Sequence[str]) -> Optional[str]:
         if len(os.fsencode(path)) >= 4096:
             return f"{key[:-1]} is {len(os.fsencode(path))} bytes long; Linux allows 4095. Use a shorter path."
     return None
+
+
+def _hydra_value(arg: str) -> Optional[str]:
+    """The path Hydra's own override parser reads from `arg` (quotes and escapes undone, ${...} kept); None when it
+    refuses the override or would read a sweep (a comma), a list or a dict."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        override = OverridesParser.create().parse_overrides([arg])[0]
+    except OverrideParseException:
+        return None
+    value = override.value()
+    return None if override.is_sweep_override() or isinstance(value, (list, dict)) else str(value)
 
 
 def _name_max(path: str) -> int:
