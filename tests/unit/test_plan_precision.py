@@ -138,3 +138,13 @@ def test_autofit_keeps_half_the_optimizer_on_an_l4(compose_cfg, tmp_path):
     chosen = build(cfg, str(tmp_path / "auto"), launching=False).ds_config
     assert chosen == build(typed, str(tmp_path / "typed"), launching=False).ds_config
     assert chosen["zero_optimization"]["offload_optimizer"]["ratio"] == 0.5
+
+
+def test_the_smallest_change_that_fits_drops_a_ratio_that_stops_applying(compose_cfg, tmp_path):
+    """On a 16 GiB card only NVMe offload fits; offload.ratio applies to CPU offload only, so the suggestion sets it
+    back to 1, and the config it names passes the checks."""
+    args = STAGE3_CPU + ["cluster.gpu_memory_gb=16", "offload.ratio=0.25", TEN_SUB_GROUPS]
+    cfg = compose_cfg(args)
+    message = planner.not_fit_message(cfg, estimate(setup_from_config(cfg)))
+    assert "The smallest change that fits: offload=nvme offload.ratio=1 (estimated " in message
+    build(compose_cfg(args + ["offload=nvme", "offload.ratio=1"]), str(tmp_path / "run"), launching=False)

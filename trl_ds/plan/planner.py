@@ -126,9 +126,12 @@ def smallest_fitting_change(current: Setup, global_size: Optional[int] = None) -
 
 
 def change_overrides(current: Setup, target: Setup) -> List[str]:
-    """The overrides that turn `current` into `target`, one group per changed choice."""
+    """The overrides that turn `current` into `target`, one group per changed choice; a partial offload that stops
+    or starts applying is set too (the check refuses offload.ratio below 1 where it does not apply)."""
     out = [f"zero=stage{target.stage}"] if target.stage != current.stage else []
     out += OFFLOAD_OVERRIDES[offload_name(target)] if offload_name(target) != offload_name(current) else []
+    if partial_ratio(target) != partial_ratio(current):
+        out += ratio_overrides(target) or ["offload.ratio=1"]
     if target.gradient_checkpointing != current.gradient_checkpointing:
         out.append(f"trainer.gradient_checkpointing={str(target.gradient_checkpointing).lower()}")
     if target.micro_batch != current.micro_batch:
