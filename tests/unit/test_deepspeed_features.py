@@ -24,6 +24,10 @@ def test_offload_ratio_is_deepspeeds_offload_optimizer_ratio(compose_cfg, monkey
     (["zero=stage3", "offload=cpu", "offload.ratio=0.5"], "offload.ratio=0.5 moves whole optimizer sub-groups: each "
      "rank's 434,752 trainable parameters in sub-groups of zero.sub_group_size=1000000000 would offload 100% of the "
      "optimizer, not 50%. Set zero.sub_group_size=43476 (about ten sub-groups per rank), or offload.ratio=1."),
+    # sp=ulysses over both ranks: ZeRO still partitions over both (the planner's split), 434,752 each
+    (["zero=stage3", "offload=cpu", "offload.ratio=0.5", "sp=ulysses", "sp.size=2"], "each rank's 434,752 trainable "
+     "parameters in sub-groups of zero.sub_group_size=1000000000 would offload 100% of the optimizer, not 50%. Set "
+     "zero.sub_group_size=43476 (about ten sub-groups per rank)"),
 ])
 def test_offload_ratio_refused_where_deepspeed_would_refuse_or_drop_it(overrides, message, compose_cfg):
     assert message in refusal(compose_cfg, overrides)

@@ -29,21 +29,20 @@ def _coarse_split(cfg) -> List[str]:
     with few sub-groups per rank the offloaded share can be far from the ratio (one sub-group: all of it)."""
     from trl_ds.errors import ConfigError
     from trl_ds.plan.memory import setup_from_config
-    from trl_ds.plan.precision_bytes import even_offload_split
+    from trl_ds.plan.optimizer_places import auto_sub_group_size, offloaded_fraction
 
     try:
         setup = setup_from_config(cfg)
     except ConfigError:  # the model's own problem is reported by its rule
         return []
     ratio, size = cfg.offload.ratio, cfg.zero.sub_group_size
-    per_rank = setup.trainable // max(1, setup.data_parallel)
-    offloaded = even_offload_split(per_rank, size, ratio)[1] / max(1, per_rank)
+    offloaded = offloaded_fraction(setup)  # the planner's split: ZeRO partitions over every rank but tp's
     if abs(offloaded - ratio) <= 0.1:
         return []
-    return [f"offload.ratio={ratio} moves whole optimizer sub-groups: each rank's {per_rank:,} trainable parameters "
-            f"in sub-groups of zero.sub_group_size={size} would offload {offloaded:.0%} of the optimizer, not "
-            f"{ratio:.0%}. Set zero.sub_group_size={max(1, -(-per_rank // 10))} (about ten sub-groups per rank), or "
-            f"offload.ratio=1."]
+    return [f"offload.ratio={ratio} moves whole optimizer sub-groups: each rank's {setup.trainable // setup.world:,} "
+            f"trainable parameters in sub-groups of zero.sub_group_size={size} would offload {offloaded:.0%} of the "
+            f"optimizer, not {ratio:.0%}. Set zero.sub_group_size={auto_sub_group_size(setup)} (about ten sub-groups "
+            f"per rank), or offload.ratio=1."]
 
 
 def check_bf16_options(cfg) -> List[str]:
