@@ -260,3 +260,15 @@ def test_zero3_reference_partition_follows_offload_param(compose_cfg):
     assert on_gpu.device["reference"] - offloaded.device["reference"] == pytest.approx(partition, abs=8)
     sft = planned(compose_cfg, "zero=stage3", "offload=cpu", "offload.param=cpu")
     assert offloaded.host["model_states"] - sft.host["model_states"] == pytest.approx(1.5 * 8 * partition, rel=1e-6)
+
+
+@pytest.mark.parametrize("override", ["+trainer.args.steps_per_generation=four",
+                                      "+trainer.args.generation_batch_size=0", "+trainer.args.steps_per_generation=-2"])
+def test_grpo_generation_counts_that_are_not_positive_integers_are_one_message(override, capsys):
+    from trl_ds.plan import planner
+
+    assert planner.main(["trainer=grpo", override]) == 2
+    key, given = override[len("+trainer.args."):].split("=")
+    assert capsys.readouterr().err == (f"trl-ds plan: trainer.args.{key}={given} must be a positive integer "
+                                       f"(GRPOConfig.{key}). Set e.g. trainer.args.{key}=4, or leave it out for TRL "
+                                       f"to derive it.\n")

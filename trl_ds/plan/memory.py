@@ -32,6 +32,7 @@ from typing import Dict
 
 from trl_ds.config.topology import Topology, topology
 from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, value
+from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
 from trl_ds.plan.optimizer_places import off_device, optimizer_places
 from trl_ds.plan.params import (
@@ -249,13 +250,22 @@ def trainer_fields(cfg, topo: Topology) -> dict:
               "precompute_ref": name == "dpo" and bool(args.get("precompute_ref_log_probs", False)),
               "accumulation": t.gradient_accumulation_steps or 1}
     if name == "grpo":
-        steps = args.get("steps_per_generation")
-        generation = args.get("generation_batch_size") or (
+        steps = _count_or_none(args, "steps_per_generation")
+        generation = _count_or_none(args, "generation_batch_size") or (
             (micro_batch(cfg) or 1) * steps * topo.data_parallel if steps else cfg.batch.global_size or 0)
         fields.update(seq_len=t.max_length + t.max_completion_length, completion_len=t.max_completion_length,
                       num_generations=t.num_generations, generation_batch=generation,
                       ds3_gather=bool(args.get("ds3_gather_for_generation", True)))
     return fields
+
+
+def _count_or_none(args, key: str):
+    """A GRPOConfig count given in trainer.args: a positive integer, or None (left out: TRL derives it)."""
+    given = args.get(key)
+    if given is None or (isinstance(given, int) and not isinstance(given, bool) and given > 0):
+        return given
+    raise ConfigError([f"trainer.args.{key}={given} must be a positive integer (GRPOConfig.{key}). Set e.g. "
+                       f"trainer.args.{key}=4, or leave it out for TRL to derive it."])
 
 
 def estimate(s: Setup) -> Estimate:
