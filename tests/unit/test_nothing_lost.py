@@ -81,11 +81,31 @@ def test_a_lock_whose_launcher_died_is_held_while_a_process_of_its_launch_lives(
 
 def test_an_empty_lock_is_taken_over_naming_why(tmp_path, capsys):
     (tmp_path / "launch.lock").write_text("")
+    os.utime(tmp_path / "launch.lock", (1, 1))  # left long ago (a full disk, an older trl_ds)
     lock = RunDirLock(str(tmp_path))
     lock.acquire()
     assert capsys.readouterr().err == (f"trl_ds: taking over {tmp_path}/launch.lock: it is unreadable (empty or cut "
                                        f"short), so no launch can be named in it\n")
     lock.release()
+
+
+def test_a_lock_being_written_without_hard_links_is_held(tmp_path, monkeypatch):
+    """Where link() fails the lock is created, then written: a racing launch that finds it empty meanwhile is refused
+    rather than taking it over."""
+    def no_links(*args):
+        raise PermissionError(1, "Operation not permitted")  # what a file system without hard links says
+
+    monkeypatch.setattr(os, "link", no_links)
+    first = RunDirLock(str(tmp_path))
+    first.acquire()  # the create-exclusive path
+    assert json.loads((tmp_path / "launch.lock").read_text())["pid"] == os.getpid()
+    first.release()
+    (tmp_path / "launch.lock").write_text("")  # as another launch's lock between its create and its write
+    with pytest.raises(ConfigError) as refused:
+        RunDirLock(str(tmp_path)).acquire()
+    assert refused.value.problems == [f"hydra.run.dir={tmp_path} is in use: another launch took {tmp_path}/launch.lock "
+                                      f"moments ago. Wait for it to end or stop it, or use another hydra.run.dir."]
+    assert (tmp_path / "launch.lock").read_text() == ""
 
 
 def write_rows(path, steps, cut=""):

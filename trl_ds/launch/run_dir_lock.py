@@ -2,7 +2,8 @@
 
 The lock records who holds it (pid, the pid's start time, host, run dir, and the launch id every process of the
 launch carries in its environment, rundir/lifeline.py). It is created whole and at once (written to a private file,
-then hard-linked to its name, which fails if the name exists), so a reader never sees it half-written. A lock is
+then hard-linked to its name, which fails if the name exists), so a reader never sees it half-written; where the
+file system has no hard links it is created, then written, so an unreadable lock a few seconds old is held. A lock is
 stale when no process of its launch lives on this host any more (the launcher, torchrun and every rank), or when
 it was copied with its run dir; the next launch takes it over and says so. Takeovers are serialised by an OS lock
 on the run dir, so of two launches that find the same stale lock exactly one wins and the other names the winner.
@@ -90,6 +91,7 @@ class RunDirLock:
 
 
 STILL_RUNNING = "processes of its launch still run"
+WRITING_GRACE_S = 5.0  # _create_exclusive creates the lock, then writes it: an unreadable lock this young is held
 
 
 class _serialised:
@@ -117,7 +119,9 @@ def me(run_dir: str) -> dict:
 def stale_reason(holder: Optional[dict], run_dir: str, path: str) -> Optional[str]:
     """Why the lock's holder cannot be running a launch in this run dir any more; None when it may be.
     A reason that starts with STILL_RUNNING: its launcher ended but processes of its launch still run."""
-    if not holder:  # written whole by link(): an empty or cut lock is damage (an older trl_ds, a full disk)
+    if not holder:  # written whole by link(): an empty or cut lock is damage (an older trl_ds, a full disk) ...
+        if _age(path) < WRITING_GRACE_S:  # ... or a launch on a file system without links, writing it right now
+            return None
         return "it is unreadable (empty or cut short), so no launch can be named in it"
     who = f"pid {holder.get('pid')} on {holder.get('host')}"
     if holder.get("run_dir") != run_dir:
@@ -138,9 +142,11 @@ def stale_reason(holder: Optional[dict], run_dir: str, path: str) -> Optional[st
 
 
 def busy_message(run_dir: str, holder: Optional[dict], path: str, reason: Optional[str] = None) -> str:
-    holder = holder or {}
     if reason:
         return f"hydra.run.dir={run_dir} is in use: {reason}."
+    if not holder:
+        return (f"hydra.run.dir={run_dir} is in use: another launch took {path} moments ago. Wait for it to end or "
+                f"stop it, or use another hydra.run.dir.")
     return (f"hydra.run.dir={run_dir} is in use by another launch (pid {holder.get('pid')} on {holder.get('host')}, "
             f"since {holder.get('since')}). Wait for it to end or stop it, or use another hydra.run.dir; if that "
             f"launch is gone (another host that trl_ds cannot check), delete {path}.")
@@ -153,6 +159,14 @@ def read_holder(path: str) -> Optional[dict]:
     except (OSError, ValueError):
         return None
     return holder if isinstance(holder, dict) else None
+
+
+def _age(path: str) -> float:
+    """Seconds since the file was last written; infinite when it is gone."""
+    try:
+        return time.time() - os.path.getmtime(path)
+    except OSError:
+        return float("inf")
 
 
 def _remove(path: str) -> None:
