@@ -98,14 +98,37 @@ def test_parquet_nulls_are_named_by_row(tmp_path):
     assert first_bad_record(str(tmp_path / "damaged.parquet"), SFT).startswith("is not a Parquet file (")
 
 
-def test_a_folder_names_the_file_of_the_bad_record(tmp_path):
+def test_a_folder_left_to_datasets_is_read_whole_naming_the_file_of_the_bad_record(tmp_path):
+    """No top-level file named for the split: datasets resolves the folder and builds every split in it."""
+    folder = tmp_path / "data"
+    (folder / "sub").mkdir(parents=True)
+    train = jsonl(folder / "sub" / "train.jsonl", GOOD)
+    bad = jsonl(folder / "sub" / "test.jsonl", GOOD, broken_at=2)
+    (folder / ".hidden.jsonl").write_text("not json\n")
+    assert data_files(str(folder), "train") == [bad, train]
+    assert first_bad_record(str(folder), SFT) == f"{bad} line 2 is not JSON (Unterminated string starting at column 10)"
+
+
+def test_the_check_reads_the_files_the_worker_loads(tmp_path, monkeypatch):
+    """A split's files are named for it, then a separator or a digit (datasets' convention): trainer_notes.jsonl is
+    not the train split's, nor is a file in a sub-folder; the worker's load_split loads the same files."""
+    import datasets
+
+    from trl_ds.worker.data import load_split
+
     folder = tmp_path / "data"
     (folder / "sub").mkdir(parents=True)
     jsonl(folder / "train.jsonl", GOOD)
-    bad = jsonl(folder / "sub" / "test.jsonl", GOOD, broken_at=2)
-    (folder / ".hidden.jsonl").write_text("not json\n")
-    assert data_files(str(folder)) == [str(folder / "train.jsonl"), bad]
-    assert first_bad_record(str(folder), SFT) == f"{bad} line 2 is not JSON (Unterminated string starting at column 10)"
+    jsonl(folder / "train_2.jsonl", GOOD[:3])
+    for broken in (folder / "trainer_notes.jsonl", folder / "sub" / "train.jsonl"):
+        jsonl(broken, GOOD, broken_at=1)
+    bad_test = jsonl(folder / "test-00000.jsonl", GOOD, broken_at=3)
+    assert data_files(str(folder), "train") == [str(folder / "train.jsonl"), str(folder / "train_2.jsonl")]
+    assert first_bad_record(str(folder), SFT, "train") is None
+    assert first_bad_record(str(folder), SFT, "test") == (f"{bad_test} line 3 is not JSON (Unterminated string "
+                                                          f"starting at column 10)")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    assert len(load_split(str(folder), "train")) == 4 + 3
 
 
 def test_launch_with_a_broken_line_exits_2_in_one_line_nothing_spawned(tmp_path):

@@ -73,6 +73,9 @@ def test_eval_data_must_be_here(compose_cfg, tmp_path):
     assert found == [f"trainer.dataset_test_split=test: {tmp_path}/folder has no file for that split (datasets names "
                      f"splits by file: test.jsonl). Set trainer.dataset_test_split to one of its files' names, or "
                      f"trainer.eval_dataset_name=<file>."]
+    (tmp_path / "folder" / "tests_notes.jsonl").write_text('{"text": "t"}\n')  # not the test split's (datasets')
+    assert problems(compose_cfg, ["trainer.eval_strategy=steps", f"trainer.dataset_name={tmp_path}/folder"],
+                    launching=True, tmp_path=tmp_path) == found
     found = problems(compose_cfg, ["trainer.eval_strategy=steps", "trainer.eval_dataset_name=/nonexistent/e.jsonl"],
                      launching=True, tmp_path=tmp_path)
     assert found == ["trainer.eval_dataset_name=/nonexistent/e.jsonl does not exist. Give an existing "

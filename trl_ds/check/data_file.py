@@ -19,6 +19,7 @@ import re
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 from trl_ds.check.trainer_rules import NEEDED_COLUMNS
+from trl_ds.config.data_files import split_files
 from trl_ds.config.values import LOCAL_DATA_SUFFIXES, is_local_path, value
 
 JSON_TYPES = {str: "a string", list: "a list", dict: "an object", int: "a number", float: "a number",
@@ -36,24 +37,31 @@ class BadRecord(Exception):
 def check_data_files(cfg) -> List[str]:
     """The train data and, when evaluating, the evaluation data: the first bad record of each, one line each."""
     t, trainer = cfg.trainer, value(cfg.trainer.name)
-    names = [("trainer.dataset_name", t.dataset_name)]
-    if value(t.eval_strategy) != "no" and t.eval_dataset_name:
-        names.append(("trainer.eval_dataset_name", t.eval_dataset_name))
-    problems = []
-    for key, name in names:
+    names = [("trainer.dataset_name", t.dataset_name, t.dataset_train_split)]
+    if value(t.eval_strategy) != "no":  # the worker's evaluation data (rundir/trainer_config.py eval_dataset_path)
+        names.append(("trainer.eval_dataset_name", t.eval_dataset_name, t.dataset_test_split) if t.eval_dataset_name
+                     else ("trainer.dataset_name", t.dataset_name, t.dataset_test_split))
+    problems, read = [], set()
+    for key, name, split in names:
         if name == "tiny" or not is_local_path(name) or not os.path.exists(os.path.expanduser(name)):
             continue  # the built-in data, a hub name, or a missing path (named by check_local_files)
-        problem = first_bad_record(os.path.expanduser(name), NEEDED_COLUMNS[trainer])
+        files = tuple(data_files(os.path.expanduser(name), split))
+        if files in read:  # one file for both splits: read once
+            continue
+        read.add(files)
+        problem = first_bad_record(os.path.expanduser(name), NEEDED_COLUMNS[trainer], split)
         if problem:
             problems.append(f"{key}={name}: {problem}. Fix or remove that record, or give another {key}.")
     return problems
 
 
-def data_files(path: str) -> List[str]:
-    """The file itself, or every data file in the folder and below it (datasets builds all splits of a folder, so
-    a broken test.jsonl fails the train split's load too); hidden names skipped, as datasets skips them."""
-    if not os.path.isdir(path):
-        return [path] if path.endswith(LOCAL_DATA_SUFFIXES) else []
+def data_files(path: str, split: str) -> List[str]:
+    """The files the worker loads for `split` (config/data_files.py). Where it leaves a folder to datasets, every
+    data file in it and below (datasets builds all splits of a folder, so a broken test.jsonl fails the train split's
+    load too); hidden names skipped, as datasets skips them."""
+    files = split_files(path, split)
+    if files or not os.path.isdir(path):
+        return files
     found = []
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
@@ -62,10 +70,10 @@ def data_files(path: str) -> List[str]:
     return found
 
 
-def first_bad_record(path: str, column_sets: Sequence[Tuple[str, ...]]) -> Optional[str]:
-    """'line N <why>' (in a folder: '<file> line N <why>') for the first bad record of any data file under path; None
+def first_bad_record(path: str, column_sets: Sequence[Tuple[str, ...]], split: str = "train") -> Optional[str]:
+    """'line N <why>' (in a folder: '<file> line N <why>') for the first bad record of the split's data files; None
     when all are good."""
-    for file in data_files(path):
+    for file in data_files(path, split):
         name = f"{file} " if file != path else ""
         try:
             bad_record(file, column_sets)

@@ -15,6 +15,7 @@ from omegaconf import ListConfig, OmegaConf
 from trl_ds.check.dataset_columns import first_record_columns
 from trl_ds.check.trl_arguments import check_arguments
 from trl_ds.config.batch import Batch
+from trl_ds.config.data_files import named_for_split
 from trl_ds.config.schema import TrainerConfig
 from trl_ds.config.values import LOCAL_DATA_SUFFIXES, is_local_path, value, world_size
 from trl_ds.plan.params import architecture, layer_modules
@@ -105,7 +106,7 @@ def check_eval_here(cfg) -> List[str]:
         return [f"trainer.eval_dataset_name={name} does not exist. Give an existing .jsonl/.json/.parquet file, a "
                 f"hub dataset name, or trainer.eval_dataset_name=tiny."]
     folder = os.path.expanduser(name or t.dataset_name)
-    if os.path.isdir(folder) and not any(f.startswith(t.dataset_test_split) for f in os.listdir(folder)):
+    if os.path.isdir(folder) and not any(named_for_split(f, t.dataset_test_split) for f in os.listdir(folder)):
         return [f"trainer.dataset_test_split={t.dataset_test_split}: {name or t.dataset_name} has no file for that "
                 f"split (datasets names splits by file: {t.dataset_test_split}.jsonl). Set "
                 f"trainer.dataset_test_split to one of its files' names, or trainer.eval_dataset_name=<file>."]

@@ -11,6 +11,7 @@ import os
 from typing import Optional, Tuple
 
 from trl_ds.config.batch import Batch
+from trl_ds.config.data_files import split_files
 from trl_ds.config.values import TINY_SIZE, is_local_path, sp_size, value
 
 
@@ -59,10 +60,7 @@ def train_rows(cfg) -> Tuple[Optional[int], str]:
         return TINY_SIZE, ""
     if not is_local_path(name):
         return None, "a hub dataset is counted by the trainer"
-    path = os.path.expanduser(name)
-    files = [path] if os.path.isfile(path) else sorted(
-        os.path.join(path, f) for f in os.listdir(path) if f.startswith(t.dataset_train_split)) \
-        if os.path.isdir(path) else []
+    files = split_files(os.path.expanduser(name), t.dataset_train_split)
     counts = [_rows_or_none(f) for f in files]
     if not files or None in counts:
         return None, f"no readable {t.dataset_train_split} file at {name}"

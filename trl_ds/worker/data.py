@@ -8,6 +8,7 @@ import os
 import random
 from typing import Dict, List
 
+from trl_ds.config.data_files import split_files
 from trl_ds.config.values import TINY_SIZE
 
 NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
@@ -74,20 +75,22 @@ def write_tiny_dataset(folder: str, trainer: str = "sft") -> str:
     return path
 
 
+BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}  # datasets' builder by suffix
+
+
 def load_split(name: str, split: str):
-    """A local file by its suffix, a local folder, or a hub dataset name."""
+    """A local file by its suffix, a local folder's files of the split (config/data_files.py), else the folder or
+    hub dataset as datasets resolves it."""
     import glob
 
     from datasets import load_dataset
 
     path = os.path.expanduser(name)
     path = os.path.normpath(path) if os.path.exists(path) else path  # "RUN/./data": datasets' lookup keeps the "."
-    # datasets reads data_files as glob patterns: a literal path is escaped ([, *, ? are data in a run dir's name)
-    files = [path] if os.path.isfile(path) else sorted(os.path.join(path, f) for f in os.listdir(path)
-                                                        if f.startswith(split)) if os.path.isdir(path) else []
-    for suffix, builder in ((".jsonl", "json"), (".json", "json"), (".parquet", "parquet"), (".csv", "csv")):
-        if files and all(f.endswith(suffix) for f in files):
-            return load_dataset(builder, data_files={split: [glob.escape(f) for f in files]}, split=split)
+    files = split_files(path, split)
+    if files:  # data_files are glob patterns: a literal path is escaped ([, *, ? are data in a run dir's name)
+        builder = BUILDERS[os.path.splitext(files[0])[1]]
+        return load_dataset(builder, data_files={split: [glob.escape(f) for f in files]}, split=split)
     return load_dataset(path, split=split)
 
 
