@@ -267,3 +267,30 @@ def test_a_summary_of_an_earlier_launch_is_told_apart_by_launch_id(tmp_path):
     assert not summary_is_latest(str(tmp_path))
     os.utime(tmp_path / "latest_launch", (1, 1))  # file times do not decide (a cp -r copy reorders them)
     assert not summary_is_latest(str(tmp_path))
+
+
+def test_a_launch_stopped_while_it_prepares_the_resume_is_the_latest(tmp_path, compose_cfg, monkeypatch):
+    """Stopped before its ranks start (ready_resume converts a checkpoint for minutes): its summary.json is the
+    latest launch's, not taken for an earlier one's."""
+    import time
+    import types
+
+    from trl_ds.cli import run
+    from trl_ds.launch.run import Stopped
+    from trl_ds.launch.summary import record_stopped
+    from trl_ds.rundir.layout import summary_is_latest
+    from trl_ds.rundir.lifeline import this_launch_id
+
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "stopped", "launch_id": "earlier"}))
+    (tmp_path / "latest_launch").write_text("earlier\n")
+
+    def stopped(*args):
+        raise Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr(run, "ready_resume", stopped)
+    hydra_cfg = types.SimpleNamespace(overrides=types.SimpleNamespace(task=[]))
+    with pytest.raises(Stopped) as stop:
+        run._launch(compose_cfg(["preflight.hosts=false"]), str(tmp_path), False, hydra_cfg, time.time())
+    record_stopped(str(tmp_path), stop.value, 1.0, writes_summary=True)  # as app() does
+    assert json.loads((tmp_path / "summary.json").read_text())["launch_id"] == this_launch_id()
+    assert summary_is_latest(str(tmp_path))

@@ -94,13 +94,15 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
-    print(f"trl_ds: launching: {describe(cfg)}\n{batch_line(cfg, prepared)}")
-    ready_resume(cfg, run_dir, prepared.batch)
-    if summarizes_here(cfg):  # the summary.json this launch writes names it; watch and report compare (layout.py)
+    # Before ready_resume (minutes): a launch stopped there writes a summary.json naming it, which watch and report
+    # compare with latest_launch (layout.py summary_is_latest)
+    if summarizes_here(cfg):
         from trl_ds.rundir.layout import LATEST_LAUNCH, write_text
         from trl_ds.rundir.lifeline import this_launch_id
 
         write_text(os.path.join(run_dir, LATEST_LAUNCH), this_launch_id() + "\n")
+    print(f"trl_ds: launching: {describe(cfg)}\n{batch_line(cfg, prepared)}")
+    ready_resume(cfg, run_dir, prepared.batch)  # minutes, when it converts a checkpoint
     resume_collection()  # the launcher may now wait for hours
     rc = start(cfg, prepared.node_commands)
     if not summarizes_here(cfg):  # a submitted SLURM job, or a node without rank 0: start() said what happened

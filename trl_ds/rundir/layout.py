@@ -43,7 +43,7 @@ FAILURE_FILE = "failure.json"  # why this node's launch failed
 JOINED_FILE = "joined"  # written by a node's first rank once the process group formed (every rank joined)
 
 # Written by the launching process: which launch the run dir's summary.json must come from to be the latest's
-LATEST_LAUNCH = "latest_launch"  # node 0's launch id (rundir/lifeline.py), written before it starts the ranks
+LATEST_LAUNCH = "latest_launch"  # node 0's launch id (rundir/lifeline.py), written with the run dir's files
 
 # Written by the launching process while it runs, removed when it exits
 LAUNCH_LOCK = "launch.lock"  # node 0's; launch.nodeN.lock on node N
