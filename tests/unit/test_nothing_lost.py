@@ -253,7 +253,28 @@ def test_the_live_tail_skips_cut_rows_and_follows_a_resumed_launchs_rewrite(tmp_
     prepare_for_resume(str(path), resumed_step=2)  # a resumed launch rewrites the file (a new inode)
     with open(path, "a") as f:
         f.write(json.dumps({"step": 3, "time": 300.0, "loss": 3.5}) + "\n")
-    assert [(r["step"], r["loss"]) for r in tail.read()] == [(1, 1.0), (2, 2.0), (3, 3.5)]
+    assert [(r["step"], r["loss"]) for r in tail.read()] == [(3, 3.5)]  # steps 1 and 2 were read before
+
+
+def test_the_launchers_tail_shows_no_earlier_launchs_rows_after_the_rewrite(tmp_path):
+    """The launcher skips the rows there at its start; the resumed ranks then rewrite the file, then append."""
+    import time
+
+    from trl_ds.launch.progress import MetricsTail, Progress
+
+    path = tmp_path / "metrics.jsonl"
+    write_rows(path, [1, 2, 3])  # times 101..103: a launch long ago, killed after step 3
+    tail = MetricsTail(str(path))
+    tail.skip_existing()
+    prepare_for_resume(str(path), resumed_step=2)  # step 3 is trained again
+    now = time.time()
+    with open(path, "a") as f:
+        for step in (3, 4):
+            f.write(json.dumps({"step": step, "time": now + step, "loss": 0.5}) + "\n")
+    progress = Progress(total_steps=10)
+    progress.add(tail.read())
+    assert [step for _, step, _ in progress._window] == [3, 4]
+    assert progress.seconds_left == 6.0  # 6 steps left at this launch's 1 s per step
 
 
 def test_a_summary_of_an_earlier_launch_is_told_apart_by_launch_id(tmp_path):

@@ -25,15 +25,18 @@ class MetricsTail:
     """Reads the rows appended to metrics.jsonl since the last call; a half-written last line waits for its end.
 
     A cut line (a killed writer) is skipped, rows marked superseded too; when a resumed launch rewrites the file
-    (rundir/metrics.py, a new inode) reading starts again from its top."""
+    (rundir/metrics.py, a new inode) reading starts again from its top, past the rows written before the newest seen
+    (or skipped): those are earlier launches' rows, which would fill the progress window."""
 
     def __init__(self, path: str):
         self.path = path
         self.offset = 0
         self.inode = None
+        self.newest: Optional[float] = None  # the time of the newest row returned or skipped
 
     def skip_existing(self) -> None:
         """Start after the rows already there (a resumed run's earlier launches)."""
+        self.newest = time.time()
         try:
             stat = os.stat(self.path)
             self.offset, self.inode = stat.st_size, stat.st_ino
@@ -44,7 +47,8 @@ class MetricsTail:
         try:
             with open(self.path, "rb") as f:
                 inode = os.fstat(f.fileno()).st_ino
-                if self.inode is not None and inode != self.inode:
+                rewritten = self.inode is not None and inode != self.inode
+                if rewritten:
                     self.offset = 0
                 self.inode = inode
                 f.seek(self.offset)
@@ -54,7 +58,16 @@ class MetricsTail:
         complete = chunk[:chunk.rfind(b"\n") + 1]
         self.offset += len(complete)
         rows = (parse_line(line.decode(errors="replace")) for line in complete.splitlines() if line.strip())
-        return [row for row in rows if row is not None and not row.get(SUPERSEDED) and isinstance(row.get("step"), int)]
+        rows = [row for row in rows if row is not None and not row.get(SUPERSEDED) and isinstance(row.get("step"), int)]
+        if rewritten and self.newest is not None:
+            rows = [row for row in rows if not _number(row.get("time")) or row["time"] > self.newest]
+        times = [row["time"] for row in rows if _number(row.get("time"))]
+        self.newest = max(times + ([self.newest] if self.newest is not None else []), default=None)
+        return rows
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 @dataclass
