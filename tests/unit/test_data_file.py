@@ -76,6 +76,24 @@ def test_a_json_array_names_the_line_of_the_bad_element(tmp_path):
     assert first_bad_record(str(path), SFT).startswith("line 3 is not JSON (Expecting property name")
 
 
+@pytest.mark.parametrize("text, line, why", [
+    ('[\n  {"text": "a"}\n  {"text": "b"}\n]\n', 3, "Expecting ',' delimiter at column 3"),
+    ('[\n  {"text": "a"},\n  {"text": "b"},\n]\n', 4, "Expecting value at column 1"),
+])
+def test_a_json_array_needs_a_comma_between_elements_and_none_after_the_last(tmp_path, text, line, why):
+    """Both are what json.loads refuses (its message is the expected one) and what datasets fails to load."""
+    path = tmp_path / "rows.json"
+    path.write_text(text)
+    with pytest.raises(json.JSONDecodeError) as refused:
+        json.loads(text)
+    assert (refused.value.lineno, f"{refused.value.msg} at column {refused.value.colno}") == (line, why)
+    assert first_bad_record(str(path), SFT) == f"line {line} is not JSON ({why})"
+    from datasets.exceptions import DatasetGenerationError
+
+    with pytest.raises(DatasetGenerationError):
+        load_with_datasets(str(path))
+
+
 def test_csv_rows_are_named_by_line_as_pandas_counts_them(tmp_path):
     path = tmp_path / "rows.csv"
     path.write_text('text,label\n"a, with a comma",1\nb,2,3\n')

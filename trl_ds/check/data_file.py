@@ -24,7 +24,7 @@ from trl_ds.config.values import LOCAL_DATA_SUFFIXES, is_local_path, value
 
 JSON_TYPES = {str: "a string", list: "a list", dict: "an object", int: "a number", float: "a number",
               bool: "true/false"}
-ARRAY_GAP = re.compile(r"\s*,?\s*")  # between elements of a JSON array
+SPACE = re.compile(r"\s*")  # JSON's whitespace, around an array's elements and commas
 Record = Tuple[int, object]  # (line number, the decoded record)
 
 
@@ -156,18 +156,25 @@ def _json(path: str) -> Iterator[Record]:
 
 
 def _json_array(text: str) -> Iterator[Record]:
-    decoder, pos = json.JSONDecoder(), text.index("[") + 1
+    """Elements one at a time, separated by commas as json.loads requires (datasets refuses a missing or trailing
+    comma too)."""
+    decoder, pos = json.JSONDecoder(), SPACE.match(text, text.index("[") + 1).end()
+    if text.startswith("]", pos):
+        return
     while True:
-        pos = ARRAY_GAP.match(text, pos).end()
-        if text.startswith("]", pos):
-            return
         try:
             record, end = decoder.raw_decode(text, pos)
         except ValueError as err:
             raise BadRecord(text.count("\n", 0, getattr(err, "pos", pos)) + 1, f"is not JSON ({_reason(err)})") \
                 from None
         yield text.count("\n", 0, pos) + 1, record
-        pos = end
+        pos = SPACE.match(text, end).end()
+        if text.startswith("]", pos):
+            return
+        if not text.startswith(",", pos):
+            err = json.JSONDecodeError("Expecting ',' delimiter", text, pos)
+            raise BadRecord(err.lineno, f"is not JSON ({_reason(err)})")
+        pos = SPACE.match(text, pos + 1).end()
 
 
 def _reason(err: ValueError) -> str:
