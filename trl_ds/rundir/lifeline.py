@@ -48,16 +48,19 @@ def die_with_parent(signum: int = signal.SIGTERM):
     """A Popen preexec_fn: the child gets `signum` when this process ends (Linux; elsewhere nothing is set).
 
     The signal survives exec (bash execs the launcher). A parent that died between fork and prctl is caught by
-    comparing the parent pid afterwards."""
+    comparing the parent pid afterwards. prctl is looked up here: between fork and exec the child only calls it."""
+    import ctypes
+
     parent = os.getpid()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the ranks' watch still ends them
+        prctl = None
 
     def preexec():
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
-        except (OSError, AttributeError):  # not Linux: the ranks' watch still ends them
+        if prctl is None:
             return
+        prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
 
