@@ -50,21 +50,23 @@ def test_tp2_trains_to_the_tp1_losses_and_resumes(runs):
 
 
 def test_engine_parameter_bytes_per_rank_are_the_plans(runs, compose_cfg):
-    from trl_ds.plan.params import architecture
-    from trl_ds.plan.tensor_parallel import split_parameters
+    from trl_ds.plan.params import architecture, count_params
+    from trl_ds.plan.tensor_parallel import local_architecture
 
-    split = split_parameters(architecture(compose_cfg(["model=tiny"]).model), 2)
+    arch = architecture(compose_cfg(["model=tiny"]).model)
+    total, per_rank = count_params(arch).total, count_params(local_architecture(arch, 2)).total
+    split_linears = 2 * (total - per_rank)  # an even split: per rank the whole part and half the split linears
     for rank in (0, 1):
         measured = runs["memory"][rank]
-        assert 4 * measured["parameters"] == pytest.approx(4 * split.per_rank, rel=0.01)  # fp32, the engine's module
+        assert 4 * measured["parameters"] == pytest.approx(4 * per_rank, rel=0.01)  # fp32, the engine's module
         # Storage after the run's last checkpoint: saving gathers each split weight and re-splits it into a fresh
         # tensor beside ZeRO's flat buffer (deepspeed GatherReplacedLayerParams -> LinearLayer.uneven_partition);
         # the next optimizer step points the weights back into the buffer, but the final save has no next step.
         held = sum(measured["model_states"]["params"].values())
-        assert held == 4 * (split.per_rank + split.split // 2)
+        assert held == 4 * (per_rank + split_linears // 2)
     whole = read_json(runs["tp1"] / "memory" / "rank_0.json")
-    assert sum(whole["model_states"]["params"].values()) == pytest.approx(4 * split.total, rel=0.01)
-    assert split.per_rank / whole["parameters"] == pytest.approx(0.576, abs=0.001)  # lm_head, embeddings whole
+    assert sum(whole["model_states"]["params"].values()) == pytest.approx(4 * total, rel=0.01)
+    assert per_rank / whole["parameters"] == pytest.approx(0.576, abs=0.001)  # lm_head, embeddings whole
 
 
 def test_final_model_is_whole_and_reproduces_the_engine(runs):

@@ -1,15 +1,8 @@
 """trl_ds/plan/precision_bytes.py against DeepSpeed itself: its CPU Adam's and torch's optimizer state dtypes, its
-own memory estimator's bytes per parameter, and its ZeRO-3 sub-grouping function."""
-import types
-
+own memory estimator's bytes per parameter, and its ZeRO-3 partial offload rule."""
 import pytest
 
-from trl_ds.plan.precision_bytes import (
-    even_offload_split,
-    offload_split,
-    optimizer_bytes,
-    sub_group_sizes,
-)
+from trl_ds.plan.precision_bytes import even_offload_split, offload_split, optimizer_bytes
 
 
 def state_bytes_per_param(optimizer, param) -> int:
@@ -50,33 +43,16 @@ def test_default_bytes_are_deepspeeds_estimator_terms():
     params, gpus = 1_000_000, 4
     cpu, _ = estimate_zero2_model_states_mem_needs(params, gpus, 1, cpu_offload=True, additional_buffer_factor=1)
     _, gpu = estimate_zero2_model_states_mem_needs(params, gpus, 1, cpu_offload=False)
-    assert optimizer_bytes(offloaded=True).total * params == cpu
-    assert optimizer_bytes().total * params // gpus == gpu - 2 * params - 2 * params // gpus
-    assert (optimizer_bytes().states, optimizer_bytes().master_grads) == (12, 4)
+    offloaded, on_device = optimizer_bytes(offloaded=True), optimizer_bytes()
+    assert (offloaded.states + offloaded.master_grads) * params == cpu
+    assert (on_device.states + on_device.master_grads) * params // gpus == gpu - 2 * params - 2 * params // gpus
+    assert (on_device.states, on_device.master_grads) == (12, 4)
 
 
 def test_bf16_options_halve_what_they_name():
     assert optimizer_bytes(True, False, offloaded=True) == optimizer_bytes(False, False, True).__class__(2, 8, 2)
-    assert optimizer_bytes(True, True, offloaded=True).total == 8  # 2 master + 4 moments + 2 gradients
-    assert optimizer_bytes(True, True, offloaded=False).total == 8
-
-
-@pytest.mark.parametrize("sizes,sub_group_size", [
-    ([[30, 30, 30, 30, 30]], 50),  # closes at 60, 60, then the group's last parameter: 30
-    ([[10, 10], [100, 5, 40]], 100),  # a small group is one sub-group; the other closes at 100, then 45
-    ([[7] * 9], 1000),  # sub_group_size above the group: one sub-group
-])
-def test_sub_groups_are_deepspeeds(sizes, sub_group_size):
-    """DeepSpeed's own _create_fp16_sub_groups over parameters of those partition sizes."""
-    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
-
-    owner = types.SimpleNamespace(sub_group_size=sub_group_size)
-    expected = []
-    for group in sizes:
-        params = [types.SimpleNamespace(partition_numel=lambda n=n: n) for n in group]
-        expected += [sum(p.partition_numel() for p in sub) for sub in
-                     DeepSpeedZeroOptimizer_Stage3._create_fp16_sub_groups(owner, params)]
-    assert sub_group_sizes(sizes, sub_group_size) == expected
+    for offloaded in (True, False):  # 2 master + 4 moments + 2 gradients
+        assert optimizer_bytes(True, True, offloaded) == optimizer_bytes().__class__(2, 4, 2)
 
 
 def test_offload_split_moves_whole_sub_groups():

@@ -6,9 +6,9 @@ import pytest
 from trl_ds.check.validate import validate
 from trl_ds.config.topology import Topology, topology
 from trl_ds.errors import ConfigError
-from trl_ds.plan.params import architecture, config_dict
+from trl_ds.plan.params import architecture, config_dict, count_params
 from trl_ds.plan.saved_activations import LLAMA, decoder_bytes
-from trl_ds.plan.tensor_parallel import allreduce_bytes, local_architecture, split_parameters
+from trl_ds.plan.tensor_parallel import allreduce_bytes, local_architecture
 from trl_ds.rundir.deepspeed_config import build_ds_config
 
 RUN = "/tmp/trl_ds_unit_tp_run"  # never written: validate with launching=False reads only what exists
@@ -151,10 +151,9 @@ def deepspeed_rank0_parameters(arch, tp: int, preset: str) -> int:
     ("tiny", 2, "llama"), ("llama3-8b", 2, "llama"), ("llama3-8b", 8, "llama"), ("qwen2.5-7b", 4, "qwen2"),
     ("qwen2.5-0.5b", 2, "qwen2"), ("mistral-7b", 4, "llama"), ("gemma2-9b", 8, "llama")])
 def test_per_rank_parameters_match_deepspeeds_split(compose_cfg, model, tp, preset):
+    """The planner counts rank 0's share as the whole model with rank 0's layer (memory.py setup_from_config)."""
     arch = architecture(compose_cfg([f"model={model}"]).model)
-    split = split_parameters(arch, tp)
-    assert split.per_rank == deepspeed_rank0_parameters(arch, tp, preset)
-    assert split.whole + split.split // tp == split.per_rank  # heads and MLP width divide here: an even split
+    assert count_params(local_architecture(arch, tp)).total == deepspeed_rank0_parameters(arch, tp, preset)
 
 
 def test_llama3_8b_weights_per_rank_at_tp_1_2_8(compose_cfg):
@@ -163,8 +162,7 @@ def test_llama3_8b_weights_per_rank_at_tp_1_2_8(compose_cfg):
     arch = architecture(compose_cfg(["model=llama3-8b"]).model)
     split_linears = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
     whole = 2 * 128256 * 4096 + 65 * 4096
-    assert (split_parameters(arch, 2).split, split_parameters(arch, 2).whole) == (split_linears, whole)
-    assert [split_parameters(arch, tp).per_rank for tp in (1, 2, 8)] == [
+    assert [count_params(local_architecture(arch, tp)).total for tp in (1, 2, 8)] == [
         whole + split_linears, whole + split_linears // 2, whole + split_linears // 8]
 
 

@@ -117,7 +117,6 @@ class Setup:
     trainer: str = "sft"
     reference_wanted: bool = False  # DPO, or GRPO with beta != 0: the loss needs reference log-probs
     precompute_ref: bool = False  # DPO's precompute_ref_log_probs: computed once, no reference kept
-    num_labels: int = 1  # the reward model's score outputs
     completion_len: int = 0  # GRPO: max_completion_length
     num_generations: int = 1  # GRPO: completions per prompt
     ds3_gather: bool = True  # GRPO: ds3_gather_for_generation

@@ -376,7 +376,7 @@ def trainer_json(s: Setup) -> dict:
     return {"name": s.trainer, "sequences_per_sample": trainers.sequences_per_sample(s.trainer),
             "reference_model": trainers.reference_state(s), "reference_parameters": s.counts.total
             if trainers.keeps_reference(s) else 0, "head": "score" if s.trainer == "reward" else "lm_head",
-            "num_labels": s.num_labels if s.trainer == "reward" else None,
+            "num_labels": trainers.REWARD_LABELS if s.trainer == "reward" else None,
             "generation": {"completions_per_rank": trainers.generation_sequences(s), "num_generations":
                            s.num_generations, "max_completion_length": s.completion_len,
                            "ds3_gather_for_generation": s.ds3_gather} if s.trainer == "grpo" else None}

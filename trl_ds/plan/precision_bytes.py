@@ -15,7 +15,7 @@ Without either option that is 4 + 4 + 8 = 16 B, the "12 B of master weights and 
 estimate has always used.
 """
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,6 @@ class OptimizerBytes:
         """Master weights and moments: memory.py's `12 * psi_t / n`."""
         return self.master + self.moments
 
-    @property
-    def total(self) -> int:
-        """Everything an optimizer offload moves: memory.py's `16 * psi_t / n`."""
-        return self.states + self.master_grads
-
 
 def optimizer_bytes(bf16_master_weights_and_grads: bool = False, bf16_optimizer_states: bool = False,
                     offloaded: bool = False) -> OptimizerBytes:
@@ -44,27 +39,6 @@ def optimizer_bytes(bf16_master_weights_and_grads: bool = False, bf16_optimizer_
     else:
         moment = master  # zeros_like(master weights)
     return OptimizerBytes(master=master, moments=2 * moment, master_grads=master)
-
-
-def sub_group_sizes(param_groups: Sequence[Sequence[int]], sub_group_size: int) -> List[int]:
-    """ZeRO-3's optimizer sub-groups (elements each) from the partition sizes of each optimizer param group's
-    parameters, in order: stage3.py `_create_fp16_sub_groups` closes a sub-group once it holds sub_group_size
-    elements or at the group's last parameter; a group no larger than sub_group_size is one sub-group."""
-    sizes: List[int] = []
-    for group in param_groups:
-        total = sum(group)
-        if not group:
-            continue
-        if sub_group_size >= total:
-            sizes.append(total)
-            continue
-        current = 0
-        for i, numel in enumerate(group):
-            current += numel
-            if current >= sub_group_size or i == len(group) - 1:
-                sizes.append(current)
-                current = 0
-    return sizes
 
 
 def offload_split(sizes: Sequence[int], ratio: float) -> Tuple[int, int]:

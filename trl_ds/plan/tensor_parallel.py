@@ -12,33 +12,16 @@ A rank's decoder layer is then the layer of a model with rank 0's heads and MLP 
 parameters and its saved activations (q, k, v, attention, MLP intermediates: split; the hidden-size inputs,
 residuals and norm outputs: whole) are counted by the code that counts a whole model (`local_architecture`).
 """
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from trl_ds.plan.params import Architecture, count_params, decoder_layer
+from trl_ds.plan.params import Architecture
 
-# The linears the presets split, by module name in a decoder layer (phi3's fused qkv_proj and gate_up_proj too)
-COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.qkv_proj", "mlp.gate_proj",
-          "mlp.up_proj", "mlp.gate_up_proj")
-ROW = ("self_attn.o_proj", "mlp.down_proj")
 # All-reduces per decoder layer and micro-step. Forward: the two row-parallel outputs (o_proj, down_proj). Backward:
 # one per column-parallel Linear, for the gradient of its input (DeepSpeed's LinearLayer runs ColumnParallel per
 # module, so q, k and v each all-reduce the same-shaped gradient). Each moves tokens × hidden values.
 ROW_LINEARS = 2
 COLUMN_LINEARS = {"phi3": 2}  # qkv_proj and gate_up_proj are fused; the other families have q, k, v, gate, up
 COLUMN_LINEARS_DEFAULT = 5
-
-
-@dataclass(frozen=True)
-class TensorParallelSplit:
-    tp_size: int
-    total: int  # parameters of the whole model
-    split: int  # parameters of the split linears, whole (what all tp ranks hold between them)
-    per_rank: int  # rank 0's parameters: its shard of the split linears, plus everything kept whole
-
-    @property
-    def whole(self) -> int:
-        """Parameters every rank holds in full: embeddings, norms, lm_head, row-parallel biases."""
-        return self.total - self.split
 
 
 def rank_share(total: int, tp: int, rank: int = 0) -> int:
@@ -54,19 +37,6 @@ def local_architecture(arch: Architecture, tp: int) -> Architecture:
     per_group = arch.num_attention_heads // arch.num_key_value_heads
     return replace(arch, num_attention_heads=groups * per_group, num_key_value_heads=groups,
                    intermediate_size=rank_share(arch.intermediate_size, tp))
-
-
-def split_parameters(arch: Architecture, tp: int) -> TensorParallelSplit:
-    """The whole model's parameters, those AutoTP splits, and rank 0's. Dense models only (trl_ds refuses
-    tp=autotp for MoE families, whose fused experts no layer spec matches)."""
-    total = count_params(arch).total
-    if tp <= 1:
-        return TensorParallelSplit(tp_size=1, total=total, split=0, per_rank=total)
-    tensors = decoder_layer(arch, 0)[0].tensors
-    per_layer = sum(sum(tensors[name]) for name in COLUMN if name in tensors)  # weights and biases split
-    per_layer += sum(tensors[name][0] for name in ROW if name in tensors)  # weights split, biases whole
-    return TensorParallelSplit(tp_size=tp, total=total, split=per_layer * arch.num_hidden_layers,
-                               per_rank=count_params(local_architecture(arch, tp)).total)
 
 
 def allreduces_per_layer(arch: Architecture, checkpointing: bool = False) -> int:

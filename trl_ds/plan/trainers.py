@@ -27,6 +27,7 @@ from typing import Dict, List, Tuple
 from trl_ds.config.schema import PeftConfig
 
 PAIRED = ("dpo", "reward")  # chosen and rejected through the model together
+REWARD_LABELS = 1  # the score's outputs: worker/trainers.py loads AutoModelForSequenceClassification(num_labels=1)
 OFFLOAD_PLACE = {"none": "device", "cpu": "host", "nvme": "nvme"}  # offload_param's device -> where it puts params
 KV = 2  # a key and a value per layer and token
 SAMPLING_FP32_COPIES = 2  # generate's last-position logits in fp32 and the softmax over them, per sequence
@@ -93,7 +94,7 @@ def head_tokens(s) -> int:
 
 def reward_head_peak(s) -> int:
     """The score's output (tokens × num_labels, fp32 for the loss) and the gradient into the last hidden states."""
-    return s.tokens * (4 * s.num_labels + s.width * s.arch.hidden_size)
+    return s.tokens * (4 * REWARD_LABELS + s.width * s.arch.hidden_size)
 
 
 def generation_sequences(s) -> int:
@@ -133,7 +134,7 @@ def describe(s) -> List[str]:
         if keeps_reference(s) else reference_state(s)
     lines = [f"trainer {s.trainer}: {seqs}; reference model: {reference}"]
     if s.trainer == "reward":
-        lines[0] += f"; a score head (hidden x {s.num_labels}) instead of the lm_head"
+        lines[0] += f"; a score head (hidden x {REWARD_LABELS}) instead of the lm_head"
     if s.trainer == "grpo":
         gather = "the whole 16-bit model gathered on every rank (ds3_gather_for_generation)" \
             if s.ds3_gather else "parameters gathered module by module (ds3_gather_for_generation=false)"
