@@ -315,3 +315,13 @@ def test_a_launch_stopped_while_it_prepares_the_resume_is_the_latest(tmp_path, c
     record_stopped(str(tmp_path), stop.value, 1.0, writes_summary=True)  # as app() does
     assert json.loads((tmp_path / "summary.json").read_text())["launch_id"] == this_launch_id()
     assert summary_is_latest(str(tmp_path))
+
+
+@pytest.mark.parametrize("saved", ["", "trainer: {max_steps: 3", "- a list\n"])
+def test_a_config_yaml_cut_by_a_kill_is_replaced_with_one_line(tmp_path, compose_cfg, capsys, saved):
+    from trl_ds.check.reuse import check_run_dir
+
+    (tmp_path / "config.yaml").write_text(saved)
+    assert check_run_dir(compose_cfg([]), str(tmp_path)) == []
+    assert capsys.readouterr().err == (f"trl_ds: {tmp_path}/config.yaml is empty or cut short (a kill while it was "
+                                       f"written); this launch's config replaces it\n")

@@ -12,7 +12,7 @@ import os
 from typing import List, Optional
 
 from trl_ds.rundir.checkpoint import checkpoints, is_complete, step_of
-from trl_ds.rundir.layout import CHECKPOINT_DIR, METRICS, RESOLVED_CONFIG, SUMMARY, read_json_or_none
+from trl_ds.rundir.layout import CHECKPOINT_DIR, METRICS, RESOLVED_CONFIG, SUMMARY, read_json_or_none, read_yaml_or_none
 
 
 def check_history(cfg, run_dir: str) -> List[str]:
@@ -47,17 +47,6 @@ def finished_run(cfg, run_dir: str) -> Optional[str]:
         return None
     return (f"the run in {run_dir} is complete ({steps} steps, trainer.max_steps={cfg.trainer.max_steps}); nothing "
             f"to train. Raise trainer.max_steps to continue it, or use a new hydra.run.dir for another run.")
-
-
-def read_yaml_or_none(path: str):
-    import yaml
-
-    try:
-        with open(path) as f:
-            loaded = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
 
 
 def check_writable(run_dir: str) -> List[str]:

@@ -10,7 +10,7 @@ from typing import Dict, List
 import yaml
 from omegaconf import OmegaConf
 
-from trl_ds.rundir.layout import RESOLVED_CONFIG
+from trl_ds.rundir.layout import RESOLVED_CONFIG, read_yaml_or_none
 
 # Keys that may change between launches of the same run: how it is started, not what it trains. The cluster and the
 # ZeRO setup may change too: resume converts a checkpoint of another shape (trl_ds/rundir/universal.py).
@@ -22,12 +22,8 @@ def check_run_dir(cfg, run_dir: str) -> List[str]:
     saved_path = os.path.join(run_dir, RESOLVED_CONFIG)
     if not os.path.isfile(saved_path):
         return []
-    try:
-        with open(saved_path) as f:
-            loaded = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError):
-        loaded = None
-    if not isinstance(loaded, dict) or not loaded:
+    loaded = read_yaml_or_none(saved_path)
+    if not loaded:
         print(f"trl_ds: {saved_path} is empty or cut short (a kill while it was written); this launch's config "
               f"replaces it", file=sys.stderr)
         return []

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from trl_ds.config.values import value
+
 # Each trainer's parser, as trl/scripts/<cmd>.py make_parser builds it (DatasetMixtureConfig is left out: trl_ds
 # loads the data itself).
 PARSER_CLASSES = {
@@ -146,13 +148,13 @@ def check_arguments(trainer: str, args: Dict[str, Any], trainer_keys, where: str
     fields = trainer_fields(trainer)
     parser = "/".join(PARSER_CLASSES[trainer])
     problems = []
-    for name, value in args.items():
-        shown = f"{where}.{name}={_show(value)}"
+    for name, given in args.items():
+        shown = f"{where}.{name}={_show(given)}"
         if name in trainer_keys:
-            problems.append(f"{shown}: trl_ds sets {name} from trainer.{name}. Use trainer.{name}={_show(value)} "
+            problems.append(f"{shown}: trl_ds sets {name} from trainer.{name}. Use trainer.{name}={_show(given)} "
                             f"instead.")
         elif name in OWNED:
-            use = OWNED[name].format(value=_show(value))
+            use = OWNED[name].format(value=_show(given))
             problems.append(f"{shown}: trl_ds sets {name} itself. Use {use} instead.")
         elif name in REFUSED:
             problems.append(f"{shown}: {REFUSED[name]}.")
@@ -160,7 +162,7 @@ def check_arguments(trainer: str, args: Dict[str, Any], trainer_keys, where: str
             problems.append(f"{shown}: trainer={trainer} has no argument {name} (checked against {parser})."
                             + _elsewhere(trainer, name) + _closest(name, fields))
         else:
-            wanted = type_problem(value, fields[name].annotation)
+            wanted = type_problem(given, fields[name].annotation)
             if wanted:
                 problems.append(f"{shown} must be {wanted} ({fields[name].owner}.{name}: "
                                 f"{fields[name].annotation}).")
@@ -188,6 +190,6 @@ def _show(x: Any) -> str:
 def check_model_arguments(cfg) -> List[str]:
     """ModelConfig's LoRA options that only TRL's get_peft_config reads: with peft=none nothing would."""
     args = cfg.trainer.args or {}
-    peft = getattr(cfg.peft.name, "value", cfg.peft.name)
+    peft = value(cfg.peft.name)
     return [f"trainer.args.{name}={_show(args[name])} shapes the LoRA adapters, and peft=none here: nothing would "
             f"read it. Add peft=lora, or remove it." for name in PEFT_ONLY if name in args and peft == "none"]

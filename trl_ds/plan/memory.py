@@ -34,7 +34,7 @@ from trl_ds.config.topology import Topology, topology
 from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, value
 from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
-from trl_ds.plan.optimizer_places import off_device, optimizer_places
+from trl_ds.plan.optimizer_places import PLACE, off_device, optimizer_places
 from trl_ds.plan.params import (
     AdapterCounts,
     Architecture,
@@ -58,7 +58,6 @@ CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context, cuBLAS workspace, NCCL buffers per
 FRAGMENTATION = 0.25
 CPU_RANK_BYTES = int(0.55 * GiB)  # measured: peak RSS of a tiny 2-rank CPU run is 509-580 MiB per rank
 HOST_BYTES_PER_GPU_RANK = 2 * GiB  # host RSS of one GPU rank process (Python, torch, CUDA libraries)
-PLACE = {"none": "device", "cpu": "host", "nvme": "nvme"}  # offload device -> where after_step reports it
 
 # The bytes each decoder layer saves, per family and kind of layer: trl_ds/plan/saved_activations.py (measured).
 # TRL's fused LM head (SFTTrainer): tiles of HEAD_TOKEN_TILE × HEAD_VOCAB_TILE logits, fp32 gradient accumulation.

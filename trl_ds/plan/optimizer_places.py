@@ -12,6 +12,7 @@ from typing import Dict, Tuple
 
 from trl_ds.plan.precision_bytes import even_offload_split, optimizer_bytes
 
+PLACE = {"none": "device", "cpu": "host", "nvme": "nvme"}  # an offload device -> the place its bytes are reported in
 RATIOS = (0.25, 0.5, 0.75)  # the partial offloads auto-fit tries
 SUB_GROUPS_PER_RANK = 10  # auto-fit's sub-group size: about ten per rank, so a ratio splits them closely
 
@@ -50,8 +51,7 @@ def optimizer_places(s) -> Dict[str, Dict[str, int]]:
               "master_grads": {"device": int(device.master_grads * on_device)}}
     if s.optimizer_offload != "none":
         host = optimizer_bytes(s.bf16_master, s.bf16_states, offloaded=True)
-        place = "nvme" if s.optimizer_offload == "nvme" else "host"
-        places["states"][place] = int(host.states * off)
+        places["states"][PLACE[s.optimizer_offload]] = int(host.states * off)
         places["master_grads"]["host"] = int(host.master_grads * off)
     return places
 

@@ -25,10 +25,10 @@ From the installed TRL (1.16) source, what really runs:
 from typing import Dict, List, Tuple
 
 from trl_ds.config.schema import PeftConfig
+from trl_ds.plan.optimizer_places import PLACE
 
 PAIRED = ("dpo", "reward")  # chosen and rejected through the model together
 REWARD_LABELS = 1  # the score's outputs: worker/trainers.py loads AutoModelForSequenceClassification(num_labels=1)
-OFFLOAD_PLACE = {"none": "device", "cpu": "host", "nvme": "nvme"}  # offload_param's device -> where it puts params
 KV = 2  # a key and a value per layer and token
 SAMPLING_FP32_COPIES = 2  # generate's last-position logits in fp32 and the softmax over them, per sequence
 
@@ -67,7 +67,7 @@ def reference_places(s) -> Dict[str, int]:
     if s.stage < 3:
         return {"device": w * psi}
     places = {"device": w * s.counts.persistent(s.persistence_threshold)}
-    place = OFFLOAD_PLACE[s.param_offload]
+    place = PLACE[s.param_offload]
     places[place] = places.get(place, 0) + int(w * psi / s.world)
     return places
 

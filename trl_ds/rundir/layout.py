@@ -4,7 +4,7 @@ Paths are relative to the run dir unless a function takes `run_dir`.
 """
 import json
 import os
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
@@ -87,6 +87,18 @@ def read_json_or_none(path: str) -> Any:
         return read_json(path)
     except (OSError, ValueError):
         return None
+
+
+def read_yaml_or_none(path: str) -> Optional[dict]:
+    """A YAML mapping trl_ds wrote (config.yaml), or None when it is missing, empty, cut short or not a mapping."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            loaded = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def summary_is_latest(run_dir: str) -> bool:
