@@ -71,7 +71,7 @@ def _replaced_by(extra) -> Optional[str]:
 
 
 def deepspeed_version() -> str:
-    """The installed version, read from its version.py (no import)."""
+    """The installed version, read from its git_version_info_installed.py (no import)."""
     try:
         with open(os.path.join(deepspeed_root(), "git_version_info_installed.py")) as f:
             tree = ast.parse(f.read())

@@ -25,7 +25,7 @@ def sp_size(cfg) -> int:
 
 
 def data_parallel_world(cfg) -> int:
-    """Ranks that read different samples: sequence-parallel ranks share a batch."""
+    """Ranks that read different samples, world / (sp × tp): sequence- and tensor-parallel ranks share theirs."""
     return topology(cfg).data_parallel
 
 

@@ -1,6 +1,6 @@
 """Optimizer-side bytes per trainable parameter under DeepSpeed's bf16 options, and where a partial optimizer offload
-(offload.ratio) puts them. Pure; the memory estimate (optimizer_places.py) and the ratio check call these
-(docs/deepspeed-keys.md).
+(offload.ratio) puts them. Pure; optimizer_places.py reads these for the memory estimate, the step time and the
+ratio check (docs/deepspeed-keys.md).
 
 What DeepSpeed 0.19.8 allocates, per trainable parameter of a rank's partition:
 - master weights in `master_weights_and_grads_dtype`: bf16 with bf16_master_weights_and_grads, else fp32
@@ -26,7 +26,7 @@ class OptimizerBytes:
 
     @property
     def states(self) -> int:
-        """Master weights and moments: memory.py's `12 * psi_t / n`."""
+        """Master weights and moments (12 B per parameter without the bf16 options)."""
         return self.master + self.moments
 
 

@@ -9,8 +9,10 @@ node's launcher (torchrun, deepspeed) under it. Three things close that gap:
 - every rank watches the launching process's pid (passed in the environment, with its host and start time) and its
   own parent, and ends itself within about a second of either ending (`watch_launcher`): this also covers torchrun
   killed by the same SIGKILL as the launcher;
-- every process of a launch inherits LAUNCH_ID in its environment, so the run dir's lock is stale only when no
-  process of that launch still lives (`launch_processes`), not merely when the launcher's pid is gone.
+- the node's launcher is started with LAUNCH_ID in its environment, and torchrun's ranks (and what they start)
+  inherit it, so the run dir's lock is stale only when none of them still lives (`launch_processes`), not merely
+  when the launcher's pid is gone. The launching process itself does not carry it, nor does a universal conversion
+  it runs before the ranks start (that one ends with it, by the parent-death signal).
 
 The launch id lives here (not in launch/) because both sides read it: launch/ sets it, worker/ watches it.
 """
@@ -81,7 +83,8 @@ def start_time(pid) -> Optional[float]:
 
 
 def launch_processes(launch_id: Optional[str]) -> List[int]:
-    """Pids on this host whose environment carries this launch id (torchrun, its ranks, a conversion)."""
+    """Pids on this host whose environment carries this launch id (the node's launcher, its ranks, what they
+    start)."""
     import psutil
 
     if not launch_id:

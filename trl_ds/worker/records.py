@@ -48,9 +48,9 @@ class LiveMemory(TrainerCallback):
 class MetricsLogger(TrainerCallback):
     """Appends each logging step's metrics and throughput to metrics.jsonl on rank 0."""
 
-    def __init__(self, path: str, sequence_parallel: int = 1):
+    def __init__(self, path: str, shares_samples: int = 1):
         self.path = path
-        self.sequence_parallel = sequence_parallel  # ranks that share each sample
+        self.shares_samples = shares_samples  # ranks that share each sample: sp × tp
         self.last = None  # (time, step) of the previous log
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -69,7 +69,7 @@ class MetricsLogger(TrainerCallback):
             self._write({"step": state.global_step, "time": round(now, 3), **logs})
             return
         samples = (state.global_step - self.last[1]) * args.per_device_train_batch_size * args.world_size \
-            * args.gradient_accumulation_steps // self.sequence_parallel
+            * args.gradient_accumulation_steps // self.shares_samples
         record = {"step": state.global_step, "time": round(now, 3), **logs,
                   "samples_per_second": round(samples / max(now - self.last[0], 1e-9), 3)}
         self.last = (now, state.global_step)
