@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import REPO, read_json
 from tests.integration.test_multinode import losses, reference_run, tiny_model_dir
-from tests.integration.test_stop import processes_of
+from tests.integration.test_stop import processes_of, wait_for
 
 pytestmark = pytest.mark.integration
 RECORDED = ("GLOO_SOCKET_IFNAME", "MY_MARKER")
@@ -88,8 +88,8 @@ def test_rank_killed_on_node_1_ends_the_launch_within_seconds_naming_rank_node_a
     assert (f"trl_ds: launch failed: rank 1 (node 1, host 10.88.0.2, local rank 0) exited with signal SIGKILL; "
             f"its log: {log}") in done.stderr, done.stderr[-3000:]
     assert read_json(run_dir / "logs" / "node_0" / "failure.json")["log"] == str(log)
-    time.sleep(2)  # the remote launchers' own exit after SIGTERM
-    assert not processes_of(run_dir), "a launcher or rank of this run outlived it"
+    # the remote launchers' own exit after SIGTERM
+    wait_for(lambda: not processes_of(run_dir), 20, "every launcher and rank of this run ended")
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
 
 
@@ -137,5 +137,4 @@ def test_rank_killed_on_node_1_ends_an_openmpi_launch_naming_rank_node_and_log(t
             f"rank this time; the ranks' output is in {log}")
     reported = "process rank 1 with PID" in log.read_text()
     assert f"trl_ds: launch failed: {named if reported else lost}" in done.stderr, done.stderr[-3000:]
-    time.sleep(2)
-    assert not processes_of(run_dir), "a launcher or rank of this run outlived it"
+    wait_for(lambda: not processes_of(run_dir), 20, "every launcher and rank of this run ended")

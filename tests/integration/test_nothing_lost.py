@@ -24,7 +24,8 @@ from tests.integration.test_stop import processes_of, wait_for
 pytestmark = pytest.mark.integration
 
 ARGS = ["checkpoint.every_steps=2", "batch.global_size=4"]
-ENDED_WITHIN_S = 10  # every process of a launch, after SIGKILL to its launcher
+ENDED_WITHIN_S = 20  # every process of a launch, after SIGKILL to its launcher (0.3-1.8 s measured; 5.5 s for
+# a rank stuck in a collective: the lifeline's grace and poll)
 
 
 def command(run_dir, steps, *extra):
@@ -64,7 +65,6 @@ def killed(tmp_path_factory):
     assert first.returncode == 0, first.stderr[-3000:]
     proc = start(command(run_dir, 40))
     ended_s = kill_when(proc, run_dir, lambda: 6 in complete_steps(run_dir), group=False)
-    print(f"SIGKILL to the launcher alone: every process of the launch ended {ended_s:.1f} s later")
     return run_dir, ended_s
 
 
@@ -173,8 +173,10 @@ def test_a_killed_conversion_to_zero3_is_redone_from_scratch(killed, tmp_path):
     checkpoint = run_dir / "trainer" / f"checkpoint-{newest}"
     partial = checkpoint / f"global_step{newest}_universal.partial"
     proc = start(command(run_dir, newest + 2, "zero=stage3"))
-    wait_for(lambda: partial.exists() or proc.poll() is not None, 300, "the conversion started")
-    time.sleep(0.5)  # into ds_to_universal's writing
+    # killed once ds_to_universal has written into the folder, not before and not after it finished
+    wait_for(lambda: (partial.exists() and any(partial.iterdir())) or proc.poll() is not None, 300,
+             "the conversion wrote its first file")
+    assert proc.poll() is None, "the launch ended before its conversion could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
     assert partial.exists() and not (checkpoint / f"global_step{newest}_universal").exists()
@@ -201,7 +203,6 @@ def test_sigkill_to_the_launchers_group_ends_its_ranks_and_a_relative_dataset_is
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     # once a step is logged: the ranks loaded ./train.jsonl and train
     ended_s = kill_when(proc, run_dir, lambda: (run_dir / "metrics.jsonl").exists(), group=True)
-    print(f"SIGKILL to the launcher's group: every process of the launch ended {ended_s:.1f} s later")
     assert ended_s < ENDED_WITHIN_S
     # parsed, not searched: YAML folds a long plain value with spaces onto two lines
     assert yaml.safe_load((run_dir / "trainer.yaml").read_text())["dataset_name"] == f"{data}/train.jsonl"

@@ -64,9 +64,6 @@ def test_model_states_and_reference_match_the_plan(name, tmp_path_factory):
             assert held[kind] == pytest.approx(planned.get(kind, 0), rel=0.01, abs=0.01 * total), (kind, held)
         reference = sum(rank["reference"].values())
         assert reference == pytest.approx(planned_reference, rel=0.01), (rank["reference"], planned_reference)
-        assert current["device_bytes"]["reference"] >= planned_reference  # the column adds ZeRO-3's gathered module
-        print(f"{name} rank {rank['rank']}: model states {sum(held.values())} B (planned {total}), reference "
-              f"{reference} B (planned {planned_reference})")
 
 
 @pytest.mark.parametrize("name", ["dpo-stage2", "grpo-stage2-beta", "dpo-stage3", "dpo-stage3-larger",
@@ -80,7 +77,8 @@ def test_the_reference_is_a_copy_below_zero3_and_a_partition_under_it(name, tmp_
             assert reference == FP32 * rank["parameters"]
         else:  # the tiny model's tensors are all below the threshold: whole, beside their partitions
             assert reference == sum(rank["model_states"]["params"].values())
-            assert reference < FP32 * rank["parameters"] or "larger" not in name
+            if "larger" in name:  # its large tensors are partitioned: less than a whole fp32 copy
+                assert reference < FP32 * rank["parameters"]
 
 
 @pytest.mark.parametrize("name", ["reward-stage2", "reward-stage3", "dpo-lora-stage3"])

@@ -67,15 +67,15 @@ def test_every_group_refuses_an_added_key(compose_cfg):
 
 def test_a_typo_is_refused_without_importing_deepspeed():
     """Names come from DeepSpeed's source read with ast: the refusal does not pay the ~2 s deepspeed import."""
-    code = ("import sys, time; t = time.time()\n"
+    code = ("import sys\n"
             "from trl_ds.config.compose import compose\nfrom trl_ds.check.validate import validate\n"
             "from trl_ds.errors import ConfigError\n"
             "try:\n    validate(compose(['+zero.overlap_comms=true']), '/tmp/run', False)\n"
             "except ConfigError as err:\n    print(err)\n"
-            "print('deepspeed' in sys.modules, 'torch' in sys.modules, round(time.time() - t, 2))")
+            "print('deepspeed' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "Did you mean zero.overlap_comm?" in out
-    assert out.split()[-3:-1] == ["False", "False"], out
+    assert out.split()[-2:] == ["False", "False"], out
 
 
 def test_refusal_latency_in_process(compose_cfg):

@@ -63,7 +63,7 @@ def test_dpo_and_reward_put_chosen_and_rejected_through_together(compose_cfg):
 
 def test_reward_model_count_is_a_sequence_classifier_exactly(compose_cfg):
     """AutoModelForSequenceClassification(num_labels=1), as the reward trainer loads it, built on the meta device."""
-    torch = pytest.importorskip("torch")
+    import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     for preset, raw in [("tiny", dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_hidden_layers=4,
@@ -189,7 +189,6 @@ def test_step_time_counts_the_reference_forward_and_grpo_generation(compose_cfg)
 def test_paired_activations_are_what_autograd_saves_for_2b_sequences(width, dtype_name):
     """scripts/measure_activations.py --paired: the decoder layers of DPO's policy and of the reward model (a real
     AutoModelForSequenceClassification) save, for b pairs, what the planner charges for 2b sequences."""
-    pytest.importorskip("torch")
     sys.path.insert(0, str(REPO / "scripts"))
     import measure_activations
 
