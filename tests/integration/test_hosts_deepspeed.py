@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,13 @@ if rank is not None:  # a rank: from DeepSpeed's per-node launch, or from mpirun
 """
 
 
+def op_built_at(name):
+    """When DeepSpeed's JIT-built op was last linked (torch's extension cache)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return (Path(_get_build_directory(name, verbose=False)) / f"{name}.so").stat().st_mtime_ns
+
+
 def launch_on_node_0(test_hosts, tmp_path_factory, tmp_path, run_dir, extra, timeout=1200):
     """python -m trl_ds on node 0 (10.88.0.1), as a user there would type it; returns (CompletedProcess, records)."""
     records = tmp_path / "records"
@@ -59,8 +67,12 @@ def test_deepspeed_over_pdsh_carries_the_environment_and_trains_to_the_one_host_
                                                                                     tmp_path_factory):
     reference = reference_run(tmp_path_factory)  # 1 node x 2 ranks, global batch 4, as here (2 nodes x 1 rank)
     run_dir = tmp_path / "run"
+    built = op_built_at("deepspeed_shm_comm")  # by the reference run's ranks
     done, records, _ = launch_on_node_0(test_hosts, tmp_path_factory, tmp_path, run_dir, ["trainer.max_steps=3"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # Ranks started over ssh have the login PATH, whose ninja (Debian's 1.11) is not the venv's: they rebuilt the op
+    # (20 s), and the next local launch rebuilt it back, until the worker put its own Python's folder first.
+    assert op_built_at("deepspeed_shm_comm") == built, "a rank rebuilt DeepSpeed's shm op"
     # Each rank saw every configured variable in its own environment, on its own host.
     assert records == {0: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.1"},
                        1: {"GLOO_SOCKET_IFNAME": "eth1", "MY_MARKER": "hello", "address": "10.88.0.2"}}

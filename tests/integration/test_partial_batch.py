@@ -1,5 +1,6 @@
 """The issue's case (#33): 20 rows, global batch 8, 5 steps, all five shapes (ranks×micro×accumulation). Epochs end
-in a partial batch (20 = 2 × 8 + 4). Without trainer.dataloader_drop_last the shapes split it differently and the
+in a partial batch (20 = 2 × 8 + 4). The rows mix two sentence lengths, so padding and per-token normalisation are
+under test too. Without trainer.dataloader_drop_last the shapes split it differently and the
 check names the cause; with it, the train split is cut to whole global batches (trl_ds/worker/data.py) and every
 shape, accumulation included, trains the same model."""
 import json
@@ -31,6 +32,7 @@ def test_drop_last_makes_every_shape_equivalent_accumulation_included(tmp_path):
     assert result["points"] == ["1×8×1", "1×2×4", "2×4×1", "4×2×1", "2×2×2"]
     assert all(len(losses) == 5 for losses in result["losses"].values())  # 2 whole steps per epoch: 3rd epoch reached
     assert max(result["step_deviation"]) < 1e-6, table  # the same samples in every step: roundoff only
+    assert result["losses"]["1×8×1"][-1] < result["losses"]["1×8×1"][0]  # and it learns
     log = (tmp_path / "dropped" / "1x2x4" / "logs").rglob("*")
     assert any("training on the first 16 of 20 rows (2 whole global batches of 8 per epoch)" in p.read_text()
                for p in log if p.is_file()), "the rank says which rows it trains on"

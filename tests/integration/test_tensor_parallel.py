@@ -1,6 +1,7 @@
 """tp=autotp trained for real: DeepSpeed AutoTP on 2 CPU ranks (gloo), TRL's SFTTrainer, the tiny Llama.
 
-Three launches shared by the module: tp.size=1 for 6 steps (data-parallel, micro 2 × 2 ranks), and tp.size=2 for 4
+Three launches shared by the module: tp.size=1 for 6 steps (data-parallel, micro 2 × 2 ranks: stage_runs' ZeRO-2 run,
+which other modules read too), and tp.size=2 for 4
 steps with a checkpoint every 3 (both ranks read the same 4 samples; transformers saves the last step's too) relaunched
 in its run dir to 6, which resumes from checkpoint-4, so steps 5 and 6 train on the update made after a save. The
 global batch is 4 in both. Expected values come from the tp.size=1 run, from DeepSpeed's own
@@ -10,21 +11,19 @@ import json
 
 import pytest
 from conftest import read_json, run_app
+from stage_runs import STEPS, stage_run
 
 from trl_ds.study.equivalence import LOSS_RTOL
 
 pytestmark = pytest.mark.integration
 
-STEPS = 6
 TP2 = ["tp=autotp", "tp.size=2", "trainer.per_device_train_batch_size=4", "checkpoint.every_steps=3"]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("tensor_parallel")
-    tp1, tp2 = base / "tp1", base / "tp2"
-    out = run_app([f"trainer.max_steps={STEPS}"], tp1)
-    assert out.returncode == 0, out.stderr[-3000:]
+    tp1, tp2 = stage_run("stage2", tmp_path_factory)[0], base / "tp2"  # tp.size=1 is the default
     first = run_app([*TP2, "trainer.max_steps=4"], tp2)
     assert first.returncode == 0, first.stderr[-3000:]
     memory = {rank: read_json(tp2 / "memory" / f"rank_{rank}.json") for rank in (0, 1)}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trl_ds"
-BASE = {"errors", "short_lived"}
+BASE = {"errors", "short_lived", "python_path"}
 ALLOWED = {
     "config": {"config"},
     "rundir": {"config", "rundir"},

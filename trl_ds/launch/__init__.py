@@ -6,10 +6,10 @@ hostfile or sbatch.sh) and `start` (run this node's share, or submit the job). l
 `start` runs it, srun runs it on each SLURM node, and a user can run it by hand on each node.
 """
 import os
-import sys
 from typing import Dict, List
 
 from trl_ds.config.values import value
+from trl_ds.python_path import this_python_first
 from trl_ds.rundir.layout import (
     DEEPSPEED_ENV,
     HOSTFILE,
@@ -143,6 +143,4 @@ def node_progress(cfg, run_dir: str, node: NodeView):
 def spawn_env() -> Dict[str, str]:
     """This environment, with this Python's folder first on PATH so torchrun, deepspeed and the SLURM job find the
     launchers installed beside it (the venv) even when it is not activated."""
-    bin_dir = os.path.dirname(sys.executable)
-    path = [bin_dir] + [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
-    return {**os.environ, "PATH": os.pathsep.join(path)}
+    return {**os.environ, "PATH": this_python_first(os.environ.get("PATH", ""))}
