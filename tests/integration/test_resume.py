@@ -8,6 +8,7 @@ import time
 
 import pytest
 from conftest import REPO, read_json, run_app
+from stage_runs import stage_run
 
 pytestmark = pytest.mark.integration
 
@@ -90,14 +91,10 @@ def test_killed_rank_then_relaunch_equals_uninterrupted(stage, tmp_path):
     assert complete_steps(run_dir) == [STEPS - EVERY, STEPS]  # keep_last=2
 
 
-@pytest.mark.parametrize("extra", [["zero=stage3"], ["zero=stage3", "offload=cpu", "offload.param=cpu"]])
-def test_zero3_final_model_reloads_with_the_engines_logits(extra, tmp_path):
+def assert_final_model_reloads(run_dir):
     import torch
     from transformers import AutoModelForCausalLM
 
-    run_dir = tmp_path / "run"
-    out = run_app([*extra, "trainer.max_steps=3", "zero.stage3_param_persistence_threshold=0"], run_dir)
-    assert out.returncode == 0, out.stderr
     probe = torch.load(run_dir / "final_model" / "probe_logits.pt")
     model = AutoModelForCausalLM.from_pretrained(run_dir / "final_model").eval()
     with torch.no_grad():
@@ -105,3 +102,17 @@ def test_zero3_final_model_reloads_with_the_engines_logits(extra, tmp_path):
     assert logits.shape == probe["logits"].shape
     assert torch.allclose(logits, probe["logits"], rtol=1e-5, atol=1e-5)
     assert sum(p.numel() for p in model.parameters()) == read_json(run_dir / "memory" / "rank_0.json")["parameters"]
+
+
+def test_zero3_final_model_reloads_with_the_engines_logits(tmp_path_factory):
+    """stage_runs' 12.3M-parameter ZeRO-3 run: its tensors above the persistence threshold are partitioned, gathered
+    from both ranks at the save."""
+    assert_final_model_reloads(stage_run("larger-stage3", tmp_path_factory)[0])
+
+
+def test_zero3_final_model_with_offloaded_parameters_reloads_with_the_engines_logits(tmp_path):
+    run_dir = tmp_path / "run"
+    out = run_app(["zero=stage3", "offload=cpu", "offload.param=cpu", "trainer.max_steps=3",
+                   "zero.stage3_param_persistence_threshold=0"], run_dir)
+    assert out.returncode == 0, out.stderr
+    assert_final_model_reloads(run_dir)

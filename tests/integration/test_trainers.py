@@ -20,7 +20,8 @@ RUNS = {
     "dpo-stage2": ["trainer=dpo", "zero=stage2", "trainer.max_steps=6"],
     "dpo-stage3": ["trainer=dpo", "zero=stage3", "trainer.max_steps=6"],
     "reward-stage3": ["trainer=reward", "zero=stage3", "trainer.max_steps=8", "trainer.per_device_train_batch_size=8"],
-    "grpo-stage3": ["trainer=grpo", "zero=stage3", "trainer.max_steps=4"],
+    # beta 0.1: TRL builds the reference model (test_trainer_memory weighs it in this run)
+    "grpo-stage3": ["trainer=grpo", "zero=stage3", "trainer.beta=0.1", "trainer.max_steps=4"],
     # threshold 0: the small adapter matrices are partitioned too, as a large model's are (a saved adapter must
     # then be gathered from every rank)
     "lora-stage3": ["peft=lora", "zero=stage3", "trainer.max_steps=6", "zero.stage3_param_persistence_threshold=0"],

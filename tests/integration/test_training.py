@@ -3,8 +3,11 @@ import math
 import os
 
 import pytest
-from conftest import read_json, require, run_app
+from conftest import read_json, require
 from stage_runs import STEPS, TINY, stage_run
+
+from tests.integration.test_multinode import reference_run, tiny_model_dir
+from trl_ds.rundir.layout import load_run_config
 
 pytestmark = pytest.mark.integration
 
@@ -64,13 +67,10 @@ def test_stage3_rank_holds_only_its_partition(tmp_path_factory):
         assert 0.49 * full < held < 0.52 * full, (held, full)
 
 
-def test_model_from_a_local_folder(tmp_path, compose_cfg):
-    from trl_ds.worker.models import save_tiny_model
-
-    folder = tmp_path / "my-model"
-    save_tiny_model(compose_cfg().model, str(folder), seed=1)
-    run_dir = tmp_path / "run"
-    out = run_app([f"model.name_or_path={folder}", "trainer.max_steps=2"], run_dir)
-    assert out.returncode == 0, out.stderr
-    assert read_json(run_dir / "summary.json")["steps"] == 2
+def test_model_from_a_local_folder(tmp_path_factory):
+    """The launcher tests' shared reference run is one: 10 steps of the tiny model saved to a folder beforehand."""
+    reference_run(tmp_path_factory)
+    run_dir = tmp_path_factory.getbasetemp() / "reference_run"
+    assert read_json(run_dir / "summary.json")["steps"] == 10
+    assert load_run_config(str(run_dir)).model.name_or_path == tiny_model_dir(tmp_path_factory)
     assert not (run_dir / "model").exists()  # the given folder was used, nothing built
