@@ -42,7 +42,7 @@ def test_ranks_run_here(compose_cfg, overrides, here, monkeypatch, tmp_path):
     assert ranks_run_here(compose_cfg(overrides)) is here
 
 
-@pytest.mark.parametrize("overrides", [["cluster=2x8"]])  # launcher=slurm: tests/integration/test_gpu_count_slurm.py
+@pytest.mark.parametrize("overrides", [["cluster=2x8"]])  # launcher=slurm: test_slurm.py::test_readme_slurm_command_*
 def test_no_gpu_here_is_fine_when_the_ranks_run_elsewhere(compose_cfg, monkeypatch, overrides, tmp_path):
     monkeypatch.setattr(validate_mod, "count_gpus", lambda: 0)
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "none.conf"))  # no SLURM answers
