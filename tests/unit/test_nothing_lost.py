@@ -154,6 +154,27 @@ def test_a_lowered_max_steps_below_the_newest_checkpoint_is_refused(tmp_path, co
     assert check_history(compose_cfg(["trainer.max_steps=16"]), str(tmp_path)) == []
 
 
+def test_lowered_epochs_ending_before_the_newest_checkpoint_are_refused(tmp_path, compose_cfg):
+    """The tiny split is 512 rows; global batch 4 (micro 2 × 2 ranks): 128 optimizer steps per epoch."""
+    from trl_ds.check.history import check_history
+    from trl_ds.config.batch import resolve_batch
+
+    folder = tmp_path / "trainer" / "checkpoint-16"
+    folder.mkdir(parents=True)
+    (folder / "trl_ds_complete.json").write_text(json.dumps({"step": 16, "files": {}}))
+    batch = resolve_batch(2, 2, None, None)
+
+    def problems(epochs):
+        cfg = compose_cfg(["trainer.max_steps=-1", f"trainer.num_train_epochs={epochs}"])
+        return check_history(cfg, str(tmp_path), batch)
+
+    assert problems(0.1) == [  # ceil(0.1 × 128) = 13 steps
+        f"trainer.num_train_epochs=0.1 is 13 optimizer steps (512 rows: 128 per epoch × 0.1 epochs), which ends "
+        f"before this run's newest checkpoint ({tmp_path}/trainer/checkpoint-16, step 16). Use "
+        f"trainer.num_train_epochs=0.125 or more to continue this run, or a new hydra.run.dir for a run of 0.1 epochs."]
+    assert problems(0.125) == [] and problems(1) == []  # 16 and 128 steps
+
+
 def test_an_empty_checkpoint_marker_fails_verification(tmp_path):
     from trl_ds.rundir.checkpoint import newest_verified
 

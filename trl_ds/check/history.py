@@ -6,18 +6,21 @@
 - The same command after the run completed: it says so and trains nothing (a raised trainer.max_steps continues).
 - trainer.max_steps below the newest complete checkpoint: refused with both numbers. Resuming would train past
   max_steps (transformers resumes the step count), and rotation would then delete checkpoints up to that step.
+  Likewise trainer.num_train_epochs whose optimizer steps (counted as plan.json counts them) end before it.
 - A summary.json that a kill left empty or cut says nothing about the run: it is ignored (the launch rewrites it).
 """
 import os
 from typing import List, Optional
 
+from trl_ds.config.batch import Batch
+from trl_ds.config.training_steps import describe, training_steps
 from trl_ds.rundir.checkpoint import checkpoints, is_complete, step_of
 from trl_ds.rundir.layout import CHECKPOINT_DIR, METRICS, RESOLVED_CONFIG, SUMMARY, read_json_or_none, read_yaml_or_none
 
 
-def check_history(cfg, run_dir: str) -> List[str]:
+def check_history(cfg, run_dir: str, batch: Optional[Batch] = None) -> List[str]:
     if cfg.resume == "auto":
-        return check_max_steps(cfg, run_dir) + check_writable(run_dir)
+        return check_max_steps(cfg, run_dir) + check_epochs(cfg, run_dir, batch) + check_writable(run_dir)
     found = [os.path.basename(c) for c in checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))]
     if os.path.isfile(os.path.join(run_dir, METRICS)):
         found.append(METRICS)
@@ -58,14 +61,35 @@ def check_writable(run_dir: str) -> List[str]:
     return []
 
 
+def newest_complete(run_dir: str) -> Optional[str]:
+    done = [c for c in checkpoints(os.path.join(run_dir, CHECKPOINT_DIR)) if is_complete(c)]
+    return done[-1] if done else None
+
+
 def check_max_steps(cfg, run_dir: str) -> List[str]:
     """trainer.max_steps below the newest complete checkpoint, which resume would load: refused with the numbers."""
     max_steps = cfg.trainer.max_steps
-    done = [c for c in checkpoints(os.path.join(run_dir, CHECKPOINT_DIR)) if is_complete(c)]
-    if max_steps <= 0 or not done or step_of(done[-1]) <= max_steps:
+    newest_dir = newest_complete(run_dir)
+    if max_steps <= 0 or not newest_dir or step_of(newest_dir) <= max_steps:
         return []
-    newest = step_of(done[-1])
-    return [f"trainer.max_steps={max_steps} is below this run's newest checkpoint ({done[-1]}, step {newest}): "
+    newest = step_of(newest_dir)
+    return [f"trainer.max_steps={max_steps} is below this run's newest checkpoint ({newest_dir}, step {newest}): "
             f"resuming would train past step {max_steps}, and keeping checkpoint.keep_last would delete older "
             f"checkpoints. Use trainer.max_steps={newest} or more to continue this run, or a new hydra.run.dir "
             f"for a run of {max_steps} steps."]
+
+
+def check_epochs(cfg, run_dir: str, batch: Optional[Batch]) -> List[str]:
+    """trainer.num_train_epochs (trainer.max_steps=-1) whose optimizer steps end before the newest complete
+    checkpoint: refused with the numbers, as a lowered trainer.max_steps is."""
+    newest_dir = newest_complete(run_dir)
+    if cfg.trainer.max_steps > 0 or batch is None or not newest_dir:
+        return []
+    training = training_steps(cfg, batch)
+    planned, newest = training["optimizer_steps"], step_of(newest_dir)
+    if planned is None or newest <= planned:
+        return []
+    epochs, enough = cfg.trainer.num_train_epochs, newest / training["steps_per_epoch"]
+    return [f"trainer.num_train_epochs={epochs} is {describe(training)}, which ends before this run's newest "
+            f"checkpoint ({newest_dir}, step {newest}). Use trainer.num_train_epochs={enough:g} or more to continue "
+            f"this run, or a new hydra.run.dir for a run of {epochs} epochs."]

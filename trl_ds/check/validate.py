@@ -60,7 +60,7 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
     if batch is not None and not problems:  # DeepSpeed's own classes, when the config holds more than trl_ds's keys
         problems += deepspeed_problems(cfg, batch, run_dir)
     if launching:
-        problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_history(cfg, run_dir)
+        problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_history(cfg, run_dir, batch)
         problems += check_trainer_here(cfg)
         problems += check_data_files(cfg)  # every record of a local data file, read through
     if problems:
