@@ -3,7 +3,8 @@
 # make nvme  — also install libaio-dev (as root), which offload=nvme needs
 # make test  — set up .venv and the test-only system packages (scripts/setup_test_env.sh: SLURM, sshd, pdsh, Open MPI,
 #              libaio), lint, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI):
-#              unit + config tests on both cores, then the integration tests one at a time (scripts/run_tests.sh)
+#              unit + config tests on both cores with the light integration tests beside them, then the other
+#              integration tests one at a time (scripts/run_tests.sh)
 # make test-fast — lint, then tests/unit and tests/configs only (not tests/integration)
 # make lint  — ruff (rules and line length in pyproject.toml); installs the test tools like make test
 PY := .venv/bin/python

@@ -76,3 +76,11 @@ def test_hosts(tmp_path_factory):
     hosts = TestHosts(tmp_path_factory.mktemp("test_hosts")).start()
     yield hosts
     hosts.stop()
+
+
+def pytest_collection_modifyitems(items):
+    """Everything under tests/integration is an integration test, marked or not: scripts/run_tests.sh selects by it."""
+    folder = REPO / "tests" / "integration"
+    for item in items:
+        if folder in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)

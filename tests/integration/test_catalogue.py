@@ -3,7 +3,7 @@ traceback, no rank spawned, no run dir written (and an existing run dir left unt
 import pytest
 from conftest import run_app
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.light]
 
 # (id, overrides, what the message must say)
 CATALOGUE = [

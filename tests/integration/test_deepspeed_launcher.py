@@ -45,6 +45,7 @@ def two_node_args(tmp_path_factory, tmp_path, port, timeout=900):
             f"launcher.rdzv_timeout={timeout}", f"model.name_or_path={tiny_model_dir(tmp_path_factory)}"]
 
 
+@pytest.mark.light
 @pytest.mark.parametrize("node_rank, expected", [
     (0, "node 1 never joined: the rendezvous at 127.0.0.1:{port} was not complete within "
         "launcher.rdzv_timeout={timeout} s. Start every node"),

@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import REPO
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.light]
 
 
 def test_cli_reports_ops_backends_and_devices(tmp_path):

@@ -13,6 +13,8 @@ import pytest
 from conftest import read_json
 from stage_runs import stage_run
 
+pytestmark = pytest.mark.integration
+
 KINDS = ("params", "gradients", "optimizer")
 # The tiny model at every stage and offload; the 12.3M one where tensor size decides what ZeRO-3 partitions, and
 # once each for stage 1-2 with and without offload (the runs are shared with test_training).

@@ -78,6 +78,7 @@ def two_node_args(tmp_path_factory, port, timeout=60):
             "cluster.master_addr=127.0.0.1", f"cluster.master_port={port}", f"launcher.rdzv_timeout={timeout}"]
 
 
+@pytest.mark.light
 def test_node_that_never_joins_ends_node_0_naming_it(tmp_path_factory, tmp_path):
     port = free_port()
     node0 = start_node(two_node_args(tmp_path_factory, port, RDZV_TIMEOUT) + ["cluster.node_rank=0"], tmp_path)
@@ -94,6 +95,7 @@ def test_node_that_never_joins_ends_node_0_naming_it(tmp_path_factory, tmp_path)
     assert read_json(tmp_path / "summary.json")["status"] == "failed"
 
 
+@pytest.mark.light
 def test_worker_node_without_a_main_node_gives_up_within_the_timeout(tmp_path_factory, tmp_path):
     port = free_port()
     node1 = start_node(two_node_args(tmp_path_factory, port, RDZV_TIMEOUT) + ["cluster.node_rank=1"], tmp_path)

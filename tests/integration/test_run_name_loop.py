@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.light]
 
 
 def test_three_dry_runs_in_a_row_get_three_run_dirs(tmp_path):
