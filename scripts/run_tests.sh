@@ -8,7 +8,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 start=$(date +%s)
-"$PY" -m pytest -q -ra --durations=10 -n 2 -m "light or not integration" tests/unit tests/configs tests/integration "$@"
+# tests/integration first and --dist loadgroup: one worker starts the xdist_group "waits" at once, the other the
+# CPU-bound tests, so the waits overlap the unit tests instead of each other at the end.
+"$PY" -m pytest -q -ra --durations=10 -n 2 --dist loadgroup -m "light or not integration" tests/integration tests/unit \
+  tests/configs "$@"
 unit=$?
 unit_s=$(( $(date +%s) - start ))
 "$PY" -m pytest -q -ra --durations=10 -m "not light" tests/integration "$@"

@@ -46,6 +46,7 @@ def two_node_args(tmp_path_factory, tmp_path, port, timeout=900):
 
 
 @pytest.mark.light
+@pytest.mark.xdist_group("waits")  # one worker waits through them while the other runs the unit tests
 @pytest.mark.parametrize("node_rank, expected", [
     (0, "node 1 never joined: the rendezvous at 127.0.0.1:{port} was not complete within "
         "launcher.rdzv_timeout={timeout} s. Start every node"),

@@ -79,6 +79,7 @@ def two_node_args(tmp_path_factory, port, timeout=60):
 
 
 @pytest.mark.light
+@pytest.mark.xdist_group("waits")  # one worker waits through them while the other runs the unit tests
 def test_node_that_never_joins_ends_node_0_naming_it(tmp_path_factory, tmp_path):
     port = free_port()
     node0 = start_node(two_node_args(tmp_path_factory, port, RDZV_TIMEOUT) + ["cluster.node_rank=0"], tmp_path)
@@ -96,6 +97,7 @@ def test_node_that_never_joins_ends_node_0_naming_it(tmp_path_factory, tmp_path)
 
 
 @pytest.mark.light
+@pytest.mark.xdist_group("waits")
 def test_worker_node_without_a_main_node_gives_up_within_the_timeout(tmp_path_factory, tmp_path):
     port = free_port()
     node1 = start_node(two_node_args(tmp_path_factory, port, RDZV_TIMEOUT) + ["cluster.node_rank=1"], tmp_path)

@@ -9,7 +9,7 @@ import pytest
 from tests.unit.test_rendezvous import free_port
 from trl_ds.launch.peers import Peers
 
-pytestmark = [pytest.mark.integration, pytest.mark.light]
+pytestmark = [pytest.mark.integration, pytest.mark.light, pytest.mark.xdist_group("waits")]
 
 
 def test_a_failure_announced_before_the_main_store_is_up_reaches_it():
