@@ -20,7 +20,8 @@ from trl_ds.rundir.layout import CHECKPOINT_DIR, METRICS, RESOLVED_CONFIG, SUMMA
 
 def check_history(cfg, run_dir: str, batch: Optional[Batch] = None) -> List[str]:
     if cfg.resume == "auto":
-        return check_max_steps(cfg, run_dir) + check_epochs(cfg, run_dir, batch) + check_writable(run_dir)
+        newest = newest_complete(run_dir)  # what resume would load
+        return check_max_steps(cfg, newest) + check_epochs(cfg, newest, batch) + check_writable(run_dir)
     found = [os.path.basename(c) for c in checkpoints(os.path.join(run_dir, CHECKPOINT_DIR))]
     if os.path.isfile(os.path.join(run_dir, METRICS)):
         found.append(METRICS)
@@ -66,10 +67,9 @@ def newest_complete(run_dir: str) -> Optional[str]:
     return done[-1] if done else None
 
 
-def check_max_steps(cfg, run_dir: str) -> List[str]:
+def check_max_steps(cfg, newest_dir: Optional[str]) -> List[str]:
     """trainer.max_steps below the newest complete checkpoint, which resume would load: refused with the numbers."""
     max_steps = cfg.trainer.max_steps
-    newest_dir = newest_complete(run_dir)
     if max_steps <= 0 or not newest_dir or step_of(newest_dir) <= max_steps:
         return []
     newest = step_of(newest_dir)
@@ -79,10 +79,9 @@ def check_max_steps(cfg, run_dir: str) -> List[str]:
             f"for a run of {max_steps} steps."]
 
 
-def check_epochs(cfg, run_dir: str, batch: Optional[Batch]) -> List[str]:
+def check_epochs(cfg, newest_dir: Optional[str], batch: Optional[Batch]) -> List[str]:
     """trainer.num_train_epochs (trainer.max_steps=-1) whose optimizer steps end before the newest complete
     checkpoint: refused with the numbers, as a lowered trainer.max_steps is."""
-    newest_dir = newest_complete(run_dir)
     if cfg.trainer.max_steps > 0 or batch is None or not newest_dir:
         return []
     training = training_steps(cfg, batch)
