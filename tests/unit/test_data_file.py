@@ -15,6 +15,7 @@ from trl_ds.check.trainer_rules import NEEDED_COLUMNS
 REPO = Path(__file__).resolve().parents[2]
 SFT, DPO = NEEDED_COLUMNS["sft"], NEEDED_COLUMNS["dpo"]
 GOOD = [{"text": f"question : what is {n} plus one ?"} for n in ("one", "two", "three", "four")]
+GOOD_BYTES = "".join(json.dumps(r) + "\n" for r in GOOD).encode()
 
 
 def jsonl(path, rows, broken_at=None, broken='{"text": "cut off\n'):
@@ -176,3 +177,101 @@ def test_the_evaluation_file_is_read_through_too(compose_cfg, tmp_path):
     assert check_data_files(cfg) == [f"trainer.eval_dataset_name={held_out}: line 2 is not JSON (Expecting property "
                                      f"name enclosed in double quotes at column 2). Fix or remove that record, or "
                                      f"give another trainer.eval_dataset_name."]
+
+
+def launch_problems(compose_cfg, overrides, run_dir, launching=True):
+    from trl_ds.check.validate import validate
+    from trl_ds.errors import ConfigError
+
+    try:
+        validate(compose_cfg(overrides), str(run_dir), launching)
+    except ConfigError as err:
+        return err.problems
+    return []
+
+
+@pytest.mark.parametrize("name, data, why", [
+    ("rows.jsonl", b"", "0 bytes"),  # was "has columns (none)"
+    ("rows.jsonl", b"\n \n", "no records"),
+    ("rows.csv", b"text\n", "a header and no rows"),  # datasets: Instruction 'train' corresponds to no data
+    ("rows.parquet", b"", "0 bytes"),  # was "is not a Parquet file (...). Fix or remove that record"
+])
+def test_an_empty_file_is_named_empty_with_the_fix(compose_cfg, tmp_path, name, data, why):
+    path = tmp_path / name
+    path.write_bytes(data)
+    for launching in (True, False):  # the launch and the dry run say the same
+        assert launch_problems(compose_cfg, [f"trainer.dataset_name={path}"], tmp_path / "run", launching) == [
+            f"trainer.dataset_name={path} is empty ({why}). Write records into it, or give another "
+            f"trainer.dataset_name."]
+
+
+def test_a_parquet_file_of_0_rows_is_empty(compose_cfg, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), path)  # valid: datasets fails on BatchSize 0
+    assert launch_problems(compose_cfg, [f"trainer.dataset_name={path}"], tmp_path / "run") == [
+        f"trainer.dataset_name={path} is empty (0 rows). Write records into it, or give another trainer.dataset_name."]
+
+
+def test_an_empty_json_shard_beside_others_loads_and_an_empty_csv_shard_does_not(compose_cfg, tmp_path, monkeypatch):
+    import datasets
+
+    from trl_ds.worker.data import load_split
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train-0.jsonl").write_text("")
+    jsonl(folder / "train-1.jsonl", GOOD)
+    assert launch_problems(compose_cfg, [f"trainer.dataset_name={folder}"], tmp_path / "run") == []
+    assert len(load_split(str(folder), "train")) == len(GOOD)
+    csvs = tmp_path / "csvs"
+    csvs.mkdir()
+    (csvs / "train-0.csv").write_text("text\n")
+    (csvs / "train-1.csv").write_text("text\na\nb\n")
+    assert launch_problems(compose_cfg, [f"trainer.dataset_name={csvs}"], tmp_path / "run") == [
+        f"trainer.dataset_name={csvs}: {csvs / 'train-0.csv'} is empty (a header and no rows). Write records into "
+        f"it or remove it, or give another trainer.dataset_name."]
+    with pytest.raises(Exception, match="An error occurred while generating the dataset"):
+        load_split(str(csvs), "train")  # the header-only shard's column has type null
+
+
+def test_a_folders_test_split_is_checked_for_columns_when_evaluating(compose_cfg, tmp_path):
+    """The rank's KeyError: 'text' on the test split is the same one line as the train split's."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    jsonl(folder / "train.jsonl", GOOD)
+    jsonl(folder / "test.jsonl", [{"question": "q", "answer": "a"}])
+    overrides = [f"trainer.dataset_name={folder}"]
+    assert launch_problems(compose_cfg, overrides, tmp_path / "run") == []  # no evaluation: test.jsonl is not read
+    evaluating = overrides + ["trainer.eval_strategy=steps"]
+    for launching in (True, False):
+        assert launch_problems(compose_cfg, evaluating, tmp_path / "run", launching) == [
+            f"trainer.dataset_name={folder}: {folder / 'test.jsonl'} has columns question, answer; trainer=sft needs "
+            f"text or messages or prompt and completion (missing text). Give records like {{\"text\": \"...\"}}, or "
+            f"trainer.dataset_name=tiny."]
+
+
+def test_a_dry_run_reads_the_data_as_the_launch_does(tmp_path):
+    """`python -m trl_ds ... dry_run=true` on a folder whose train.jsonl has a Latin-1 byte (the dry run's traceback
+    was count_rows', the launch's a rank's from pyarrow) and whose test.jsonl lacks 'text': exit 2, a line each."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.jsonl").write_bytes(GOOD_BYTES.replace(b"three", b"caf\xe9"))
+    jsonl(folder / "test.jsonl", [{"question": "q"}])
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "trl_ds", f"trainer.dataset_name={folder}", "dry_run=true",
+                           "trainer.eval_strategy=steps", f"hydra.run.dir={run_dir}"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "trl_ds: 2 problems in the config:",
+        f"  - trainer.dataset_name={folder}: {folder / 'train.jsonl'} line 3 is not UTF-8 (byte 0xe9 at column 33). "
+        f"Convert the file to UTF-8 (datasets reads UTF-8 only; e.g. iconv -f <its encoding> -t utf-8), or give "
+        f"another trainer.dataset_name.",
+        f"  - trainer.dataset_name={folder}: {folder / 'test.jsonl'} has columns question; trainer=sft needs text or "
+        f"messages or prompt and completion (missing text). Give records like {{\"text\": \"...\"}}, or "
+        f"trainer.dataset_name=tiny."]
+    assert not run_dir.exists()

@@ -41,6 +41,16 @@ def test_dry_run_says_how_epochs_end(tmp_path):
     assert "  epoch end: each epoch ends in a partial batch: 20 rows = 2 × 8 + 4;" in out.stdout
 
 
+def test_rows_of_json_files_datasets_loads_are_counted(tmp_path):
+    """A .json of JSON Lines and a JSON array after a BOM both load in datasets (tests/unit/test_data_readers.py);
+    counting their rows for the dry run's epoch line raised json's error, a traceback instead of the dry run."""
+    lines = tmp_path / "lines.json"
+    lines.write_text('{"text": "a"}\n{"text": "b"}\n{"text": "c"}\n')
+    with_bom = tmp_path / "bom.json"
+    with_bom.write_bytes(b'\xef\xbb\xbf[{"text": "a"},\n {"text": "b"}]')
+    assert (count_rows(str(lines)), count_rows(str(with_bom))) == (3, 2)
+
+
 def test_an_accumulation_shape_that_parts_is_named_too():
     """A shape with accumulation that parts at the partial batch (2×2×2 here, as when accelerate's even_batches fills
     one rank's short share of 18 rows from the epoch's start) is named like any other, with the same fix."""

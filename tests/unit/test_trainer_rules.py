@@ -1,11 +1,9 @@
 """What each trainer, LoRA and Ulysses need: every unmet need is one ConfigError message, before launch."""
 import json
-import os
 
 import pytest
 from conftest import require, run_app
 
-from trl_ds.check.dataset_columns import first_record_columns
 from trl_ds.check.validate import validate
 from trl_ds.errors import ConfigError
 
@@ -123,25 +121,3 @@ def test_a_user_mistake_exits_2_before_launch(tmp_path):
     assert out.returncode == 2, out.stdout + out.stderr
     assert "trainer=dpo needs chosen and rejected (missing chosen, rejected)" in out.stderr
     assert "Traceback" not in out.stderr and not run_dir.exists()
-
-
-@pytest.mark.parametrize("name,content,columns", [
-    ("a.jsonl", '\n{"chosen": "c", "rejected": "r"}\n{"x": 1}\n', ["chosen", "rejected"]),
-    ("a.json", '[ {"prompt": "p", "completion": "c"}, {"prompt": "q"} ]', ["prompt", "completion"]),
-    ("a.json", '{"text": "t"}\n{"text": "u"}\n', ["text"]),
-    ("a.csv", "chosen,rejected\nc,r\n", ["chosen", "rejected"]),
-    ("a.jsonl", "", []),
-    ("a.txt", "text", None),
-])
-def test_first_record_columns(tmp_path, name, content, columns):
-    (tmp_path / name).write_text(content)
-    assert first_record_columns(str(tmp_path / name)) == columns
-
-
-def test_first_record_columns_of_parquet(tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.table({"prompt": ["p"], "answer": ["a"]}), tmp_path / "d.parquet")
-    assert first_record_columns(str(tmp_path / "d.parquet")) == ["prompt", "answer"]
-    assert first_record_columns(os.path.join(tmp_path, "missing.parquet")) is None

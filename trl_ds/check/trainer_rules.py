@@ -12,7 +12,6 @@ from typing import List, Optional
 
 from omegaconf import ListConfig, OmegaConf
 
-from trl_ds.check.dataset_columns import first_record_columns
 from trl_ds.check.trl_arguments import check_arguments
 from trl_ds.config.batch import Batch
 from trl_ds.config.data_files import named_for_split
@@ -177,8 +176,9 @@ def _heads_divide(model, size: int) -> List[str]:
 
 
 def check_trainer_here(cfg) -> List[str]:
-    """Needs this machine must meet for a real launch: dataset columns, reward functions, loggers."""
-    problems = check_dataset_columns(cfg) + check_eval_here(cfg)
+    """Needs this machine must meet for a real launch: evaluation data, reward functions, loggers (the data files'
+    columns are check/data_file.py's, in dry runs too)."""
+    problems = check_eval_here(cfg)
     if value(cfg.trainer.name) == "grpo":
         problems += [p for path in cfg.trainer.reward_funcs for p in [reward_function_problem(path)] if p]
     report_to = value(cfg.trainer.report_to)
@@ -186,23 +186,6 @@ def check_trainer_here(cfg) -> List[str]:
         problems.append(f"trainer.report_to={report_to} needs the {report_to} package, which is not installed here. "
                         f"Install it (pip install {report_to}) or use trainer.report_to=none.")
     return problems
-
-
-def check_dataset_columns(cfg) -> List[str]:
-    name, trainer = cfg.trainer.dataset_name, value(cfg.trainer.name)
-    if name == "tiny" or not is_local_path(name):
-        return []
-    columns = first_record_columns(name)
-    if columns is None:
-        return []
-    options = NEEDED_COLUMNS[trainer]
-    if any(set(option) <= set(columns) for option in options):
-        return []
-    missing = [c for c in options[0] if c not in columns]
-    needs = " or ".join(" and ".join(option) for option in options)
-    return [f"trainer.dataset_name={name} has columns {', '.join(columns) or '(none)'}; trainer={trainer} needs "
-            f"{needs} (missing {', '.join(missing)}). Give records like {EXAMPLE_RECORD[trainer]}, or "
-            f"trainer.dataset_name=tiny."]
 
 
 def reward_function_problem(path: str) -> Optional[str]:

@@ -1,7 +1,8 @@
 """Cross-group rules, checked in the launching process before any rank starts.
 
 `validate` collects every problem into one ConfigError. Rules that depend on this machine (GPUs present, libaio,
-a writable nvme_path, local model and data files) apply only when launching for real, not to dry runs.
+a writable nvme_path, local model and data files missing) apply only when launching for real, not to dry runs; the
+data files present here are read through in both.
 """
 import ctypes.util
 import os
@@ -62,7 +63,7 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
     if launching:
         problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_history(cfg, run_dir, batch)
         problems += check_trainer_here(cfg)
-        problems += check_data_files(cfg)  # every record of a local data file, read through
+    problems += check_data_files(cfg)  # every local data file here read through, in a dry run too
     if problems:
         raise ConfigError(problems)
     return batch

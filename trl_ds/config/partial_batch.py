@@ -2,28 +2,22 @@
 batch, which the shapes of one global batch (ranks × micro × accumulation) split differently: one rank takes the
 leftover rows alone, several ranks fill their share by repeating rows from the epoch's start (accelerate's
 even_batches). Losses of such shapes part at that step; trainer.dataloader_drop_last=true drops the leftover rows."""
-import json
 import os
 from typing import List, Optional
 
+from trl_ds.config.training_steps import rows_or_none
 from trl_ds.config.values import TINY_SIZE
 
 FIX = "Set trainer.dataloader_drop_last=true, or use a dataset whose size is a multiple of the global batch"
 
 
 def count_rows(dataset_name: str) -> Optional[int]:
-    """Rows of the built-in data or a local .jsonl/.json file; None where only loading it would tell."""
+    """Rows of the built-in data or a local .jsonl/.json file (counted as the step count counts them: a .json may
+    hold JSON Lines, a BOM may lead); None where only loading it would tell."""
     if dataset_name == "tiny":
         return TINY_SIZE
     path = os.path.expanduser(dataset_name)
-    if path.endswith(".jsonl") and os.path.isfile(path):
-        with open(path) as f:
-            return sum(1 for line in f if line.strip())
-    if path.endswith(".json") and os.path.isfile(path):
-        with open(path) as f:
-            data = json.load(f)
-        return len(data) if isinstance(data, list) else None
-    return None
+    return rows_or_none(path) if path.endswith((".jsonl", ".json")) and os.path.isfile(path) else None
 
 
 def leftover(rows: Optional[int], global_batch: int) -> int:

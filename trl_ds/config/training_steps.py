@@ -61,13 +61,13 @@ def train_rows(cfg) -> Tuple[Optional[int], str]:
     if not is_local_path(name):
         return None, "a hub dataset is counted by the trainer"
     files = split_files(os.path.expanduser(name), t.dataset_train_split)
-    counts = [_rows_or_none(f) for f in files]
+    counts = [rows_or_none(f) for f in files]
     if not files or None in counts:
         return None, f"no readable {t.dataset_train_split} file at {name}"
     return sum(counts), ""
 
 
-def _rows_or_none(path: str) -> Optional[int]:
+def rows_or_none(path: str) -> Optional[int]:
     try:
         return file_rows(path)
     except (OSError, ValueError, UnicodeDecodeError):
@@ -80,7 +80,7 @@ def file_rows(path: str) -> Optional[int]:
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(path).metadata.num_rows
-    with open(path) as f:
+    with open(path, encoding="utf-8-sig") as f:  # datasets drops a leading BOM, json.loads refuses it
         if path.endswith(".jsonl"):
             return sum(1 for line in f if line.strip())
         if path.endswith(".csv"):
