@@ -81,7 +81,9 @@ def check_records(records: Iterable[Record], column_sets: ColumnSets, nulls=froz
                 raise WrongColumns(list(record))
             types = {c: type(record[c]) for c in columns}
         for c in columns:
-            _check_value(line, record, c, columns, types[c], nulls)
+            v = record.get(c)  # only a suspect value pays a call below
+            if v is None or type(v) is not types[c] or (type(v) is str and v in nulls):
+                _check_value(line, record, c, columns, types[c], nulls)
         count += 1
     return count
 
@@ -132,28 +134,37 @@ def _json_lines_whole(path: str, column_sets: ColumnSets) -> Optional[int]:
 def _json(path: str) -> Iterator[Record]:
     """JSON Lines, or one JSON array (datasets' json builder reads both, under .json or .jsonl)."""
     with open(path, "rb") as f:
-        first = f.read(1 << 16).removeprefix(codecs.BOM_UTF8).lstrip()[:1]
-        f.seek(0)
-        if first == b"[":
+        if f.read(1 << 16).removeprefix(codecs.BOM_UTF8).lstrip()[:1] == b"[":
+            f.seek(0)
             yield from _json_array(_decode_whole(f.read()))
             return
-        for line, text in utf8_lines(f):
-            if text.strip():
-                try:
-                    yield line, json.loads(text.rstrip("\r\n"))  # a cut-off string ends at the line's end
-                except ValueError as err:
-                    raise BadRecord(line, f"is not JSON ({_reason(err)})") from None
+    for line, text in utf8_lines(path):
+        if text.strip():
+            try:
+                yield line, json.loads(text.rstrip("\r\n"))  # a cut-off string ends at the line's end
+            except ValueError as err:
+                raise BadRecord(line, f"is not JSON ({_reason(err)})") from None
 
 
-def utf8_lines(f) -> Iterator[Tuple[int, str]]:
-    """(line number, text) of a binary file, a leading BOM dropped; NotUtf8 names the first line that is not UTF-8."""
-    for line, raw in enumerate(f, 1):
-        if line == 1:
-            raw = raw.removeprefix(codecs.BOM_UTF8)
-        try:
-            yield line, raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise NotUtf8(line, _not_utf8(raw, err.start)) from None
+def utf8_lines(path: str, newline: Optional[str] = None) -> Iterator[Tuple[int, str]]:
+    """(line number, text), a leading BOM dropped; NotUtf8 names the first line that is not UTF-8, found by a second,
+    binary read (decoding on the way, in C, is the fast path)."""
+    try:
+        with open(path, encoding="utf-8-sig", newline=newline) as f:
+            yield from enumerate(f, 1)
+    except UnicodeDecodeError:
+        raise _first_line_not_utf8(path) from None
+
+
+def _first_line_not_utf8(path: str) -> NotUtf8:
+    with open(path, "rb") as f:
+        for line, raw in enumerate(f, 1):
+            raw = raw.removeprefix(codecs.BOM_UTF8) if line == 1 else raw
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                return NotUtf8(line, _not_utf8(raw, err.start))
+    return NotUtf8(None, "is not UTF-8")  # the file changed since the first read
 
 
 def _decode_whole(data: bytes) -> str:
@@ -203,21 +214,20 @@ def _reason(err: ValueError) -> str:
 def _csv(path: str) -> Iterator[Record]:
     """Rows as dicts; a row with more fields than the header is what pandas (datasets' csv reader) refuses, and a
     file without a header or without rows fails datasets' build."""
-    with open(path, "rb") as f:
-        reader = csv.reader(text for _, text in utf8_lines(f))
-        header = next((row for row in reader if row), None)  # pandas skips blank lines before the header too
-        if not header:
-            raise EmptyFile("0 bytes" if os.path.getsize(path) == 0 else "no header")
-        rows = 0
-        for row in reader:
-            if not row:
-                continue
-            if len(row) > len(header):
-                raise BadRecord(reader.line_num, f"has {len(row)} fields and the header {len(header)}")
-            rows += 1
-            yield reader.line_num, dict(zip(header, row))
-        if not rows:
-            raise EmptyFile("a header and no rows")
+    reader = csv.reader(text for _, text in utf8_lines(path, newline=""))
+    header = next((row for row in reader if row), None)  # pandas skips blank lines before the header too
+    if not header:
+        raise EmptyFile("0 bytes" if os.path.getsize(path) == 0 else "no header")
+    rows = 0
+    for row in reader:
+        if not row:
+            continue
+        if len(row) > len(header):
+            raise BadRecord(reader.line_num, f"has {len(row)} fields and the header {len(header)}")
+        rows += 1
+        yield reader.line_num, dict(zip(header, row))
+    if not rows:
+        raise EmptyFile("a header and no rows")
 
 
 def _parquet(path: str, column_sets: ColumnSets) -> int:
