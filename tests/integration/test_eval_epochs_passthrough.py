@@ -39,7 +39,7 @@ _done = {}
 
 
 def run(name, data, tmp_path_factory):
-    """Run once per module; returns (run dir, summary, training rows, evaluation rows)."""
+    """Run once per module; returns (run dir, summary, stdout, training rows, evaluation rows, stderr)."""
     if name not in _done:
         run_dir = tmp_path_factory.mktemp(name) / "run"
         evaluates = "trainer.eval_strategy=steps" in RUNS[name]
@@ -49,12 +49,12 @@ def run(name, data, tmp_path_factory):
         with open(run_dir / "metrics.jsonl") as f:
             records = [json.loads(line) for line in f]
         _done[name] = (run_dir, read_json(run_dir / "summary.json"), out.stdout,
-                       [r for r in records if "loss" in r], [r for r in records if "eval_loss" in r])
+                       [r for r in records if "loss" in r], [r for r in records if "eval_loss" in r], out.stderr)
     return _done[name]
 
 
 def test_one_epoch_of_64_rows_at_global_batch_8_is_8_steps(data, tmp_path_factory):
-    run_dir, summary, stdout, train, _ = run("zero2-epochs", data, tmp_path_factory)
+    run_dir, summary, stdout, train, *_ = run("zero2-epochs", data, tmp_path_factory)
     training = read_json(run_dir / "plan.json")["training"]
     assert (training["train_rows"], training["steps_per_epoch"], training["optimizer_steps"]) == (64, 8, 8)
     assert "8 optimizer steps (64 rows: 8 per epoch × 1.0 epochs)" in stdout  # said before launch
@@ -63,18 +63,21 @@ def test_one_epoch_of_64_rows_at_global_batch_8_is_8_steps(data, tmp_path_factor
 
 
 def test_evaluation_rows_summary_and_printed_line(data, tmp_path_factory):
-    _, summary, stdout, _, evals = run("zero2-epochs", data, tmp_path_factory)
+    _, summary, stdout, _, evals, stderr = run("zero2-epochs", data, tmp_path_factory)
     assert [r["step"] for r in evals] == [0, 4, 8]  # eval_on_start, then every trainer.eval_steps=4
     losses = [r["eval_loss"] for r in evals]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]  # it learns what it is tested on
     assert all("samples_per_second" not in r for r in evals)  # evaluation rows are not training throughput
     assert (summary["eval_loss"], summary["eval_step"], summary["evaluations"]) == (losses[-1], 8, 3)
     assert f"eval loss      {losses[-1]:.4f} at step 8 (3 evaluations)" in stdout
+    # the live line's last word: step 8 and its own evaluation, logged after the step's training row
+    live = [line for line in stderr.splitlines() if line.startswith("trl_ds: step ")]
+    assert live[-1].startswith("trl_ds: step 8 | ") and f"| eval loss {losses[-1]:.4f} |" in live[-1], live
 
 
 def test_evaluation_is_the_same_at_zero2_and_zero3_and_neftune_is_training_only(data, tmp_path_factory):
-    _, _, _, train2, evals2 = run("zero2-epochs", data, tmp_path_factory)
-    _, summary3, _, train3, evals3 = run("zero3-neftune", data, tmp_path_factory)
+    _, _, _, train2, evals2, _ = run("zero2-epochs", data, tmp_path_factory)
+    _, summary3, _, train3, evals3, _ = run("zero3-neftune", data, tmp_path_factory)
     assert [r["step"] for r in evals3] == [0, 2]
     assert evals3[0]["eval_loss"] == pytest.approx(evals2[0]["eval_loss"], abs=1e-5)  # the same weights, fp32
     assert math.isfinite(summary3["eval_loss"])
@@ -83,8 +86,8 @@ def test_evaluation_is_the_same_at_zero2_and_zero3_and_neftune_is_training_only(
 
 
 def test_packing_puts_more_tokens_in_each_step(data, tmp_path_factory):
-    _, _, _, unpacked, _ = run("zero2-epochs", data, tmp_path_factory)
-    _, summary, _, packed, evals = run("packing", data, tmp_path_factory)
+    _, _, _, unpacked, *_ = run("zero2-epochs", data, tmp_path_factory)
+    _, summary, _, packed, evals, _ = run("packing", data, tmp_path_factory)
     assert evals == [] and summary["eval_loss"] is None  # eval_strategy=no
     per_step = packed[0]["num_tokens"]  # TRL's running count of training tokens
     assert unpacked[0]["num_tokens"] * 2 < per_step <= GLOBAL_BATCH * MAX_LENGTH

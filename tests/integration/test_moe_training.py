@@ -27,7 +27,7 @@ def folders(tmp_path_factory):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trl_ds.worker.models import build_tokenizer
+    from trl_ds.worker.models import build_tokenizer, save_tokenizer
 
     made = {}
     for family, extra in FAMILIES.items():
@@ -37,7 +37,7 @@ def folders(tmp_path_factory):
         torch.manual_seed(0)
         folder = tmp_path_factory.mktemp(family) / "model"
         AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        save_tokenizer(tokenizer, str(folder))  # as trl_ds saves it, so AutoTokenizer reads it as itself
         made[family] = folder
     return made
 

@@ -9,6 +9,7 @@ import time
 import pytest
 from conftest import REPO, read_json, run_app
 from stage_runs import stage_run
+from token_counts import expected_num_tokens, logged_num_tokens
 
 pytestmark = pytest.mark.integration
 
@@ -86,6 +87,9 @@ def test_killed_rank_then_relaunch_equals_uninterrupted(stage, tmp_path):
     assert resumed["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-5)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(m["step"] == killed_at + 1 for m in metrics)  # it continued after the checkpoint
+    # the relaunch continues the checkpoint's token count (it restarted from 0); the rows' tokens, from the data
+    expected = expected_num_tokens(run_dir, global_batch=4, steps=STEPS)
+    assert logged_num_tokens(run_dir) == expected and resumed["num_tokens"] == ref["num_tokens"] == expected[STEPS]
     a, b = final_weights(reference), final_weights(run_dir)
     assert max(((a[k] - b[k]).norm() / a[k].norm()).item() for k in a) < 1e-5
     assert complete_steps(run_dir) == [STEPS - EVERY, STEPS]  # keep_last=2

@@ -107,3 +107,27 @@ def test_launch_sh_gives_each_rank_its_share_of_the_cores():
     kept = subprocess.run(["bash", "-c", "\n".join(omp_threads(2)) + "\necho $OMP_NUM_THREADS"],
                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "5"}).stdout
     assert int(kept) == 5  # a value the user set wins
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_an_evaluation_logged_after_its_steps_row_is_shown_on_the_terminal_and_in_the_last_plain_line():
+    """transformers logs step 4's training row, then its evaluation: a poll between the two drew step 4 with the
+    evaluation before it (5.25), and nothing redrew it."""
+    later_eval = {"step": 6, "time": 110.5, "eval_loss": 4.75}
+    train6 = {"step": 6, "time": 110.0, "loss": 4.5, "learning_rate": 5e-4, "num_tokens": 390.0}
+    for stream in (Terminal(), io.StringIO()):
+        p = Progress(total_steps=10, started=90.0)
+        display = Display(p, stream, every_s=30)
+        p.add(ROWS)
+        display.update(now=107.0)
+        p.add([train6])
+        display.update(now=110.2)  # terminal: step 6 with the old evaluation; plain: within 30 s, nothing
+        p.add([later_eval])
+        display.update(now=110.6)
+        display.close()
+        last = stream.getvalue().replace("\x1b[K", "").replace("\r", "\n").strip().splitlines()[-1]
+        assert last.startswith("trl_ds: step 6/10 | ") and "| eval loss 4.7500 |" in last, (type(stream), last)

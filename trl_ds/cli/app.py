@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
+from trl_ds.check.row_length import long_row_warning
 from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
 from trl_ds.config.batch import Batch
@@ -36,6 +37,7 @@ class Prepared:
     plan: Dict[str, Any] = field(default_factory=dict)  # plan.json: the memory estimate and the grid around it
     memory_warning: Optional[str] = None  # preflight.memory=warn and the estimate does not fit
     disk_warning: Optional[str] = None  # the checkpoints and final model may not fit on the run dir's disk
+    data_warning: Optional[str] = None  # a data row far longer than trainer.max_length keeps
     autofit_text: Optional[str] = None  # zero=auto / offload=auto: the ranking and the choice, printed
     recipe_text: Optional[str] = None  # trainer.from_trl_config: each recipe argument and where it went, printed
 
@@ -62,6 +64,7 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
                     trainer_args=build_trainer_args(cfg, batch, run_dir),
                     node_commands=build_commands(cfg, run_dir), plan=plan, memory_warning=warning,
                     disk_warning=space_warning(cfg, setup, run_dir) if launching else None,
+                    data_warning=long_row_warning(cfg) if launching or cfg.dry_run else None,
                     autofit_text=autofit["text"] if autofit else None, recipe_text="\n".join(recipe) or None)
 
 
@@ -85,7 +88,7 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
         print(prepared.recipe_text)
     if prepared.autofit_text:
         print(prepared.autofit_text)
-    for warning in (prepared.memory_warning, prepared.disk_warning):
+    for warning in (prepared.memory_warning, prepared.disk_warning, prepared.data_warning):
         if warning:
             print(f"trl_ds: warning: {warning}", file=sys.stderr)
     if "tiny" in (cfg.trainer.dataset_name, cfg.trainer.eval_dataset_name):

@@ -163,35 +163,45 @@ def total_steps(run_dir: str) -> Optional[int]:
 
 
 class Display:
-    """On a terminal, one status line redrawn in place as steps arrive; elsewhere (a SLURM .out file, a CI log) one
-    plain line every `every_s` seconds and one at the first step, so a short run still shows that it trained."""
+    """On a terminal, one status line redrawn in place as steps and evaluations arrive; elsewhere (a SLURM .out file,
+    a CI log) one plain line every `every_s` seconds and one at the first step, so a short run still shows that it
+    trained, and a last one at the end when the run went on after the last line."""
 
     def __init__(self, progress: Progress, stream: TextIO, every_s: float, prefix: str = "trl_ds: "):
         self.progress, self.stream, self.every_s, self.prefix = progress, stream, every_s, prefix
         self.live = stream.isatty()
-        self.drawn = None  # the step of the line on screen (terminal)
-        self.last_line = None  # (time, step) of the last plain line
+        self.drawn = None  # what the line on screen shows (terminal)
+        self.last_line = None  # (time, what it showed) of the last plain line
+
+    def shown(self) -> tuple:
+        """What a line reports that may change: the step, and the evaluation, which transformers logs after the
+        step's training row (one poll can see the step before its evaluation)."""
+        return self.progress.step, self.progress.eval_loss
 
     def update(self, now: Optional[float] = None) -> None:
         now = time.time() if now is None else now
-        p = self.progress
-        if p.step == 0:
+        if self.progress.step == 0:
             return
         if self.live:
-            if p.step != self.drawn:
-                self.stream.write("\r\x1b[K" + self.prefix + p.line(now))  # \x1b[K: clear the rest of the old line
+            if self.shown() != self.drawn:
+                self.stream.write("\r\x1b[K" + self.prefix + self.progress.line(now))  # \x1b[K: clear the old rest
                 self.stream.flush()
-                self.drawn = p.step
+                self.drawn = self.shown()
             return
-        if self.last_line is None or (now - self.last_line[0] >= self.every_s and p.step != self.last_line[1]):
-            self.stream.write(self.prefix + p.line(now) + "\n")
-            self.stream.flush()
-            self.last_line = (now, p.step)
+        if self.last_line is None or (now - self.last_line[0] >= self.every_s and self.shown() != self.last_line[1]):
+            self._plain(now)
+
+    def _plain(self, now: float) -> None:
+        self.stream.write(self.prefix + self.progress.line(now) + "\n")
+        self.stream.flush()
+        self.last_line = (now, self.shown())
 
     def close(self) -> None:
         if self.live and self.drawn is not None:
             self.stream.write("\n")
             self.stream.flush()
+        elif not self.live and self.last_line is not None and self.shown() != self.last_line[1]:
+            self._plain(time.time())
 
 
 class RunProgress:

@@ -29,6 +29,24 @@ def build_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=pad, unk_token=unk, bos_token=bos, eos_token=eos)
 
 
+# AutoTokenizer builds the family's own class for some model types whatever tokenizer_class says (qwen2:
+# Qwen2Tokenizer, which re-reads the word-level vocabulary as byte-level BPE); a folder that names its own tokenizer
+# code in auto_map skips that rule, and is then loaded by tokenizer_class, or with trust_remote_code by this class.
+# Both are the generic fast tokenizer, which takes tokenizer.json as it is.
+TOKENIZER_MODULE = "tokenization_word_level"
+TOKENIZER_CODE = ('"""trl_ds\'s built-in word-level tokenizer: tokenizer.json as it is, for any model_type."""\n'
+                  "from transformers import PreTrainedTokenizerFast\n\n\n"
+                  "class WordLevelTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+
+
+def save_tokenizer(tokenizer, folder: str) -> None:
+    """Save the built-in tokenizer so that AutoTokenizer and AutoProcessor load it as itself for any model_type."""
+    tokenizer.init_kwargs["auto_map"] = {"AutoTokenizer": [None, f"{TOKENIZER_MODULE}.WordLevelTokenizer"]}
+    tokenizer.save_pretrained(folder)
+    with open(os.path.join(folder, f"{TOKENIZER_MODULE}.py"), "w") as f:
+        f.write(TOKENIZER_CODE)
+
+
 def save_tiny_model(model_cfg, folder: str, seed: int) -> None:
     """Build the tiny model with a fixed seed and save it with its tokenizer, atomically.
 
@@ -56,7 +74,7 @@ def save_tiny_model(model_cfg, folder: str, seed: int) -> None:
     config.architectures = [type(model).__name__]  # as save_pretrained records it; TRL builds DPO's reference from it
     config.save_pretrained(staging)
     save_model(model, os.path.join(staging, "model.safetensors"), metadata={"format": "pt"})
-    tokenizer.save_pretrained(staging)
+    save_tokenizer(tokenizer, staging)
     try:
         os.rename(staging, folder)
     except OSError:  # another node's first rank saved the same weights first

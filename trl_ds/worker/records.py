@@ -81,6 +81,36 @@ class MetricsLogger(TrainerCallback):
 
 
 
+class TokenCount(TrainerCallback):
+    """TRL's num_tokens (SFT, DPO, KTO), right under AutoTP and continued across a resume.
+
+    TRL divides its count, gathered over every rank, by accelerate's tp size, which DeepSpeed's AutoTP leaves at 1;
+    the trainer's get_tp_size() reads the DeepSpeed config. TRL also starts the count at 0 in every launch: it is
+    kept in the trainer state that each checkpoint saves (num_input_tokens_seen, which transformers fills itself
+    only when include_num_input_tokens_seen asks it to; then a resume starts from the last logged count)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.keeps = trainer.args.include_num_input_tokens_seen == "no"
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if hasattr(self.trainer, "_tp_size"):
+            self.trainer._tp_size = self.trainer.get_tp_size()
+        if hasattr(self.trainer, "_total_train_tokens"):
+            self.trainer._total_train_tokens = state.num_input_tokens_seen if self.keeps else \
+                int(logged_tokens(state.log_history, state.global_step) or 0)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.keeps and hasattr(self.trainer, "_total_train_tokens"):  # before this step's checkpoint is saved
+            state.num_input_tokens_seen = self.trainer._total_train_tokens
+
+
+def logged_tokens(log_history, step: int):
+    """The newest training row's num_tokens at or before `step`, or None."""
+    counts = [e["num_tokens"] for e in log_history if "num_tokens" in e and "loss" in e and e["step"] <= step]
+    return counts[-1] if counts else None
+
+
 def summarize(run_dir: str, trainer, metrics: dict, wall: float, state, resumed: bool = False) -> dict:
     """resumed: the mean loss is the whole run's (metrics.jsonl, every launch), not only this launch's steps."""
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
@@ -94,6 +124,7 @@ def summarize(run_dir: str, trainer, metrics: dict, wall: float, state, resumed:
         "eval_step": evals[-1][0] if evals else None,
         "evaluations": len(evals),
         "steps": trainer.state.global_step,
+        "num_tokens": logged_tokens(trainer.state.log_history, trainer.state.global_step),  # the run's, all launches
         "samples_per_second": metrics.get("train_samples_per_second"),
         "train_seconds": round(wall, 3),
         "world_size": state.num_processes,
