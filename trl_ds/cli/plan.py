@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan import need as need_mod
 from trl_ds.plan import planner
+from trl_ds.plan.params import describe_count
 from trl_ds.plan.runtime import split_tokens
 from trl_ds.short_lived import pause_collection
 
@@ -56,7 +57,7 @@ def need_main(args: List[str]) -> int:
     if "--json" in args:
         print(json.dumps(need_mod.as_json(fitting, misfits), indent=2))
     else:
-        basis = f"{tokens:.3g} training tokens" if tokens else "the configured steps or epochs"
+        basis = f"{describe_count(int(tokens))} training tokens" if tokens else "the configured steps or epochs"
         print(need_mod.render(fitting, misfits, f"whole run for {basis}"))
     return 0
 
