@@ -70,9 +70,9 @@ def test_the_plan_states_the_whole_run(capsys):
         assert run["gpu_hours"] == pytest.approx(7630 * row["step_seconds"] * 8 / 3600)
     assert main(["model=llama3-8b", "cluster=1x8", "trainer.max_steps=100"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2].startswith("whole run, current:     100 steps (trainer.max_steps) × ")
+    assert lines[-2].startswith("whole run, current: 100 steps (trainer.max_steps) × ")
     assert lines[-1].startswith("whole run, recommended: 100 steps (trainer.max_steps) × ")
-    assert lines[-1].endswith(" GPU-hours on 8 GPUs (estimated)")
+    assert lines[-1].endswith(" GPU-hours on 8 GPUs")
 
 
 @pytest.mark.parametrize("args", [["--tokens"], ["--tokens", "many"], ["--tokens=-5"]])

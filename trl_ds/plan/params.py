@@ -8,12 +8,13 @@ tests/unit/test_params.py and tests/unit/test_model_families.py hold both to a m
 the parameter. LoRA adapters are counted apart (`count_lora`): PEFT's lora_A and lora_B of each targeted Linear.
 """
 import json
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import Dict, List, Tuple
 
 from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
+from trl_ds.plan import count_cache
 from trl_ds.plan.more_families import (
     FUSED_EXPERT_TYPES,
     MORE_DEFAULTS,
@@ -135,7 +136,7 @@ def get(raw: dict, key: str):
 def from_config(raw: dict, where: str) -> Architecture:
     text = json.dumps(raw, sort_keys=True)
     if raw.get("model_type") not in FAST_TYPES or any(k not in raw for k in DIM_KEYS):
-        return meta_architecture(text, where)
+        return counted_elsewhere(text, where)
     t, h, heads = raw["model_type"], raw["hidden_size"], raw["num_attention_heads"]
     kv = get(raw, "num_key_value_heads") or heads
     head_dim = get(raw, "head_dim") or h // max(heads, 1)
@@ -377,8 +378,32 @@ def meta_layout(config_json: str) -> Layout:
                   routed=tuple((n, experts, per_token) for n in routed.values()) if experts else (), method="meta")
 
 
+def counted_elsewhere(config_json: str, where: str) -> Architecture:
+    """A family not written out here: its count kept by config (trl_ds/plan/count_cache.py), else the meta device's
+    count, which is then kept."""
+    stored = count_cache.read(config_json)
+    if stored is not None:
+        try:
+            return replace(Architecture(**stored["architecture"]), source=where)
+        except TypeError:  # fields of another trl_ds version: count again
+            pass
+    arch = meta_architecture(config_json, where)
+    count_cache.write(config_json, asdict(arch), asdict(meta_layout(config_json)))
+    return arch
+
+
+def stored_layout(config_json: str) -> Layout:
+    stored = count_cache.read(config_json)
+    try:
+        kept = stored["layout"]
+        return Layout(modules=tuple(tuple(m) for m in kept["modules"]), embedding=kept["embedding"],
+                      lm_head=kept["lm_head"], routed=tuple(tuple(r) for r in kept["routed"]), method=kept["method"])
+    except (TypeError, KeyError):
+        return meta_layout(config_json)
+
+
 def layout(arch: Architecture) -> Layout:
-    return fast_layout(arch) if arch.fast else meta_layout(arch.config_json)
+    return fast_layout(arch) if arch.fast else stored_layout(arch.config_json)
 
 
 def count_params(arch: Architecture) -> ParamCounts:

@@ -34,13 +34,14 @@ class RunTime:
     def gpu_hours(self) -> Optional[float]:
         return None if self.steps is None else self.seconds * self.gpus / 3600
 
-    def describe(self) -> str:
-        """'2000 steps (trainer.max_steps) × 42.1 s = 23.3 h, 187 GPU-hours on 8 GPUs (estimated)'."""
+    def describe(self, estimated: bool = True) -> str:
+        """'2000 steps (trainer.max_steps) × 42.1 s = 23.3 h, 187 GPU-hours on 8 GPUs (estimated)'; the plan, all
+        estimates, leaves the last word out."""
         if self.steps is None:
             return f"not known before launch ({self.how})"
         unit = "GPU" if self.device == "cuda" else "rank"
         return (f"{self.steps} steps ({self.how}) × {self.step_seconds:.3g} s = {duration(self.seconds)}, "
-                f"{self.gpu_hours:.3g} {unit}-hours on {self.gpus} {unit}s (estimated)")
+                f"{self.gpu_hours:.3g} {unit}-hours on {self.gpus} {unit}s" + (" (estimated)" if estimated else ""))
 
     def as_json(self) -> dict:
         return {"optimizer_steps": self.steps, "steps_from": self.how, "step_seconds": self.step_seconds,
@@ -112,8 +113,7 @@ def current_run(cfg, s: Setup, row: dict) -> RunTime:
 
 
 def render_runs(runs: Dict[str, RunTime]) -> str:
-    width = max(len(name) for name in runs) + 1
-    return "\n".join(f"{'whole run, ' + name + ':':<{width + 11}} {rt.describe()}" for name, rt in runs.items())
+    return "\n".join(f"whole run, {name}: {rt.describe(estimated=False)}" for name, rt in runs.items())
 
 
 def runs_json(runs: Dict[str, RunTime]) -> dict:
