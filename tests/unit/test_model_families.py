@@ -36,7 +36,14 @@ FAMILIES = {
     "gemma3_text": {"head_dim": 16, "tie_word_embeddings": False},
     "phi3": {},
     "olmo2": {"attention_bias": True},
+    "starcoder2": {},  # use_bias and tied embeddings by default
+    "granite": {"attention_bias": True, "mlp_bias": True},
+    "olmoe": {"num_experts": 6, "num_experts_per_tok": 2, "attention_bias": True},
+    "phimoe": {"num_local_experts": 4, "num_experts_per_tok": 2, "lm_head_bias": True, "attention_bias": True},
 }
+# The other switches of the families counted from their config since they left the meta device.
+VARIANTS = [("starcoder2", {"use_bias": False, "tie_word_embeddings": False}), ("granite", {"head_dim": 12}),
+            ("olmoe", {"tie_word_embeddings": True}), ("phimoe", {"num_key_value_heads": 8})]
 
 
 def instantiate(config):
@@ -89,8 +96,16 @@ def test_mixtral_active_parameters_by_hand(tmp_path):
     assert counts.active == embeddings + layers * (attention + 2 * expert + router + norms)
 
 
-@pytest.mark.parametrize("model_type,extra", [("granite", {}), ("starcoder2", {}), ("gpt2", {}),
-                                              ("phimoe", {"num_local_experts": 4, "num_experts_per_tok": 2})])
+@pytest.mark.parametrize("model_type,extra", VARIANTS)
+def test_variants_of_the_newer_families_count_exactly_from_their_config(tmp_path, model_type, extra):
+    raw = {"model_type": model_type, **SMALL, **FAMILIES[model_type], **extra}
+    total, largest, _ = meta_counts(instantiate(AutoConfig.for_model(**raw)))
+    counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
+    assert (counts.method, counts.total, counts.largest_module) == ("fast", total, largest)
+
+
+@pytest.mark.parametrize("model_type,extra", [("gpt_neox", {}), ("gpt2", {}),
+                                              ("qwen3_next", {"num_experts": 4, "num_experts_per_tok": 2})])
 def test_other_families_count_exactly_on_the_meta_device(tmp_path, model_type, extra):
     raw = {"model_type": model_type, **SMALL, **extra}
     if model_type == "gpt2":

@@ -62,9 +62,11 @@ def test_table_and_recommendation_for_llama3_70b():
     # forward and backward and written once; 16-bit gradients down and params up over PCIe (25 GB/s)
     nvme = 12 * PSI_70B * (1 / 6 + 1 / 4) + 2 * PSI_70B * (2 / 6 + 1 / 4)
     assert float(terms["offload"]) == pytest.approx((nvme + 2 * 2 * PSI_70B / 8 / 25) / 1e9, rel=0.01)
-    assert out.stdout.rstrip().endswith(
-        "run: python -m trl_ds model=llama3-70b cluster=1x8 trainer.max_length=2048 zero=stage3 offload=nvme "
+    assert lines[-3] == (
+        "  run: python -m trl_ds model=llama3-70b cluster=1x8 trainer.max_length=2048 zero=stage3 offload=nvme "
         "trainer.gradient_checkpointing=true trainer.per_device_train_batch_size=8")
+    assert lines[-2].startswith("whole run, current: 10 steps (trainer.max_steps) × ")  # tests/unit/test_runtime.py
+    assert lines[-1].startswith("whole run, recommended: 10 steps (trainer.max_steps) × ")
 
 
 def test_json_holds_every_row_and_the_same_recommendation():

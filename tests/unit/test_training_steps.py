@@ -35,6 +35,10 @@ def test_epochs_are_counted_before_launch(tmp_path):
     assert read_json(run_dir / "plan.json")["training"] == {
         "max_steps": -1, "num_train_epochs": 2.5, "train_rows": 64, "steps_per_epoch": 8, "optimizer_steps": 20}
     assert read_json(run_dir / "ds_config.json")["steps_per_print"] > 20  # DeepSpeed's own printing stays off
+    step = read_json(run_dir / "plan.json")["current"]["step_seconds"]  # the whole run: 20 steps × 2 ranks
+    assert f"  time: 20 steps (2.5 epochs × 8 steps of 64 rows) × {step:.3g} s = " in out.stdout
+    run = read_json(run_dir / "plan.json")["whole_run"]["current"]
+    assert (run["seconds"], run["gpus"]) == (pytest.approx(20 * step), 2)
 
 
 @pytest.mark.parametrize("content,name,rows", [

@@ -19,6 +19,7 @@ from trl_ds.launch.env import collect_env
 from trl_ds.plan.autofit import resolve as resolve_auto
 from trl_ds.plan.memory import estimate, setup_from_config
 from trl_ds.plan.planner import check_elastic_fit, check_fit, plan_for_run_dir
+from trl_ds.plan.runtime import current_run, runs_json
 from trl_ds.rundir.deepspeed_config import build_ds_config
 from trl_ds.rundir.disk_space import space_warning
 from trl_ds.rundir.interop import write_interop_files
@@ -58,6 +59,7 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
     warning = check_fit(cfg, memory, launching) or check_elastic_fit(cfg, memory, launching)
     plan = plan_for_run_dir(cfg, memory, task_overrides())
     plan["training"] = training_steps(cfg, batch)
+    plan["whole_run"] = runs_json({"current": current_run(cfg, setup, plan["current"])})
     if autofit:
         plan["autofit"] = {k: v for k, v in autofit.items() if k != "text"}
     return Prepared(run_dir=run_dir, batch=batch, ds_config=build_ds_config(cfg, batch, run_dir),

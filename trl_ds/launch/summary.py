@@ -58,8 +58,9 @@ def batch_line(cfg, prepared) -> str:
         f"data-parallel world {b.world} (world {world_size(cfg)} / sp.size {sp_size(cfg)})"
     if topology(cfg).tp_size > 1:  # tp=autotp: all three dimensions
         world = f"data-parallel world {b.world} (world {world_size(cfg)} = {topology(cfg).describe()})"
+    run = prepared.plan.get("whole_run", {}).get("current")
     return (f"  batch: global {b.global_size} = micro {b.micro} × {world} × accumulation {b.accumulation}; "
-            f"{describe_steps(prepared.plan['training'])}")
+            f"{describe_steps(prepared.plan['training'])}" + (f"\n  time: {run['text']}" if run else ""))
 
 
 def record_skipped(run_dir: str, overrides, err) -> None:

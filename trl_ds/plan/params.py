@@ -8,15 +8,26 @@ tests/unit/test_params.py and tests/unit/test_model_families.py hold both to a m
 the parameter. LoRA adapters are counted apart (`count_lora`): PEFT's lora_A and lora_B of each targeted Linear.
 """
 import json
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import Dict, List, Tuple
 
 from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
+from trl_ds.plan import count_cache
+from trl_ds.plan.more_families import (
+    FUSED_EXPERT_TYPES,
+    MORE_DEFAULTS,
+    MORE_TYPES,
+    lm_head_tensors,
+    norm_tensors,
+    olmoe_qk_norms,
+    starcoder2_mlp,
+    uses_bias,
+)
 
 FAST_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-              "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2")
+              "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2") + MORE_TYPES
 MLA_TYPES = ("deepseek_v2", "deepseek_v3")
 # transformers' config defaults for the keys a config.json may leave out (its configuration_*.py files)
 DEFAULTS = {
@@ -33,6 +44,7 @@ DEFAULTS = {
     "deepseek_v3": {"n_routed_experts": 256, "n_shared_experts": 1, "moe_intermediate_size": 2048,
                     "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
+    **MORE_DEFAULTS,
 }
 COMMON_DEFAULTS = {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "decoder_sparse_step": 1,
                    "mlp_only_layers": []}
@@ -124,7 +136,7 @@ def get(raw: dict, key: str):
 def from_config(raw: dict, where: str) -> Architecture:
     text = json.dumps(raw, sort_keys=True)
     if raw.get("model_type") not in FAST_TYPES or any(k not in raw for k in DIM_KEYS):
-        return meta_architecture(text, where)
+        return counted_elsewhere(text, where)
     t, h, heads = raw["model_type"], raw["hidden_size"], raw["num_attention_heads"]
     kv = get(raw, "num_key_value_heads") or heads
     head_dim = get(raw, "head_dim") or h // max(heads, 1)
@@ -177,7 +189,7 @@ class Modules:
 
 def is_moe_layer(raw: dict, i: int) -> bool:
     t = raw["model_type"]
-    if t == "mixtral":
+    if t in FUSED_EXPERT_TYPES:
         return True
     if t in ("qwen2_moe", "qwen3_moe"):
         return (i not in get(raw, "mlp_only_layers") and get(raw, "num_experts") > 0
@@ -188,7 +200,7 @@ def is_moe_layer(raw: dict, i: int) -> bool:
 
 
 def expert_width(raw: dict) -> int:
-    return raw["intermediate_size"] if raw["model_type"] == "mixtral" else get(raw, "moe_intermediate_size")
+    return raw["intermediate_size"] if raw["model_type"] in FUSED_EXPERT_TYPES else get(raw, "moe_intermediate_size")
 
 
 def shared_width(raw: dict) -> int:
@@ -208,6 +220,7 @@ def attention(m: Modules, raw: dict, a: Architecture) -> None:
         m.linear("self_attn.o_proj", heads * hd, h)
         return
     configurable = a.attention_bias and t not in ("mistral", "mixtral", "qwen2", "qwen2_moe")
+    configurable = uses_bias(raw, "attention_bias") if t == "starcoder2" else configurable
     qkv_bias = configurable or t == "qwen2" or (t == "qwen2_moe" and bool(get(raw, "qkv_bias")))
     for name, fan_out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
         m.linear(f"self_attn.{name}", h, fan_out, qkv_bias)
@@ -216,6 +229,8 @@ def attention(m: Modules, raw: dict, a: Architecture) -> None:
         m.norm(("self_attn.q_norm", hd), ("self_attn.k_norm", hd))
     elif t == "olmo2":
         m.norm(("self_attn.q_norm", heads * hd), ("self_attn.k_norm", kv * hd))
+    elif t == "olmoe":
+        olmoe_qk_norms(m, a)
 
 
 def mla_attention(m: Modules, raw: dict, a: Architecture) -> None:
@@ -247,8 +262,10 @@ def mlp(m: Modules, raw: dict, a: Architecture, moe: bool) -> int:
         if t == "phi3":
             m.linear("mlp.gate_up_proj", h, 2 * a.intermediate_size)
             m.linear("mlp.down_proj", a.intermediate_size, h)
+        elif t == "starcoder2":
+            starcoder2_mlp(m, raw, a)
         else:
-            gated_mlp(m, "mlp", h, a.intermediate_size, a.mlp_bias and t in ("llama", "deepseek_v2"))
+            gated_mlp(m, "mlp", h, a.intermediate_size, a.mlp_bias and t in ("llama", "deepseek_v2", "granite"))
         return 0
     f, experts = expert_width(raw), a.num_experts
     m.tensors["mlp.gate"] = [experts * h]  # the router
@@ -266,7 +283,8 @@ def layer_norms(m: Modules, a: Architecture) -> None:
     names = {"gemma2": ("input", "post_attention", "pre_feedforward", "post_feedforward"),
              "gemma3_text": ("input", "post_attention", "pre_feedforward", "post_feedforward"),
              "olmo2": ("post_attention", "post_feedforward")}.get(a.model_type, ("input", "post_attention"))
-    m.norm(*((f"{n}_layernorm", h) for n in names))
+    for n in names:
+        m.tensors[f"{n}_layernorm"] = norm_tensors(a.model_type, h)
 
 
 def decoder_layer(arch: Architecture, i: int) -> Tuple[Modules, int]:
@@ -291,7 +309,8 @@ class Layout:
 def fast_layout(arch: Architecture) -> Layout:
     embedding = arch.vocab_size * arch.hidden_size
     lm_head = 0 if arch.tie_word_embeddings else embedding
-    modules, routed = [[embedding], [arch.hidden_size]] + ([[lm_head]] if lm_head else []), []
+    head = [lm_head_tensors(config_dict(arch), lm_head, arch.vocab_size)] if lm_head else []
+    modules, routed = [[embedding], norm_tensors(arch.model_type, arch.hidden_size)] + head, []
     for i in range(arch.num_hidden_layers):
         layer, experts = decoder_layer(arch, i)
         modules += layer.tensors.values()
@@ -359,8 +378,32 @@ def meta_layout(config_json: str) -> Layout:
                   routed=tuple((n, experts, per_token) for n in routed.values()) if experts else (), method="meta")
 
 
+def counted_elsewhere(config_json: str, where: str) -> Architecture:
+    """A family not written out here: its count kept by config (trl_ds/plan/count_cache.py), else the meta device's
+    count, which is then kept."""
+    stored = count_cache.read(config_json)
+    if stored is not None:
+        try:
+            return replace(Architecture(**stored["architecture"]), source=where)
+        except TypeError:  # fields of another trl_ds version: count again
+            pass
+    arch = meta_architecture(config_json, where)
+    count_cache.write(config_json, asdict(arch), asdict(meta_layout(config_json)))
+    return arch
+
+
+def stored_layout(config_json: str) -> Layout:
+    stored = count_cache.read(config_json)
+    try:
+        kept = stored["layout"]
+        return Layout(modules=tuple(tuple(m) for m in kept["modules"]), embedding=kept["embedding"],
+                      lm_head=kept["lm_head"], routed=tuple(tuple(r) for r in kept["routed"]), method=kept["method"])
+    except (TypeError, KeyError):
+        return meta_layout(config_json)
+
+
 def layout(arch: Architecture) -> Layout:
-    return fast_layout(arch) if arch.fast else meta_layout(arch.config_json)
+    return fast_layout(arch) if arch.fast else stored_layout(arch.config_json)
 
 
 def count_params(arch: Architecture) -> ParamCounts:

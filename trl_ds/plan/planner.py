@@ -5,6 +5,7 @@
     trl-ds plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
     trl-ds plan model.name_or_path=Qwen/Qwen2.5-7B cluster=1x1 cluster.gpu_memory_gb=24   # cached config
     trl-ds plan model.name_or_path=/models/my-moe cluster=2x8        # a save_pretrained folder
+    trl-ds plan model=llama3-8b cluster=1x8 --tokens 2e9     # the whole run's time and GPU-hours for 2e9 tokens
 
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
 micro-batch around it. The model's config.json (or the preset) gives the architecture (trl_ds/config/model_source.py).
@@ -25,6 +26,7 @@ from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
 from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio, ratio_overrides
 from trl_ds.plan.params import describe_count
+from trl_ds.plan.runtime import render_runs, runs_json, split_tokens, whole_runs
 from trl_ds.plan.saved_activations import measured
 from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
 from trl_ds.short_lived import pause_collection
@@ -291,7 +293,8 @@ def describe_params(s: Setup) -> str:
 def describe_architecture(s: Setup, model_cfg=None) -> List[str]:
     """Where the dimensions came from and how they were counted; for MoE, what is planned and what is not."""
     a, counted = s.arch, ("exact, from the dimensions" if s.counts.method == "fast" else
-                          "exact, by a meta-device instantiation with transformers (imports torch)")
+                          "exact, by a meta-device instantiation with transformers (imports torch), kept by "
+                          "config for later plans")
     preset = model_cfg.name if model_cfg is not None else None
     ignored = f"; preset model={preset}'s dimensions not used" if preset and not uses_preset(model_cfg) else ""
     lines = [f"architecture: {a.model_type}, {a.num_hidden_layers} layers, hidden {a.hidden_size}, from "
@@ -410,8 +413,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if "-h" in args or "--help" in args:
         print(__doc__.strip())
         return 0
-    overrides = [a for a in args if a not in FLAGS]
     try:
+        args, tokens = split_tokens(args)
+        overrides = [a for a in args if a not in FLAGS]
         cfg, base = load(overrides)
         rows, current = grid(base, cfg.batch.global_size), estimate(base)
         times = times_for(cfg, rows + [current])
@@ -420,11 +424,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USER_ERROR
     rows = by_time(rows, times)
     names = (cfg.cluster.name, display_name(cfg.model))
+    runs = whole_runs(cfg, [("current", current), ("recommended", recommend(rows, times))], times, tokens)
     if "--json" in args:
         import json
-        print(json.dumps(as_json(rows, current, names, overrides, times), indent=2))
+        print(json.dumps({**as_json(rows, current, names, overrides, times), "whole_run": runs_json(runs)}, indent=2))
     else:
         print(render(rows, current, names, overrides, times, only_fitting="--fits" in args, model_cfg=cfg.model))
+        print(render_runs(runs))
     return 0
 
 

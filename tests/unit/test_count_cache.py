@@ -1,0 +1,43 @@
+"""A family params.py does not write out is built on the meta device once per config (imports torch); its count is
+kept by config hash, and later plans of the same config read it back without torch, exact to the parameter."""
+import json
+import os
+import subprocess
+import sys
+
+from test_model_families import instantiate, meta_counts, write_config
+from transformers import AutoConfig
+
+RAW = {"model_type": "gpt_neox", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
+       "num_hidden_layers": 2, "num_attention_heads": 4}
+PLAN = ("import sys; from trl_ds.plan.planner import main; main(['model.name_or_path={folder}', 'cluster=1x1', "
+        "'--json']); print('torch' in sys.modules, file=sys.stderr)")
+
+
+def plan(folder, cache):
+    env = {**os.environ, "TRL_DS_CACHE": str(cache)}
+    out = subprocess.run([sys.executable, "-c", PLAN.format(folder=folder)], capture_output=True, text=True,
+                         timeout=120, check=True, env=env)
+    return json.loads(out.stdout), out.stderr.split()[-1] == "True"
+
+
+def test_the_second_plan_of_a_meta_family_reads_its_count_back_without_torch(tmp_path):
+    folder, cache = write_config(tmp_path / "neox", RAW), tmp_path / "cache"
+    total, largest, _ = meta_counts(instantiate(AutoConfig.for_model(**RAW)))
+    first, first_torch = plan(folder, cache)
+    assert first_torch and len(os.listdir(cache)) == 1
+    second, second_torch = plan(folder, cache)
+    assert not second_torch
+    assert first["parameters"] == second["parameters"] == total
+    assert first["largest_module"] == second["largest_module"] == largest
+    assert first["rows"] == second["rows"]  # the same estimate, row for row
+
+
+def test_a_damaged_entry_is_counted_again(tmp_path):
+    folder, cache = write_config(tmp_path / "neox", RAW), tmp_path / "cache"
+    plan(folder, cache)
+    (entry,) = os.listdir(cache)
+    (cache / entry).write_text("{not json")
+    again, torch_loaded = plan(folder, cache)
+    assert torch_loaded and again["parameters"] == meta_counts(instantiate(AutoConfig.for_model(**RAW)))[0]
+    assert json.loads((cache / entry).read_text())["architecture"]["model_type"] == "gpt_neox"

@@ -1,0 +1,91 @@
+"""`trl-ds plan --need`: the hardware that can train a run, each shape's fastest configuration, sorted by GPU-hours.
+
+Published cases, from DeepSpeed's ZeRO-Offload tutorial (https://www.deepspeed.ai/tutorials/zero-offload/: "a
+10-billion parameter GPT-2 model ... on a single NVIDIA Tesla V100-SXM3 Tensor Core GPU with 32GB RAM", ZeRO-2 with
+the optimizer offloaded to the CPU and activation checkpointing) and the ZeRO-Offload paper's abstract (Ren et al.
+2021, arXiv 2101.06840: on one V100, PyTorch alone trains at most a 1.4B-parameter model "without running out of
+memory"): the 10B model fits one 32 GB V100 with ZeRO-Offload, and does not fit it, nor 8 of them, as plain data
+parallelism (zero=stage0 offload=none). The V100 is described by a hardware file, as a user would (--gpus FILE); its
+host is a DGX-2 node (1.5 TB of RAM).
+"""
+import json
+
+import pytest
+
+from trl_ds.cli.plan import main
+from trl_ds.plan.need import need
+
+# GPT-2 at 50 layers x hidden 4096 (12 L h^2 = 10.1B in the layers): the tutorial's 10B model
+GPT2_10B = {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 4096, "n_layer": 50, "n_head": 32,
+            "n_positions": 1024}
+V100 = ("memory_gb: 32\npeak_tflops: 125\nefficiency: 0.4\nhbm_gbps: 900\npcie_gbps: 12\nintra_node_gbps: 150\n"
+        "inter_node_gbps: 12.5\ncollective_latency_us: 30\ncomm_overlap: 0.8\nnvme_read_gbps: 3\nnvme_write_gbps: 2\n"
+        "cpu_adam_mparams_per_s: 1000\nmicro_step_overhead_ms: 10\nzero2_ns_per_param: 0.013\n"
+        "zero3_ns_per_param: 0.013\nzero3_us_per_module: 1300\n")  # V100 SXM3 datasheet: 125 TFLOPs fp16, 900 GB/s
+
+
+@pytest.fixture(scope="module")
+def tutorial(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2-10b")
+    (folder / "config.json").write_text(json.dumps(GPT2_10B))
+    (folder / "v100-32gb.yaml").write_text(V100)
+    overrides = [f"model.config_path={folder}", "trainer.max_length=1024", "batch.global_size=8",
+                 "cluster.cpu_memory_gb=1500"]
+    return overrides, str(folder / "v100-32gb.yaml")
+
+
+def test_zero_offload_trains_the_10b_gpt2_on_one_v100(tutorial):
+    overrides, v100 = tutorial
+    fitting, misfits = need([*overrides, "zero=stage2", "offload=cpu", "trainer.gradient_checkpointing=true"],
+                            [v100], [1, 8])
+    assert misfits == []
+    one = next(s for s in fitting if s.gpus == 1)
+    assert one.smallest and one.best.estimate.device_total <= 32 * 2 ** 30
+    assert one.best.label().startswith("zero=stage2 offload=opt-cpu micro=")
+
+
+def test_plain_data_parallelism_cannot_train_it_on_one_v100_nor_eight(tutorial):
+    overrides, v100 = tutorial
+    fitting, misfits = need([*overrides, "zero=stage0", "offload=none"], [v100], [1, 8])
+    assert fitting == [] and [s.gpus for s in misfits] == [1, 8]
+    # 16 B per parameter on every rank (ZeRO paper: 2 + 2 + 12), more than 32 GB whatever the batch
+    assert all("nothing fits (smallest " in s.why_not for s in misfits)
+
+
+def test_gpu_hours_and_order_on_shipped_presets(capsys):
+    args = ["--need", "--gpus", "a100-80gb,h100-80gb", "--counts", "1,8", "model=llama3-8b", "trainer.max_length=2048",
+            "batch.global_size=64", "trainer.max_steps=100", "--json"]
+    assert main(args) == 0
+    rows = json.loads(capsys.readouterr().out)["fitting"]
+    assert {(r["gpu"], r["gpus"]) for r in rows} == {("a100-80gb", 1), ("a100-80gb", 8), ("h100-80gb", 1),
+                                                     ("h100-80gb", 8)}
+    for r in rows:  # 100 steps x seconds per step x GPUs / 3600 s per hour
+        assert r["whole_run"]["gpu_hours"] == pytest.approx(100 * r["step_seconds"] * r["gpus"] / 3600)
+    hours = [r["whole_run"]["gpu_hours"] for r in rows]
+    assert hours == sorted(hours)
+    # the smallest that fits: least GPU memory in all (80 GiB x 1); of the two single GPUs, the cheaper
+    singles = [r for r in rows if r["gpus"] == 1]
+    assert [r for r in rows if r["smallest"]] == [min(singles, key=lambda r: r["whole_run"]["gpu_hours"])]
+
+
+def test_the_table_marks_the_smallest(capsys):
+    assert main(["--need", "--gpus", "h100-80gb", "--counts", "1,8", "model=llama3-8b", "batch.global_size=64",
+                 "trainer.max_steps=100"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marked = [line for line in lines if line.startswith("*")]
+    assert len(marked) == 1 and marked[0].split()[1:4] == ["h100-80gb", "1", "1"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["model=llama3-8b"], "trl-ds plan --need compares cluster shapes at one global batch: set batch.global_size "
+                          "(e.g. batch.global_size=64)."),
+    (["model=llama3-8b", "batch.global_size=12", "--counts", "1,8"],
+     "batch.global_size=12 does not divide over 8 GPUs: use a multiple of every count (--counts 1,8), or name "
+     "fewer counts."),
+    (["--counts", "1,12", "batch.global_size=48"], "--counts 1,12: give GPU counts, 1 to 8 or whole nodes of 8, e.g. "
+                                                   "--counts 1,8,16,32."),
+    (["--gpus"], "--gpus needs a value, e.g. --gpus a100-80gb,h100-80gb."),
+])
+def test_mistakes_are_one_line(args, message, capsys):
+    assert main(["--need", *args]) == 2
+    assert capsys.readouterr().err.strip() == f"trl-ds plan: {message}"
