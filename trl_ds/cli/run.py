@@ -17,6 +17,7 @@ from hydra.types import RunMode
 from trl_ds.check.history import finished_run
 from trl_ds.config.compose import CONFIG_DIR, CONFIG_NAME, HYDRA_VERSION_BASE
 from trl_ds.config.schema import register
+from trl_ds.config.undeclared_keys import as_added
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.launch.summary import (
     batch_line,
@@ -269,6 +270,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.exit(EXIT_USER_ERROR)
     pause_collection()
     register()
+    sys.argv = [sys.argv[0], *as_added(sys.argv[1:])]  # a misspelt key without `+` is answered like one with it
     _skip_mode_probe()
     try:
         app()
