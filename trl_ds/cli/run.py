@@ -89,6 +89,9 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
         return
     finished = None if cfg.dry_run else finished_run(cfg, run_dir)
     if finished:
+        from trl_ds.rundir.layout import adopt_summary
+
+        adopt_summary(run_dir)  # a copied run dir's summary.json names the copy
         print(f"trl_ds: {finished}")
         return
     write_run_dir(cfg, prepared, overrides=list(hydra_cfg.overrides.task))

@@ -29,7 +29,7 @@ from trl_ds.rundir.layout import (
     RESOLVED_CONFIG,
     SLURM_JOB_ID,
     SUMMARY,
-    read_json_or_none,
+    read_summary,
     summary_is_latest,
 )
 
@@ -146,7 +146,7 @@ def finished(run_dir: str) -> int:
     from trl_ds.rundir.layout import load_run_config
 
     path = os.path.join(run_dir, SUMMARY)
-    summary = read_json_or_none(path)
+    summary = read_summary(run_dir)  # a copied run dir's names the copy
     if not isinstance(summary, dict) or "status" not in summary:
         print(f"trl_ds watch: {path} is empty or cut short (a kill while it was written); rerun the same command to "
               f"finish the run and rewrite it. Logs: {os.path.join(run_dir, LOGS_DIR)}", file=sys.stderr)
