@@ -115,7 +115,7 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
         return
     print_summary(cfg, prepared, rc, wall_seconds=time.time() - started)
     if rc != 0 and not multirun:
-        sys.exit(1)
+        sys.exit(EXIT_USER_ERROR if rc == EXIT_USER_ERROR else 1)  # 2: a node or a rank refused the config
 
 
 LOCAL_PATH_KEYS = (("trainer", "dataset_name"), ("trainer", "eval_dataset_name"), ("model", "name_or_path"))
