@@ -13,7 +13,7 @@ import shutil
 import pytest
 from conftest import REPO
 
-from trl_ds.launch.failure import Failure, NodeView, describe, failed_rank_log, write_failure
+from trl_ds.launch.failure import Failure, NodeView, describe, failed_rank_log, slurm_job_failure, write_failure
 from trl_ds.launch.rank_exits import RankExit, first_own
 
 DATA = REPO / "tests" / "data"
@@ -67,13 +67,14 @@ def test_mpirun_names_the_rank_that_left_whichever_rank_it_reported(tmp_path, re
     assert describe(output, 1, node).message == f"{said}; its output is in {log}"
 
 
-def torchrun_report(root, other):
-    """torchrun's failure report for one node's two ranks, as in tests/unit/test_launch_failure.py."""
-    entry = "[{i}]:\n  time      : 2026-12-05_20:50:42\n  host      : n0\n  rank      : {rank} (local_rank: {rank})\n" \
-            "  exitcode  : {code} (pid: 1)\n  error_file: <N/A>\n"
+def torchrun_report(root, others=()):
+    """torchrun's failure report (as in tests/unit/test_launch_failure.py): root and others are (rank, local, code)."""
+    def entry(i, rank, local, code):
+        return (f"[{i}]:\n  time      : 2026-12-05_20:50:42\n  host      : n0\n  rank      : {rank} (local_rank: "
+                f"{local})\n  exitcode  : {code} (pid: 1)\n  error_file: <N/A>\n")
+    failures = "".join(entry(i + 1, *o) for i, o in enumerate(others)) or "  <NO_OTHER_FAILURES>\n"
     return ("trl_ds.worker.train FAILED\n------------------------------------------------------------\nFailures:\n"
-            + entry.format(i=1, rank=other[0], code=other[1]) + "----\nRoot Cause (first observed failure):\n"
-            + entry.format(i=0, rank=root[0], code=root[1]) + "=====\n")
+            + failures + "----\nRoot Cause (first observed failure):\n" + entry(0, *root) + "=====\n")
 
 
 @pytest.mark.parametrize("root", [0, 1])
@@ -84,8 +85,8 @@ def test_torchrun_names_the_rank_that_left_whichever_it_observed_first(tmp_path,
         shutil.copy(DATA / "pdsh_rank_exit" / f"rank{rank}.log", folder / "stderr.log")
     node = NodeView(rank=0, nodes=1, gpus_per_node=2, log_dir=str(tmp_path), endpoint="127.0.0.1:29500",
                     rdzv_timeout=60)
-    exits = {0: (0, 1), 1: (1, 7)}
-    failure = describe(torchrun_report(exits[root], exits[1 - root]), 1, node)
+    exits = {0: (0, 0, 1), 1: (1, 1, 7)}
+    failure = describe(torchrun_report(exits[root], [exits[1 - root]]), 1, node)
     log = tmp_path / "r_x" / "attempt_0" / "1" / "stderr.log"
     assert failure == Failure(f"rank 1 (node 0, local rank 1) exited with code 7; its log: {log}; rank 0 (node 0) "
                               f"exited only on losing it", str(log))
@@ -115,3 +116,19 @@ def test_one_rule_killed_signalled_or_silent_is_own_and_a_peer_error_or_the_laun
     for cause in (RankExit(1, 7, "node 1", str(silent)), RankExit(1, -9, "node 1", None)):
         assert first_own([peer, ended, cause]) == (cause, [peer, ended])
     assert first_own([peer, ended]) == (peer, [ended])
+
+
+@pytest.mark.parametrize("first", ["node 0's report first", "node 1's report first"])
+def test_a_slurm_jobs_error_file_names_the_rank_that_left_whichever_node_reported_first(tmp_path, first):
+    """launcher=slurm: srun gathers both nodes' torchrun reports into slurm-<job>.err, in the order they came."""
+    for rank in (0, 1):
+        folder = tmp_path / "logs" / f"node_{rank}" / "r_x" / "attempt_0" / "0"
+        folder.mkdir(parents=True)
+        shutil.copy(DATA / "pdsh_rank_exit" / f"rank{rank}.log", folder / "stderr.log")
+    reports = [torchrun_report((0, 0, 1)), torchrun_report((1, 0, 7))]
+    (tmp_path / "slurm-7.err").write_text("".join(reports if first.startswith("node 0") else reports[::-1]))
+    log = tmp_path / "logs" / "node_1" / "r_x" / "attempt_0" / "0" / "stderr.log"
+    assert slurm_job_failure(str(tmp_path), "7", 1) == Failure(
+        f"rank 1 (node 1, local rank 0) exited with code 7; its log: {log}; rank 0 (node 0) exited only on losing "
+        f"it", str(log))
+    assert slurm_job_failure(str(tmp_path), "8", 1) is None  # no error file: nothing to name

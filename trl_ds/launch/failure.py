@@ -4,7 +4,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from trl_ds.rundir.layout import FAILURE_FILE, LOGS_DIR, node_log_dir
 
@@ -88,18 +88,43 @@ def ranks_failure(exits: List[RankExit], hosts: List[str] = ()) -> Optional[Fail
 
 
 def _torchrun_rank(output: str, node: NodeView) -> Optional[Failure]:
-    """torchrun lists every failed rank of its node, the first observed after "Root Cause"; the others it ended."""
-    root_at = output.rfind(TORCHRUN_ROOT)
-    found = list(TORCHRUN_RANK.finditer(output))
-    if root_at < 0 or not found:
-        return None
-    found.sort(key=lambda m: m.start() < root_at)  # the root cause first, then the report's order
+    def log_of(_: int, local: int) -> str:
+        found = _latest(os.path.join(glob.escape(node.log_dir), "*", "attempt_*", str(local), "stderr.log"))
+        return found or node.log_dir
+
+    return ranks_failure(torchrun_exits(output, lambda rank: node.rank, log_of))
+
+
+def torchrun_exits(report: str, node_of: Callable[[int], int], log_of: Callable[[int, int], str]) -> List[RankExit]:
+    """Every rank of one torchrun failure report: the one it observed first ("Root Cause") first, then the others,
+    whose signals torchrun sent itself once that one had failed."""
+    root_at = report.rfind(TORCHRUN_ROOT)
+    if root_at < 0:
+        return []
     exits = []
-    for match in found:
+    for match in sorted(TORCHRUN_RANK.finditer(report), key=lambda m: m.start() < root_at):
         rank, local, code = (int(g) for g in match.groups())
-        log = _latest(os.path.join(glob.escape(node.log_dir), "*", "attempt_*", str(local), "stderr.log"))
-        exits.append(RankExit(rank, code, f"node {node.rank}, local rank {local}", log or node.log_dir,
+        node_rank = node_of(rank)
+        exits.append(RankExit(rank, code, f"node {node_rank}, local rank {local}", log_of(node_rank, local),
                               ended_by_launcher=match.start() < root_at and code < 0))
+    return exits
+
+
+def slurm_job_failure(run_dir: str, job: str, gpus_per_node: int) -> Optional[Failure]:
+    """launcher=slurm: each node's torchrun wrote its failure report into the job's error file (srun gathers them,
+    in the order they came); the rank that failed first of its own accord across all of them. None without one."""
+    try:
+        with open(os.path.join(run_dir, f"slurm-{job}.err"), errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+
+    def log_of(node_rank: int, local: int) -> str:
+        folder = node_log_dir(run_dir, node_rank)
+        return _latest(os.path.join(glob.escape(folder), "*", "attempt_*", str(local), "stderr.log")) or folder
+
+    exits = [e for report in text.split("Failures:")[1:]
+             for e in torchrun_exits(report, lambda rank: rank // gpus_per_node, log_of)]
     return ranks_failure(exits)
 
 
