@@ -81,6 +81,20 @@ def test_finished_run_rerun_says_complete_and_changes_nothing(reference):
     assert snapshot(reference) == before
 
 
+def test_a_copied_finished_run_names_its_own_folder(reference, tmp_path):
+    """cp -r of a finished run dir (#41): the rerun there, its summary.json and `trl-ds watch` name the copy."""
+    run_dir = tmp_path / "copy"
+    shutil.copytree(reference, run_dir, ignore=shutil.ignore_patterns("trainer", "final_model"))
+    out = run_app(BASE, run_dir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith(f"trl_ds: the run in {run_dir} is complete (6 steps")
+    assert read_json(run_dir / "summary.json")["run_dir"] == str(run_dir)
+    assert read_json(reference / "summary.json")["run_dir"] == str(reference)
+    watched = subprocess.run([sys.executable, "-m", "trl_ds.cli.watch", str(run_dir)], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+    assert watched.returncode == 0 and f"  run dir        {run_dir}\n" in watched.stdout, watched.stdout
+
+
 def test_resume_never_over_a_history_is_refused(reference):
     before = snapshot(reference)
     out = run_app([*BASE, "resume=never"], reference)

@@ -141,6 +141,12 @@ def test_a_rank_that_dies_ends_the_job_naming_it(slurm_env, tmp_path_factory, tm
     rank_log = next((run_dir / "logs" / "node_1").glob("*/attempt_0/0/stderr.log"))
     assert "simulated: node 1 cannot start its rank" in rank_log.read_text()
     assert not (run_dir / "summary.json").exists()
+    # trl-ds watch of the ended job names the rank from every node's torchrun report in the job's error file (#41)
+    watched = subprocess.run([sys.executable, "-m", "trl_ds.cli.watch", str(run_dir)], cwd=REPO, capture_output=True,
+                             text=True, env={**os.environ, **slurm_env}, timeout=120)
+    assert watched.returncode == 1
+    assert watched.stderr.startswith(f"trl_ds watch: SLURM job {job_id} failed: rank 1 (node 1, local rank 0) exited "
+                                     f"with code 3; its log: {rank_log}"), watched.stderr
 
 
 def test_requeued_job_resumes_from_its_checkpoint(slurm_env, tmp_path):

@@ -88,3 +88,16 @@ def test_the_summary_puts_the_reserved_peak_over_the_estimate_at_the_measured_si
     assert "  micro-batch   18: oom, peak reserved 24.00 GiB" in text
     assert ("trl-ds fit: largest micro-batch that trained 3 steps: 12; the planner's largest that fits: 9.\n"
             "  at 12: peak reserved 20.00 GiB = ") in text
+
+
+@pytest.mark.skipif("__import__('trl_ds.check.validate').check.validate.count_gpus() > 0", reason="a GPU is here")
+def test_docs_gpu_command_on_a_machine_without_a_gpu_is_refused_before_the_rank_spawns(tmp_path, capsys):
+    """docs/gpu.md's command spawned a rank that ended in transformers' "Your setup doesn't support bf16/gpu" (#41)."""
+    args = ["model=llama3.2-1b", "cluster=1x1", "cluster.gpu_memory_gb=24", "zero=stage2", "offload=cpu",
+            "precision=bf16", "--run-dir", str(tmp_path / "fit")]
+    assert fit_cli.main(args) == 2
+    assert capsys.readouterr().err == (
+        "trl-ds fit: cluster=1x1 asks for 1 GPUs per node (cluster.gpus_per_node=1) but this machine has 0. Use "
+        "dry_run=true to write the run dir only, cluster.gpus_per_node=1 on a GPU machine, or cluster=local to train "
+        "on CPU.\n")
+    assert not (tmp_path / "fit").exists()  # nothing written, nothing spawned

@@ -41,7 +41,9 @@ def test_torchrun_root_cause_names_the_rank_its_exit_and_log(tmp_path):
     log.parent.mkdir(parents=True)
     log.write_text("boom\n")
     failure = describe("noise\n" + TORCHRUN_FAILURE, 1, node(tmp_path))
-    assert failure == Failure(f"rank 3 (node 1, local rank 1) exited with signal SIGKILL; its log: {log}", str(log))
+    # rank 2 got torchrun's SIGTERM once rank 3 had died: a consequence, named as one
+    assert failure == Failure(f"rank 3 (node 1, local rank 1) exited with signal SIGKILL; its log: {log}; rank 2 "
+                              f"(node 1) exited only on losing it", str(log))
 
 
 def test_deepspeed_failure_names_the_global_rank_and_its_log(tmp_path):
@@ -94,7 +96,7 @@ def test_failed_rank_log_prefers_a_recorded_failure_then_a_traceback(tmp_path):
     write_failure(node(str(node1)), Failure("rank 1 ...", "/somewhere/rank1.log"))
     assert failed_rank_log(str(run_dir)) == "/somewhere/rank1.log"
     with open(os.path.join(node1, "failure.json")) as f:
-        assert json.load(f) == {"node": 1, "message": "rank 1 ...", "log": "/somewhere/rank1.log"}
+        assert json.load(f) == {"node": 1, "message": "rank 1 ...", "log": "/somewhere/rank1.log", "own": True}
 
 
 def test_too_few_gpus_on_the_node_is_the_failure(tmp_path):
@@ -103,3 +105,25 @@ def test_too_few_gpus_on_the_node_is_the_failure(tmp_path):
     failure = describe(f"some launcher noise\ntrl_ds: {line}\n", 2, node(tmp_path))
     # The launcher's output goes to its log only: trl_ds's "launch failed:" line says launch.sh's line, once.
     assert (failure.message, failure.log) == (line, os.path.join(str(tmp_path), "launcher.log"))
+
+
+def test_a_rank_that_refuses_the_config_is_a_refusal_said_in_its_one_line(tmp_path):
+    """worker/gpu_cap.py's refusal (cluster.gpu_memory_gb above the GPU's memory): exit code 2 and one line; the
+    launch then exits 2 too (launch/run.py), as for a refusal before launch (#41)."""
+    from trl_ds.worker.gpu_cap import cap_for
+
+    line = cap_for(100000, 80 * 2 ** 30, "NVIDIA H100", 0).line
+    log = tmp_path / "abc_x" / "attempt_0" / "0" / "stderr.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(f"GpuMemoryError: {line}\n")
+    report = TORCHRUN_FAILURE.replace("rank      : 3 (local_rank: 1)", "rank      : 0 (local_rank: 0)").replace(
+        "exitcode  : -9", "exitcode  : 2")
+    failure = describe(report.split("Failures:")[0] + "Root Cause" + report.split("Root Cause")[1], 1,
+                       node(tmp_path, rank=0))
+    assert failure == Failure("rank 0 (node 0, local rank 0) refused: GpuMemoryError: cluster.gpu_memory_gb=100000 "
+                              "is more than this node's local GPU 0 (NVIDIA H100, 80.0 GiB): the plan assumed memory "
+                              "this GPU does not have. Set cluster.gpu_memory_gb=80 (or less to rehearse a smaller "
+                              "GPU).", str(log), refused=True)
+    # the same exit code from a rank that only lost its peer is no refusal
+    log.write_text("[rank0]: RuntimeError: Connection reset by peer\n")
+    assert describe(report, 1, node(tmp_path, rank=0)).refused is False

@@ -190,3 +190,16 @@ def test_memory_png_draws_the_points_with_figures(tmp_path, capsys):
     # stages 0 and 3, the failed point's estimate, the incomplete point's figures; not the empty folder
     assert f"wrote {folder}/memory.png (4 points)" in capsys.readouterr().out
     assert (folder / "memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_on_one_run_dir_writes_inside_it_and_nothing_beside_it(tmp_path, capsys):
+    """Its parent holds other runs: a report written there would be overwritten by the next one's (#41)."""
+    parent = tmp_path / "outputs" / "2026-12-05"
+    run = make_run(parent / "10-00-00", ["zero=stage1"])
+    make_run(parent / "11-00-00", ["zero=stage2"])
+    assert report.main([str(run)]) == 0
+    assert (run / "sweep.csv").exists() and (run / "sweep.md").exists()
+    assert sorted(p.name for p in parent.iterdir()) == ["10-00-00", "11-00-00"]
+    with open(run / "sweep.csv") as f:
+        assert [(r["point"], r["zero"]) for r in csv.DictReader(f)] == [("10-00-00", "stage1")]
+    assert f"wrote {run}/sweep.csv and sweep.md" in capsys.readouterr().out

@@ -17,6 +17,7 @@ from hydra.types import RunMode
 from trl_ds.check.history import finished_run
 from trl_ds.config.compose import CONFIG_DIR, CONFIG_NAME, HYDRA_VERSION_BASE
 from trl_ds.config.schema import register
+from trl_ds.config.undeclared_keys import as_added
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.launch.summary import (
     batch_line,
@@ -88,6 +89,9 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
         return
     finished = None if cfg.dry_run else finished_run(cfg, run_dir)
     if finished:
+        from trl_ds.rundir.layout import adopt_summary
+
+        adopt_summary(run_dir)  # a copied run dir's summary.json names the copy
         print(f"trl_ds: {finished}")
         return
     write_run_dir(cfg, prepared, overrides=list(hydra_cfg.overrides.task))
@@ -111,7 +115,7 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
         return
     print_summary(cfg, prepared, rc, wall_seconds=time.time() - started)
     if rc != 0 and not multirun:
-        sys.exit(1)
+        sys.exit(EXIT_USER_ERROR if rc == EXIT_USER_ERROR else 1)  # 2: a node or a rank refused the config
 
 
 LOCAL_PATH_KEYS = (("trainer", "dataset_name"), ("trainer", "eval_dataset_name"), ("model", "name_or_path"))
@@ -146,6 +150,12 @@ def ready_resume(cfg, run_dir: str, batch=None) -> None:
         print(f"trl_ds: launch failed: converting the newest checkpoint in {run_dir}/{CHECKPOINT_DIR} to DeepSpeed's "
               f"universal format failed ({' '.join(err.cmd)} exited with {err.returncode}, run in that checkpoint); "
               f"the checkpoints are unchanged", file=sys.stderr)
+        sys.exit(1)
+    except subprocess.TimeoutExpired as err:  # ended (killed) at its limit, rundir/universal.py convert_limit_s
+        print(f"trl_ds: launch failed: converting the newest checkpoint in {run_dir}/{CHECKPOINT_DIR} to DeepSpeed's "
+              f"universal format did not finish within {max(err.timeout, 0):.0f} s ({err.cmd[2]} was ended); "
+              f"the checkpoints are unchanged. Rerun to convert again, or resume on the shape that wrote it",
+              file=sys.stderr)
         sys.exit(1)
     for line in lines + ([batch_change_line(cfg, chosen, batch)] if chosen and batch else []):
         if line:
@@ -269,6 +279,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.exit(EXIT_USER_ERROR)
     pause_collection()
     register()
+    sys.argv = [sys.argv[0], *as_added(sys.argv[1:])]  # a misspelt key without `+` is answered like one with it
     _skip_mode_probe()
     try:
         app()

@@ -29,7 +29,7 @@ from trl_ds.rundir.layout import (
     RESOLVED_CONFIG,
     SLURM_JOB_ID,
     SUMMARY,
-    read_json_or_none,
+    read_summary,
     summary_is_latest,
 )
 
@@ -108,6 +108,8 @@ def watch(run_dir: str, every_s: float, stream=sys.stderr, job: Optional[str] = 
     while (since := running_since(run_dir, job)) is None:
         if os.path.exists(os.path.join(run_dir, SUMMARY)):
             return finished(run_dir)
+        if job and job_failed(run_dir, job):
+            return 1
         if time.time() - waited > START_GRACE_S:
             print(f"trl_ds watch: no launch is running in {run_dir} and it holds no {SUMMARY}: its launcher ended "
                   f"without one (killed?). Logs: {os.path.join(run_dir, LOGS_DIR)}", file=sys.stderr)
@@ -128,8 +130,24 @@ def watch(run_dir: str, every_s: float, stream=sys.stderr, job: Optional[str] = 
         time.sleep(0.5 if job is None else 2.0)  # squeue is a call to the controller
     display.close()
     if not os.path.exists(os.path.join(run_dir, SUMMARY)):
-        return ended_without_summary(run_dir)
+        return 1 if job and job_failed(run_dir, job) else ended_without_summary(run_dir)
     return finished(run_dir)
+
+
+def job_failed(run_dir: str, job: str) -> bool:
+    """A SLURM job whose ranks failed writes no summary.json: the rank that failed first, from its error file."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from trl_ds.launch.failure import slurm_job_failure
+    from trl_ds.rundir.layout import load_run_config
+
+    try:
+        failure = slurm_job_failure(run_dir, job, load_run_config(run_dir).cluster.gpus_per_node)
+    except (OSError, ValueError, OmegaConfBaseException):  # config.yaml gone or damaged: no rank to name
+        return False
+    if failure:
+        print(f"trl_ds watch: SLURM job {job} failed: {failure.message}", file=sys.stderr)
+    return failure is not None
 
 
 def ended_without_summary(run_dir: str, earlier: str = "") -> int:
@@ -146,7 +164,7 @@ def finished(run_dir: str) -> int:
     from trl_ds.rundir.layout import load_run_config
 
     path = os.path.join(run_dir, SUMMARY)
-    summary = read_json_or_none(path)
+    summary = read_summary(run_dir)  # a copied run dir's names the copy
     if not isinstance(summary, dict) or "status" not in summary:
         print(f"trl_ds watch: {path} is empty or cut short (a kill while it was written); rerun the same command to "
               f"finish the run and rewrite it. Logs: {os.path.join(run_dir, LOGS_DIR)}", file=sys.stderr)

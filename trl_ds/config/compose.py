@@ -18,8 +18,8 @@ HYDRA_VERSION_BASE = "1.3"
 
 
 def compose(overrides: Sequence[str] = ()):
-    """The typed config `trl-ds run OVERRIDES` would see. A composition mistake (an unknown option, a misspelled key,
-    a wrong type) raises ConfigError with Hydra's own message, "Did you mean" included."""
+    """The typed config `trl-ds run OVERRIDES` would see. A composition mistake raises ConfigError: a misspelt key
+    (with or without `+`) with the closest real name, an unknown option or a wrong type with Hydra's own message."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -30,11 +30,11 @@ def compose(overrides: Sequence[str] = ()):
 
     register()
     GlobalHydra.instance().clear()  # a composition left open by a caller would make initialize_config_dir refuse
-    from trl_ds.config.undeclared_keys import check_undeclared_keys
+    from trl_ds.config.undeclared_keys import as_added, check_undeclared_keys
 
     try:
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base=HYDRA_VERSION_BASE):
-            cfg = hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
+            cfg = hydra_compose(config_name=CONFIG_NAME, overrides=as_added(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError([str(err).strip()]) from None
     problems = check_undeclared_keys(cfg)

@@ -1,12 +1,14 @@
 """Nothing silent: a key added with Hydra's `+` to any group of the schema is refused with the closest real name,
-unless it is a DeepSpeed key by DeepSpeed's own name under zero.* or offload.* (written into ds_config.json).
+unless it is a DeepSpeed key by DeepSpeed's own name under zero.* or offload.* (written into ds_config.json). A key
+given without the `+` is read as if it had one (as_added), so both spellings get the same answer.
 
 Run by compose() (every entry point but `trl-ds run`) and by validate() (which `trl-ds run` reaches through Hydra's
 main). Names only, read from the schema and from DeepSpeed's source (config/deepspeed_names.py): no deepspeed import.
 """
 import dataclasses
 import difflib
-from typing import Any, Iterable, List
+import re
+from typing import Any, Iterable, List, Sequence
 
 from trl_ds.config.deepspeed_names import block_names
 from trl_ds.config.values import offloads, schema_type, undeclared
@@ -20,6 +22,32 @@ REPLACED = {"offload_optimizer": "offload.optimizer=cpu", "offload_param": "offl
             "gather_16bit_weights_on_model_save": "zero.stage3_gather_16bit_weights_on_model_save"}
 # free-form maps under a declared name, checked by their own rules
 FREE_FORM = {"cluster.env", "launcher.env", "model.extra", "trainer.args", "deepspeed", "zero.zenflow"}
+_PLAIN_KEY = re.compile(r"[A-Za-z_][\w-]*(\.[\w-]+)*")  # no package (@), no group path (/), no quoting
+
+
+def as_added(overrides: Sequence[str]) -> List[str]:
+    """Hydra refuses `key=value` for a key the schema lacks with "To append to your config use +key=value", the wrong
+    fix for a misspelling. Such an override is passed on as `+key=value` (`++` inside a free-form map, where a
+    preset may hold the key), so check_undeclared_keys answers it with the real name, and a DeepSpeed or TRL name
+    under zero.*, offload.*, deepspeed.* or trainer.args.* is read alike with or without its `+`."""
+    return [_as_added(o) for o in overrides]
+
+
+def _as_added(override: str) -> str:
+    key = override.split("=", 1)[0]
+    if "=" not in override or not _PLAIN_KEY.fullmatch(key) or key.split(".")[0] == "hydra":
+        return override  # flags, +/++/~ overrides, group paths, packages and Hydra's own keys are Hydra's
+    path = ""
+    for part in key.split("."):
+        if path in FREE_FORM:
+            return "++" + override
+        node = schema_type(path)
+        if node is None:
+            return override  # a key below a plain value: Hydra's own message fits
+        if part not in {f.name for f in dataclasses.fields(node)}:
+            return "+" + override
+        path = f"{path}.{part}" if path else part
+    return override
 
 
 def check_undeclared_keys(cfg) -> List[str]:

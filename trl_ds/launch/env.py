@@ -65,12 +65,18 @@ def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
+PROBE_TIMEOUT_S = 10
+
+
 def list_gpus() -> List[str]:
     """GPU names and memory from nvidia-smi; an empty list on a CPU machine."""
     if not shutil.which("nvidia-smi"):
         return []
-    out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                         capture_output=True, text=True)
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # a GPU in a bad state can hang it; every launch records this (env.json)
+        return [f"(nvidia-smi did not answer within {PROBE_TIMEOUT_S} s)"]
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 

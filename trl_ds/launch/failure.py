@@ -3,14 +3,16 @@ import glob
 import json
 import os
 import re
-import signal
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from trl_ds.rundir.layout import FAILURE_FILE, LOGS_DIR, node_log_dir
 
-# torchrun's "Root Cause (first observed failure)" block.
-TORCHRUN_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
+from .rank_exits import PEER_LEFT, RankExit, exit_text, exits_text, last_error, refusal
+
+# Each rank in torchrun's failure report; the one after "Root Cause (first observed failure)" failed first.
+TORCHRUN_RANK = re.compile(r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*exitcode\s*:\s*(-?\d+)")
+TORCHRUN_ROOT = "Root Cause"
 # deepspeed.launcher.launch: "[... '--local_rank=1', ...] exits with return code = 7"
 DEEPSPEED_RANK = re.compile(r"--local_rank=(\d+).*? exits with return code = (-?\d+)")
 # The same line from a node started over ssh: pdsh puts "HOST: " before each line of a node's output.
@@ -25,8 +27,10 @@ MPIRUN_EXIT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*
 CLIENTS_JOINED = re.compile(r"(\d+)/(\d+) clients joined")
 # torchrun on a node > 0 that never reached node 0's store (it retries once, then gives up).
 MAIN_UNREACHABLE = re.compile(r"timed out after \d+ms while trying to connect to")
-# launch.sh's own check of the node's GPUs (launch/gpu_count.py): its line is the launch's failure, said once.
-TOO_FEW_GPUS = re.compile(r"^trl_ds: (node \S+ \(.*\) has \d+ usable GPU\(s\) .*)$", re.M)
+# launch.sh's own refusals (exit 2): the node's GPUs (launch/gpu_count.py), a node rank or a SLURM step of another
+# size than the run's. Its line is the launch's failure, said once.
+SCRIPT_REFUSAL = re.compile(r"^trl_ds: ((?:node \S+ \(.*\) has \d+ usable GPU\(s\)|NODE_RANK must be|this SLURM "
+                            r"step has) .*)$", re.M)
 
 
 @dataclass
@@ -34,6 +38,8 @@ class Failure:
     message: str
     log: Optional[str] = None
     main_reached: bool = True  # false: this node never reached the main node, so there is no one to tell
+    refused: bool = False  # a user mistake the node or a rank refused with one line: the launch exits 2
+    own: bool = True  # false: the rank named only lost a peer; another node's failure is the cause
 
 
 @dataclass
@@ -52,7 +58,7 @@ class NodeView:
 
 def describe(output: str, returncode: int, node: NodeView) -> Failure:
     """The failing rank (torchrun, deepspeed), a rendezvous that timed out, or else the node's launcher log."""
-    for reader in (_too_few_gpus, remote_rank_failure, _torchrun_rank, _deepspeed_rank, _mpirun_rank, _rendezvous,
+    for reader in (_script_refusal, remote_rank_failure, _torchrun_rank, _deepspeed_rank, _mpirun_rank, _rendezvous,
                    _main_unreachable):
         found = reader(output, node)
         if found:
@@ -65,65 +71,76 @@ def describe(output: str, returncode: int, node: NodeView) -> Failure:
                    log)
 
 
-def _too_few_gpus(output: str, node: NodeView) -> Optional[Failure]:
-    match = TOO_FEW_GPUS.search(output)
-    return Failure(match.group(1), os.path.join(node.log_dir, "launcher.log")) if match else None
+def _script_refusal(output: str, node: NodeView) -> Optional[Failure]:
+    match = SCRIPT_REFUSAL.search(output)
+    return Failure(match.group(1), os.path.join(node.log_dir, "launcher.log"), refused=True) if match else None
+
+
+def ranks_failure(exits: List[RankExit], hosts: List[str] = ()) -> Optional[Failure]:
+    """The one rule for every launcher path (rank_exits.first_own); a rank's refusal is said as its own line."""
+    if not exits:
+        return None
+    text, chosen = exits_text(exits, hosts)
+    refused = refusal(chosen)
+    if refused:
+        return Failure(f"rank {chosen.rank} ({chosen.where}) refused: {refused}", chosen.log, refused=True)
+    return Failure(text, chosen.log, own=not chosen.lost_a_peer())
 
 
 def _torchrun_rank(output: str, node: NodeView) -> Optional[Failure]:
-    match = TORCHRUN_ROOT.search(output)
-    if not match:
-        return None
-    rank, local, code = (int(g) for g in match.groups())
-    log = _latest(os.path.join(glob.escape(node.log_dir), "*", "attempt_*", str(local), "stderr.log"))
-    cause = _cause_elsewhere(log, glob.glob(os.path.join(glob.escape(os.path.dirname(os.path.dirname(log or ""))), "*",
-                                                         "stderr.log")))
-    if cause:  # the first rank to exit only saw a peer leave; name the one whose log holds the error
-        local, log = int(os.path.basename(os.path.dirname(cause))), cause
-        return Failure(f"rank {node.rank * node.gpus_per_node + local} (node {node.rank}, local rank {local}) failed: "
-                       f"{last_error(log)}; its log: {log} (rank {rank} exited first, on losing it)", log)
-    return Failure(f"rank {rank} (node {node.rank}, local rank {local}) exited with {exit_text(code)}; "
-                   f"its log: {log or node.log_dir}", log)
+    def log_of(_: int, local: int) -> str:
+        found = _latest(os.path.join(glob.escape(node.log_dir), "*", "attempt_*", str(local), "stderr.log"))
+        return found or node.log_dir
+
+    return ranks_failure(torchrun_exits(output, lambda rank: node.rank, log_of))
 
 
-# What a rank's last error says when it only noticed that a peer left the process group (gloo over TCP).
-PEER_LEFT = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|DistBackendError|"
-                       r"Socket Timeout|recvBytes|ProcessGroupGloo", re.I)
-# A Python exception line, as a rank's log ends with it ("[rank1]: RuntimeError: ...").
-EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b.*)$")
+def torchrun_exits(report: str, node_of: Callable[[int], int], log_of: Callable[[int, int], str]) -> List[RankExit]:
+    """Every rank of one torchrun failure report: the one it observed first ("Root Cause") first, then the others,
+    whose signals torchrun sent itself once that one had failed."""
+    root_at = report.rfind(TORCHRUN_ROOT)
+    if root_at < 0:
+        return []
+    exits = []
+    for match in sorted(TORCHRUN_RANK.finditer(report), key=lambda m: m.start() < root_at):
+        rank, local, code = (int(g) for g in match.groups())
+        node_rank = node_of(rank)
+        exits.append(RankExit(rank, code, f"node {node_rank}, local rank {local}", log_of(node_rank, local),
+                              ended_by_launcher=match.start() < root_at and code < 0))
+    return exits
 
 
-def last_error(log: str) -> Optional[str]:
+def slurm_job_failure(run_dir: str, job: str, gpus_per_node: int) -> Optional[Failure]:
+    """launcher=slurm: each node's torchrun wrote its failure report into the job's error file (srun gathers them,
+    in the order they came); the rank that failed first of its own accord across all of them. None without one."""
     try:
-        with open(log, errors="replace") as f:
-            found = [m.group(1) for m in map(EXCEPTION_LINE.match, f.read().splitlines()) if m]
+        with open(os.path.join(run_dir, f"slurm-{job}.err"), errors="replace") as f:
+            text = f.read()
     except OSError:
         return None
-    return found[-1][:300] if found else None
 
+    def log_of(node_rank: int, local: int) -> str:
+        folder = node_log_dir(run_dir, node_rank)
+        return _latest(os.path.join(glob.escape(folder), "*", "attempt_*", str(local), "stderr.log")) or folder
 
-def _cause_elsewhere(log: Optional[str], logs) -> Optional[str]:
-    """Another rank's log whose error is a cause, when `log`'s error is only a peer's departure; else None."""
-    first = last_error(log) if log else None
-    if not first or not PEER_LEFT.search(first):
-        return None
-    return next((other for other in sorted(logs) if other != log and (err := last_error(other))
-                 and not PEER_LEFT.search(err)), None)
+    exits = [e for report in text.split("Failures:")[1:]
+             for e in torchrun_exits(report, lambda rank: rank // gpus_per_node, log_of)]
+    return ranks_failure(exits)
 
 
 def _deepspeed_rank(output: str, node: NodeView) -> Optional[Failure]:
-    match = DEEPSPEED_RANK.search(output)
-    if not match:
-        return None
-    local, code = int(match.group(1)), int(match.group(2))
-    rank = node.rank * node.gpus_per_node + local
-    log = _latest(os.path.join(node.log_dir, f"*_rank{rank}.log"))
-    return Failure(f"rank {rank} (node {node.rank}, local rank {local}) exited with {exit_text(code)}; "
-                   f"its log: {log or node.log_dir}", log)
+    exits = []
+    for match in DEEPSPEED_RANK.finditer(output):
+        local, code = int(match.group(1)), int(match.group(2))
+        rank = node.rank * node.gpus_per_node + local
+        log = _latest(os.path.join(glob.escape(node.log_dir), f"*_rank{rank}.log"))
+        exits.append(RankExit(rank, code, f"node {node.rank}, local rank {local}", log or node.log_dir))
+    return ranks_failure(exits)
 
 
 def remote_rank_failure(output: str, node: NodeView) -> Optional[Failure]:
-    """A rank that died on a node the deepspeed runner started over ssh (node 0 included): the node from its host."""
+    """Ranks that died on nodes the deepspeed runner started over ssh (node 0 included): each node from its host."""
+    exits = []
     for match in REMOTE_RANK.finditer(output) if node.ssh_hosts else ():
         host, local, code = match.group(1), int(match.group(2)), int(match.group(3))
         if host not in node.ssh_hosts:
@@ -131,14 +148,14 @@ def remote_rank_failure(output: str, node: NodeView) -> Optional[Failure]:
         node_rank = node.ssh_hosts.index(host)
         rank = node_rank * node.gpus_per_node + local
         folder = node_log_dir(os.path.dirname(os.path.dirname(node.log_dir)), node_rank)
-        log = _latest(os.path.join(folder, f"*_rank{rank}.log"))
-        return Failure(f"rank {rank} (node {node_rank}, host {host}, local rank {local}) exited with "
-                       f"{exit_text(code)}; its log: {log or folder}", log)
-    return None
+        log = _latest(os.path.join(glob.escape(folder), f"*_rank{rank}.log"))
+        exits.append(RankExit(rank, code, f"node {node_rank}, host {host}, local rank {local}", log or folder))
+    return ranks_failure(exits, node.ssh_hosts)
 
 
 def _mpirun_rank(output: str, node: NodeView) -> Optional[Failure]:
-    """A rank that an MPI launcher started: its output went to this node's launcher.log, as mpirun gathers it."""
+    """A rank that an MPI launcher started: its output went to this node's launcher.log, as mpirun gathers it, and
+    mpirun reports one rank, the first it saw end (maybe one that only lost the rank that failed)."""
     by_signal, by_code = MPIRUN_SIGNAL.search(output), MPIRUN_EXIT.search(output)
     if by_signal:
         rank, host, code = int(by_signal.group(1)), by_signal.group(2), -int(by_signal.group(3))
@@ -149,8 +166,7 @@ def _mpirun_rank(output: str, node: NodeView) -> Optional[Failure]:
     node_rank = node.hosts.index(host) if host in node.hosts else rank // node.gpus_per_node
     host = host or (node.hosts[node_rank] if node_rank < len(node.hosts) else "?")
     log = os.path.join(node.log_dir, "launcher.log")
-    return Failure(f"rank {rank} (node {node_rank}, host {host}) exited with {exit_text(code)}; its output is in "
-                   f"{log}", log)
+    return ranks_failure([RankExit(rank, code, f"node {node_rank}, host {host}", log, shared=True)], node.hosts)
 
 
 def _rendezvous(output: str, node: NodeView) -> Optional[Failure]:
@@ -194,13 +210,6 @@ def never_reached(node: NodeView) -> Failure:
     return Failure(f"{text} Launcher output: {log}", log, main_reached=node.rank == 0 or node.starts_every_node)
 
 
-def exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"code {code}"
 
 
 def _latest(pattern: str) -> Optional[str]:
@@ -210,20 +219,25 @@ def _latest(pattern: str) -> Optional[str]:
 
 def write_failure(node: NodeView, failure: Failure) -> None:
     with open(os.path.join(node.log_dir, FAILURE_FILE), "w") as f:
-        json.dump({"node": node.rank, "message": failure.message, "log": failure.log}, f, indent=2)
+        json.dump({"node": node.rank, "message": failure.message, "log": failure.log, "own": failure.own}, f,
+                  indent=2)
 
 
 def failed_rank_log(run_dir: str) -> Optional[str]:
-    """The log named by a node's failure.json, else the first rank log holding a traceback of its own."""
+    """The log named by a node's failure.json (a node whose rank failed of its own accord before one whose rank only
+    lost a peer), else the first rank log holding a traceback of its own."""
     logs = os.path.join(glob.escape(run_dir), LOGS_DIR)  # the run dir is a literal path: it may hold [ ] * ?
+    recorded = []
     for path in sorted(glob.glob(os.path.join(logs, "node_*", FAILURE_FILE))):
         try:
             with open(path) as f:
-                log = json.load(f).get("log")
+                found = json.load(f)
         except ValueError:  # cut short by a full disk
             continue
-        if log:
-            return log
+        if found.get("log"):
+            recorded.append((not found.get("own", True), found["log"]))
+    if recorded:
+        return min(recorded, key=lambda r: r[0])[1]  # the first own, else the first
     rank_logs = glob.glob(os.path.join(logs, "**", "stderr.log"), recursive=True)
     rank_logs += glob.glob(os.path.join(logs, "**", "*_rank*.log"), recursive=True)
     failed = []

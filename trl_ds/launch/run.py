@@ -15,6 +15,7 @@ import threading
 import time
 from typing import IO, List, Optional
 
+from trl_ds.errors import EXIT_USER_ERROR
 from trl_ds.rundir.layout import FAILURE_FILE, JOINED_FILE
 from trl_ds.rundir.lifeline import die_with_parent, launcher_env
 
@@ -34,6 +35,7 @@ from .remote import end_remote_launchers
 POLL_S = 0.5
 GRACE_S = 10  # the launcher's and the ranks' start-up before the rendezvous clock starts
 STOP_WAIT_S = 40  # torchrun and deepspeed's launch give their ranks 30 s to end after SIGTERM before killing them
+PEER_EXIT_WAIT_S = 5  # over ssh: how long a rank's exit on losing a peer waits for the exit of the rank it lost
 
 
 class Stopped(Exception):
@@ -80,13 +82,17 @@ def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progre
     pump.join(timeout=STOP_WAIT_S)
     if proc.returncode == 0 and not stopped:
         return 0
-    failure = stopped or describe("".join(captured), proc.returncode, node)
+    # Over ssh, every node's exits that reached this output, not only those seen when the launch was stopped
+    remote = remote_rank_failure("".join(captured), node) if node.ssh_hosts else None
+    failure = remote or stopped or describe("".join(captured), proc.returncode, node)
     _report(node, failure)
     if peers and not stopped and failure.main_reached:
         # Before its ranks joined, the main store may not be up yet (rank 0 still importing): keep trying a while.
         early = node.rank != 0 and not _joined(node.log_dir, attempts_before)
         peers.announce(f"node {node.rank} failed: {failure.message}", wait_s=ANNOUNCE_WAIT_S if early else 0)
-    return proc.returncode or 1
+    if failure.refused:  # a user mistake a node or a rank found: the launch exits 2, as one found before it does
+        return EXIT_USER_ERROR
+    return proc.returncode if proc.returncode not in (0, EXIT_USER_ERROR) else 1
 
 
 def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: Optional[Peers],
@@ -95,13 +101,15 @@ def _watch(proc: subprocess.Popen, node: NodeView, attempts_before: set, peers: 
     peer's failure, or (deepspeed over ssh) a rank that died on any node: pdsh would wait for the other nodes' ranks,
     which wait in a process group that will never complete."""
     deadline = time.monotonic() + node.rdzv_timeout + GRACE_S
-    joined = False
+    joined, lost_at = False, None
     while not _exited(proc):
         if progress:
             _show(progress, "poll")
         if node.ssh_hosts:
             remote = remote_rank_failure("".join(captured), node)
-            if remote:
+            lost_at = lost_at or (time.monotonic() if remote else None)
+            # a rank that only lost its peer: the exit of the rank that left first may be a line behind
+            if remote and (remote.own or time.monotonic() > lost_at + PEER_EXIT_WAIT_S):
                 _stop(proc, node, env)
                 return remote
         joined = joined or _joined(node.log_dir, attempts_before)

@@ -127,6 +127,9 @@ def main_addr_from_slurm() -> str:
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
 
 
+SUBMIT_TIMEOUT_S = 120  # sbatch retries an unreachable controller for a while; beyond this it is not coming back
+
+
 def submit_job(run_dir: str, env: Dict[str, str]) -> int:
     """sbatch the script and say where to look; the job trains later, on the allocation."""
     script = os.path.join(run_dir, SBATCH_SCRIPT)
@@ -136,7 +139,14 @@ def submit_job(run_dir: str, env: Dict[str, str]) -> int:
               f"written: {script}\n  Submit it from a SLURM login node with: sbatch {shlex.quote(script)}\n  "
               f"(launcher.slurm.submit=false writes it without trying to submit.)", file=sys.stderr)
         return 2
-    out = subprocess.run([sbatch, "--parsable", script], env=env, capture_output=True, text=True)
+    try:
+        out = subprocess.run([sbatch, "--parsable", script], env=env, capture_output=True, text=True,
+                             timeout=SUBMIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(f"trl_ds: sbatch did not answer within {SUBMIT_TIMEOUT_S} s (is SLURM's controller up? sinfo says); "
+              f"nothing was submitted. The job script is written: submit it with sbatch {shlex.quote(script)}",
+              file=sys.stderr)
+        return 1
     if out.returncode != 0:
         print(f"trl_ds: sbatch refused {script}:\n  {out.stderr.strip()}", file=sys.stderr)
         return 1

@@ -15,7 +15,16 @@ from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
 from trl_ds.rundir.disk_space import remove_incomplete
-from trl_ds.rundir.layout import MEMORY_DIR, OVERRIDES, SBATCH_SCRIPT, SUMMARY, read_json, write_json, write_text
+from trl_ds.rundir.layout import (
+    MEMORY_DIR,
+    OVERRIDES,
+    SBATCH_SCRIPT,
+    SUMMARY,
+    read_json,
+    read_summary,
+    write_json,
+    write_text,
+)
 from trl_ds.rundir.lifeline import this_launch_id
 
 MiB = 2 ** 20
@@ -116,11 +125,13 @@ def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
 
 def print_outcome(cfg, run_dir: str, s: Optional[dict] = None) -> None:
     """The run's outcome from its summary.json (or `s`): what `python -m trl_ds` prints at the end, and `watch` too."""
-    s = s or read_json(os.path.join(run_dir, SUMMARY))
+    s = s or read_summary(run_dir)
     if s["status"] != "completed":
         print(f"trl_ds: run {s['status'].upper()} ({s.get('reason', '')}); {describe(cfg)}")
         if s.get("log"):
-            print(f"  first failing rank's log: {s['log']}\n{tail(s['log'])}")
+            print(f"  first failing rank's log: {s['log']}")
+        if s.get("log") and os.path.exists(s["log"]):
+            print(tail(s["log"]))
         print(f"  run dir: {run_dir}")
         return
     print(f"trl_ds: run {s['status']}: {describe(cfg)}")

@@ -101,6 +101,27 @@ def read_yaml_or_none(path: str) -> Optional[dict]:
     return loaded if isinstance(loaded, dict) else None
 
 
+def read_summary(run_dir: str) -> Any:
+    """summary.json as it reads in the folder it lies in now: a run dir copied elsewhere (cp -r) names its own folder,
+    and a log it names inside the original names the copy's. None when missing or cut short."""
+    summary = read_json_or_none(os.path.join(run_dir, SUMMARY))
+    was = summary.get("run_dir") if isinstance(summary, dict) else None
+    if not isinstance(was, str) or was == run_dir:
+        return summary
+    log = summary.get("log")
+    if isinstance(log, str) and log.startswith(was.rstrip(os.sep) + os.sep):
+        summary["log"] = os.path.join(run_dir, os.path.relpath(log, was))
+    return {**summary, "run_dir": run_dir}
+
+
+def adopt_summary(run_dir: str) -> None:
+    """A launch in a copied run dir that trains nothing (its run is complete) rewrites the copy's summary.json to name
+    its own folder, as a launch that trains does."""
+    summary = read_summary(run_dir)
+    if isinstance(summary, dict) and summary != read_json_or_none(os.path.join(run_dir, SUMMARY)):
+        write_json(os.path.join(run_dir, SUMMARY), summary)
+
+
 def summary_is_latest(run_dir: str) -> bool:
     """summary.json names the launch that wrote it; one of another launch than the latest that started its ranks is
     an earlier launch's (the latest was killed before writing one). Ids, not file times: a copy (cp -r) keeps them.

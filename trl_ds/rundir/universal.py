@@ -20,6 +20,16 @@ from trl_ds.rundir.lifeline import die_with_parent
 # The file a ZeRO-3 engine's universal load reads its metadata from (engine._get_all_ckpt_names with
 # pp_placeholder "0"); stages 0-2 read mp_rank_00_model_states.pt. The weights come from zero/ in both cases.
 ZERO3_MODEL_STATES = "zero_pp_rank_0_mp_rank_00_model_states.pt"
+# The conversion's limit: a fixed start-up share, then per GiB of the checkpoint it reads (a hang, e.g. in its worker
+# pool, ends there instead of holding the launch and every node waiting on it without end)
+CONVERT_BASE_S = 600
+CONVERT_S_PER_GIB = 120
+
+
+def convert_limit_s(source: str) -> int:
+    """Seconds the conversion of the folder `source` may take."""
+    gib = sum(file_sizes(source).values()) / 2 ** 30 if os.path.isdir(source) else 0.0
+    return int(CONVERT_BASE_S + CONVERT_S_PER_GIB * gib)
 
 
 def shape_change(checkpoint: str, world_size: int, zero_stage: int) -> Optional[str]:
@@ -47,7 +57,8 @@ def ensure_universal(checkpoint: str) -> tuple:
     subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
                     f"global_step{step}", "--output_folder", os.path.basename(partial),
                     "--inject_missing_state", "--num_extract_workers", "1", "--num_merge_workers", "1"],
-                   check=True, stdout=subprocess.DEVNULL, cwd=checkpoint, preexec_fn=die_with_parent())
+                   check=True, stdout=subprocess.DEVNULL, cwd=checkpoint, preexec_fn=die_with_parent(),
+                   timeout=convert_limit_s(os.path.join(checkpoint, f"global_step{step}")))
     loadable_by_zero3(partial)
     os.replace(partial, folder)
     _write_atomic(os.path.join(folder, UNIVERSAL_MARKER), {"step": step, "files": file_sizes(folder)})

@@ -6,9 +6,9 @@
     trl-ds report outputs/2026-12-02/10-00-00 outputs/...         # plain run dirs
 
 Writes sweep.csv (one row per point, every figure in bytes), sweep.md (the readable table, sorted by measured peak)
-and memory.png (needs matplotlib: pip install 'trl_ds[report]') into the first sweep folder, or --out DIR, or, for
-plain run dirs, the folder holding them; prints the table. A point whose files are missing or half-written is
-reported as incomplete, naming the file; the others are reported as usual.
+and memory.png (needs matplotlib: pip install 'trl_ds[report]') into --out DIR, or the first sweep folder, or one
+run dir itself, or, for several plain run dirs, the folder holding them; prints the table. A point whose files are
+missing or half-written is reported as incomplete, naming the file; the others are reported as usual.
 """
 import argparse
 import importlib.util
@@ -81,17 +81,26 @@ def write_plot(rows: Sequence[dict], path: str) -> None:
           "trl-ds report: no point has memory figures; memory.png is not written")
 
 
+def default_out(runs: Sequence[str], sweeps: Sequence[str]) -> str:
+    """A sweep's report goes into its folder and one run's into its run dir: never into a parent folder, where the
+    report of the next run there would overwrite it."""
+    if sweeps:
+        return sweeps[0]
+    return runs[0] if len(runs) == 1 else os.path.commonpath([os.path.dirname(r) for r in runs])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="trl-ds report", description=__doc__.split("\n")[0],
                                      epilog="See the module docstring or docs/memory_study.md.")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="sweep folders and/or run dirs")
-    parser.add_argument("--out", metavar="DIR", help="where to write (default: the first sweep folder)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="where to write (default: the first sweep folder, or the one run dir)")
     args = parser.parse_args(argv)
     runs, sweeps, problems = find_runs(args.paths)
     if problems:
         print("trl-ds report: " + "\n  ".join(problems), file=sys.stderr)
         return EXIT_USER_ERROR
-    out_dir = args.out or (sweeps[0] if sweeps else os.path.commonpath([os.path.dirname(r) for r in runs]))
+    out_dir = args.out or default_out(runs, sweeps)
     write_report(runs, args.paths, out_dir)
     if len(runs) == 1 and not sweeps:  # one run: its loss curve too, beside its metrics.jsonl
         if importlib.util.find_spec("matplotlib") is None:

@@ -12,6 +12,8 @@ rank stops with one line before any weight is loaded.
 import sys
 from typing import NamedTuple, Optional
 
+from trl_ds.errors import EXIT_USER_ERROR
+
 GiB = 2 ** 30
 # cluster presets name cards by their marketing size: an "80 GB" H100 has 79.6 GiB, an H200 "141 GB" 140.4 GiB. A
 # value up to this much above the device's memory means the whole device (no cap), not a mistake.
@@ -62,7 +64,7 @@ def apply_gpu_cap(cluster, local_rank: int) -> None:
     if cap.refused:
         # The failing rank's last error line is what the launch reports (launch/summary.py ERROR_LINE)
         print(f"GpuMemoryError: {cap.line}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        sys.exit(EXIT_USER_ERROR)
     if cap.fraction is not None:
         torch.cuda.set_per_process_memory_fraction(cap.fraction, device)
     print(cap.line, flush=True)
