@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
 from trl_ds.config.model_source import display_name, uses_preset
+from trl_ds.config.quantization import map_model_config_fields
 from trl_ds.config.values import elastic_min_nodes, value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan import trainers
@@ -400,6 +401,9 @@ def row_json(e: Estimate, times: Times) -> dict:
 def load(overrides: Sequence[str]):
     """(config, base setup), or ConfigError for a composition mistake or impossible model dimensions."""
     cfg = compose(overrides)
+    problems = map_model_config_fields(cfg, overrides)[1]  # +trainer.args.load_in_4bit=true plans QLoRA too
+    if problems:
+        raise ConfigError(problems)
     return cfg, setup_from_config(cfg)
 
 
