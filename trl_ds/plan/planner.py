@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from trl_ds.config.compose import compose
 from trl_ds.config.model_source import display_name, uses_preset
 from trl_ds.config.quantization import map_model_config_fields
+from trl_ds.config.schema import PeftConfig
 from trl_ds.config.values import elastic_min_nodes, value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan import trainers
@@ -202,9 +203,25 @@ def not_fit_message(cfg, e: Estimate) -> str:
     best = smallest_fitting_change(s, cfg.batch.global_size)
     if best is None:
         return (head + " Nothing in the planner's grid fits either: add GPUs (cluster.nodes=...), shorten "
-                       "sequences (trainer.max_length=...) or use larger devices.")
+                       "sequences (trainer.max_length=...) or use larger devices." + qlora_hint(s, cfg))
     return (head + f" The smallest change that fits: {' '.join(change_overrides(s, best.setup))} (estimated "
                    f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).")
+
+
+def qlora_hint(s: Setup, cfg) -> str:
+    """QLoRA changes what is trained (a frozen 4-bit base), so the planner never picks it; it says when it would fit."""
+    if s.quant_bits or s.arch.is_moe:
+        return ""
+    lora = PeftConfig()
+    qlora = replace(s, quant_bits=4, double_quant=True, storage_width=s.width, lora_r=s.lora_r or lora.r,
+                    lora_targets=s.lora_targets or tuple(lora.target_modules), lora_dropout=lora.lora_dropout)
+    fitted = estimate(qlora) if estimate(qlora).verdict == "fits" else smallest_fitting_change(
+        qlora, cfg.batch.global_size)
+    if fitted is None:
+        return ""
+    overrides = ["peft=qlora", *change_overrides(qlora, fitted.setup)]
+    return (f" A 4-bit base with LoRA adapters would fit (it trains adapters over a frozen base): "
+            f"{' '.join(overrides)} (estimated {size(fitted.device_total)} GiB per rank).")
 
 
 def trainer_terms(e: Estimate) -> str:
