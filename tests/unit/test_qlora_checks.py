@@ -27,6 +27,10 @@ QLORA = ["peft=qlora", "model.intermediate_size=384"]  # the tiny model with bit
                                   "peft=qlora alone, or peft=lora (peft.load_in_8bit=true for an 8-bit base)."),
     (["peft.load_in_8bit=true"], "peft.load_in_4bit=true and peft.load_in_8bit=true: bitsandbytes loads a base in "
                                  "one of them. Use peft=qlora (4 bits), or peft=lora peft.load_in_8bit=true."),
+    (["zero=stage3", "offload=cpu", "offload.param=cpu"],
+     "offload.param=cpu with peft.load_in_4bit=true: transformers loads the quantized model whole onto every GPU "
+     "before DeepSpeed partitions it, and PEFT's DeepSpeed guide reports ZeRO-3 QLoRA with CPU offload using more "
+     "GPU memory than without (Caveats), which trl_ds cannot plan. Use offload.param=none"),
     (["cluster=1x8", "tp=autotp", "tp.size=2"], "tp=autotp with peft=qlora: PEFT wraps each target Linear "
                                                 "(q_proj.base_layer), which AutoTP's layer patterns no longer match"),
 ])

@@ -37,6 +37,12 @@ def check_quantization(cfg) -> List[str]:
         problems.append(f"peft.load_in_{bits}bit=true with the mixture-of-experts model={cfg.model.name}: "
                         f"transformers keeps its experts as fused 3-D tensors, which bitsandbytes does not quantize "
                         f"(only nn.Linear), and trl_ds plans dense models only. Use a dense model, or peft=lora.")
+    if value(cfg.offload.param) != "none":
+        problems.append(f"offload.param={value(cfg.offload.param)} with peft.load_in_{bits}bit=true: transformers "
+                        f"loads the quantized model whole onto every GPU before DeepSpeed partitions it, and PEFT's "
+                        f"DeepSpeed guide reports ZeRO-3 QLoRA with CPU offload using more GPU memory than without "
+                        f"(Caveats), which trl_ds cannot plan. Use offload.param=none (offload=cpu offloads the "
+                        f"adapters' optimizer).")
     return problems + (_four_bit_dtypes(cfg) + _cpu_packing(cfg) if bits == 4 else _eight_bit(cfg))
 
 

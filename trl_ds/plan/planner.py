@@ -204,12 +204,14 @@ def not_fit_message(cfg, e: Estimate) -> str:
     if best is None:
         return (head + " Nothing in the planner's grid fits either: add GPUs (cluster.nodes=...), shorten "
                        "sequences (trainer.max_length=...) or use larger devices." + qlora_hint(s, cfg))
+    hint = qlora_hint(s, cfg) if best.setup.param_offload == "nvme" else ""  # only NVMe: the slowest way in
     return (head + f" The smallest change that fits: {' '.join(change_overrides(s, best.setup))} (estimated "
-                   f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).")
+                   f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).{hint}")
 
 
 def qlora_hint(s: Setup, cfg) -> str:
-    """QLoRA changes what is trained (a frozen 4-bit base), so the planner never picks it; it says when it would fit."""
+    """QLoRA changes what is trained (a frozen 4-bit base), so the planner never picks it; it says when it would fit
+    where nothing else does, or only NVMe offload."""
     if s.quant_bits or s.arch.is_moe:
         return ""
     lora = PeftConfig()
