@@ -56,7 +56,7 @@ def test_qlora_combinations_refused_naming_the_fix(overrides, message, compose_c
      "peft=qlora on CPU ranks: bitsandbytes' CPU forward without gradients (the final model's probe, evaluation) "
      "repacks each 4-bit Linear and needs in_features a multiple of 64 and out_features of 32 "
      "(_convert_weight_packed_for_cpu); model=tiny has down_proj 352→128. Use dimensions that are (e.g. "
-     "model.intermediate_size=384), or a GPU cluster."),
+     "model.intermediate_size=384), or a GPU cluster, or save_final_model=false without evaluation."),
 ])
 def test_quantized_base_refusals(overrides, message, compose_cfg):
     with pytest.raises(ConfigError) as err:
@@ -70,6 +70,7 @@ def test_quantized_base_refusals(overrides, message, compose_cfg):
     ["peft=lora", "peft.load_in_8bit=true", "zero=stage2"],
     # GPUs: the same packed weights stored in bf16 partition under ZeRO-3, and any width is fine there
     ["peft=qlora", "cluster=1x8", "zero=stage3"],
+    ["peft=qlora", "save_final_model=false"],  # no forward without gradients: any width trains on CPU
 ])
 def test_combinations_that_train_pass_the_checks(overrides, compose_cfg):
     validate(compose_cfg(overrides), "/tmp/run", launching=False)

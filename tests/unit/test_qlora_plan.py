@@ -86,7 +86,8 @@ def test_a_config_that_fits_nowhere_names_qlora_and_the_grid_never_quantizes(com
     "sends the user to NVMe offload"); a 4-bit base (5.3 GiB of weights) would fit without, and the planner says so
     without choosing it."""
     cfg = compose_cfg(["model=llama3-8b", "cluster=1x1", "cluster.gpu_memory_gb=12", "cluster.cpu_memory_gb=24",
-                       "peft=lora", "precision=bf16", "trainer.max_length=512", "trainer.per_device_train_batch_size=1"])
+                       "peft=lora", "precision=bf16", "trainer.max_length=512",
+                       "trainer.per_device_train_batch_size=1"])
     s = setup_from_config(cfg)
     assert all(e.setup.quant_bits == 0 for e in grid(s))
     message = not_fit_message(cfg, estimate(s))

@@ -75,7 +75,8 @@ def _cpu_packing(cfg) -> List[str]:
     """bitsandbytes' CPU forward without gradients (the final probe, evaluation) repacks each 4-bit weight
     (functional.py _convert_weight_packed_for_cpu, on CPUs with AVX512-BF16): out_features in blocks of 32 rows,
     in_features in whole quantization blocks of 64."""
-    if value(cfg.cluster.device) != "cpu":
+    no_grad_forward = cfg.save_final_model or value(cfg.trainer.eval_strategy) != "no"
+    if value(cfg.cluster.device) != "cpu" or not no_grad_forward:
         return []
     odd = {name: shape for name, shape in linear_shapes(architecture(cfg.model)).items()
            if shape[0] % CPU_IN_BLOCK or shape[1] % CPU_OUT_BLOCK}
@@ -86,7 +87,7 @@ def _cpu_packing(cfg) -> List[str]:
             f"evaluation) repacks each 4-bit Linear and needs in_features a multiple of {CPU_IN_BLOCK} and "
             f"out_features of {CPU_OUT_BLOCK} (_convert_weight_packed_for_cpu); model={cfg.model.name} has {sizes}. "
             f"Use dimensions that are (e.g. model.intermediate_size={_round_up(cfg.model.intermediate_size)}), or a "
-            f"GPU cluster."]
+            f"GPU cluster, or save_final_model=false without evaluation."]
 
 
 def _round_up(n: int) -> int:

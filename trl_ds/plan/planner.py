@@ -26,7 +26,7 @@ from trl_ds.plan import trainers
 from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
 from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio, ratio_overrides
-from trl_ds.plan.params import describe_count
+from trl_ds.plan.params import describe_count, linear_shapes
 from trl_ds.plan.saved_activations import measured
 from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
 from trl_ds.short_lived import pause_collection
@@ -212,11 +212,12 @@ def not_fit_message(cfg, e: Estimate) -> str:
 def qlora_hint(s: Setup, cfg) -> str:
     """QLoRA changes what is trained (a frozen 4-bit base), so the planner never picks it; it says when it would fit
     where nothing else does, or only NVMe offload."""
-    if s.quant_bits or s.arch.is_moe:
-        return ""
     lora = PeftConfig()
+    targets = s.lora_targets or tuple(t for t in lora.target_modules if t in linear_shapes(s.arch))
+    if s.quant_bits or s.arch.is_moe or not targets:  # fused projections (phi3's qkv_proj): no default targets
+        return ""
     qlora = replace(s, quant_bits=4, double_quant=True, storage_width=s.width, lora_r=s.lora_r or lora.r,
-                    lora_targets=s.lora_targets or tuple(lora.target_modules), lora_dropout=lora.lora_dropout)
+                    lora_targets=targets, lora_dropout=lora.lora_dropout)
     fitted = estimate(qlora) if estimate(qlora).verdict == "fits" else smallest_fitting_change(
         qlora, cfg.batch.global_size)
     if fitted is None:
