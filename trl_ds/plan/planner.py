@@ -42,7 +42,8 @@ TRAINER_COLUMNS = {"dpo": ("reference",), "grpo": ("reference", "generation")}
 
 
 def columns(s: Setup) -> Tuple[str, ...]:
-    return COLUMNS[:-1] + TRAINER_COLUMNS.get(s.trainer, ()) + COLUMNS[-1:]
+    quantized = ("quantized_load",) if s.quant_bits else ()  # ZeRO-3's whole-model load peak (plan/memory.py)
+    return COLUMNS[:-1] + TRAINER_COLUMNS.get(s.trainer, ()) + COLUMNS[-1:] + quantized
 
 
 def grid(base: Setup, global_size: Optional[int] = None) -> List[Estimate]:
@@ -336,6 +337,7 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, mode
     capacity = ("judged against host RAM (CPU ranks)" if s.judged_on_host
                 else f"{s.gpu_memory_gb:g} GiB per GPU")
     lora = f", LoRA r={s.lora_r}" if s.uses_lora else ""
+    lora += f" over a {s.quant_bits}-bit base (bitsandbytes)" if s.quant_bits else ""
     return [f"trl_ds plan: {model_name} ({describe_params(s)}, largest module "
             f"{describe_count(s.counts.largest_module)}){lora}, {s.dtype}, {describe_sequence(s)}",
             *describe_architecture(s, model_cfg), *trainers.describe(s),
