@@ -43,7 +43,7 @@ def check_quantization(cfg) -> List[str]:
                         f"DeepSpeed guide reports ZeRO-3 QLoRA with CPU offload using more GPU memory than without "
                         f"(Caveats), which trl_ds cannot plan. Use offload.param=none (offload=cpu offloads the "
                         f"adapters' optimizer).")
-    return problems + (_four_bit_dtypes(cfg) + _cpu_packing(cfg) if bits == 4 else _eight_bit(cfg))
+    return problems + (_four_bit_dtypes(cfg) + _cpu_packing(cfg) if bits == 4 else [])
 
 
 def _unused_four_bit_options(cfg) -> List[str]:
@@ -63,12 +63,17 @@ def _four_bit_dtypes(cfg) -> List[str]:
     if storage not in STORAGE_DTYPES:
         problems.append(f"peft.bnb_4bit_quant_storage={storage} is not a storage dtype bitsandbytes packs into. Use "
                         f"one of {', '.join(STORAGE_DTYPES)} (unset: the training dtype).")
-    elif cfg.zero.stage == 3 and storage != training:
-        problems.append(f"zero=stage3 with peft.bnb_4bit_quant_storage={storage}: ZeRO-3 partitions the packed "
-                        f"4-bit weights like any parameter and all-gathers a module's parameters in one dtype "
-                        f"(DeepSpeed's _all_gather_dtype asserts it), so they must be stored in the training dtype "
-                        f"{training}. Leave peft.bnb_4bit_quant_storage unset, or use zero=stage2.")
+    elif cfg.zero.stage == 3 and storage != training and _fetches_by_all_reduce(cfg.zero):
+        problems.append(f"zero.stage3_use_all_reduce_for_fetch_params=true with peft.bnb_4bit_quant_storage="
+                        f"{storage}: DeepSpeed then fetches a module's parameters into one flat buffer of one dtype "
+                        f"(partition_parameters.py _all_gather_coalesced: get_only_unique_item raises on the packed "
+                        f"{storage} weights beside {training} parameters). Leave peft.bnb_4bit_quant_storage unset "
+                        f"(the training dtype), or drop that option.")
     return problems
+
+
+def _fetches_by_all_reduce(zero) -> bool:
+    return bool(zero.get("stage3_use_all_reduce_for_fetch_params") or zero.get("use_all_reduce_for_fetch_params"))
 
 
 def _cpu_packing(cfg) -> List[str]:
@@ -92,15 +97,6 @@ def _cpu_packing(cfg) -> List[str]:
 
 def _round_up(n: int) -> int:
     return -(-n // CPU_IN_BLOCK) * CPU_IN_BLOCK
-
-
-def _eight_bit(cfg) -> List[str]:
-    if cfg.zero.stage != 3:
-        return []
-    return ["zero=stage3 with peft.load_in_8bit=true: LLM.int8 keeps int8 weights (no storage option as 4-bit "
-            "has), which ZeRO-3 would all-gather beside the training-dtype parameters of the same module, one dtype "
-            "per gather (DeepSpeed's _all_gather_dtype). Use zero=stage2, or peft=qlora (4 bits, stored in the "
-            "training dtype)."]
 
 
 def check_bitsandbytes_here(cfg) -> List[str]:

@@ -286,7 +286,7 @@ class PeftConfig:
     lora_dropout: float = 0.05
     target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     # A frozen base quantized by bitsandbytes (BitsAndBytesConfig's names; peft=qlora sets load_in_4bit): its Linear
-    # layers in 4 bits (or 8, LLM.int8), the embedding, norms and lm_head in the training dtype.
+    # layers in 4 bits (or 8, LLM.int8, with peft=lora), the embedding, norms and lm_head in the training dtype.
     load_in_4bit: bool = False
     load_in_8bit: bool = False
     bnb_4bit_quant_type: QuantType = QuantType.nf4
