@@ -109,7 +109,7 @@ def test_a_qlora_run_resumes_from_its_checkpoint(tmp_path_factory):
     assert sorted(p.name for p in (run_dir / "trainer").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     out = run_app([*RUNS["llama-stage2"], "trainer.max_steps=6"], run_dir)
     assert out.returncode == 0, f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-    assert f"trl_ds: resuming from {run_dir / 'trainer' / 'checkpoint-4'}" in out.stdout
+    assert f"trl_ds: resuming from {run_dir / 'trainer' / 'checkpoint-4'}" in out.stderr  # before spawning
     assert read_json(run_dir / "summary.json")["steps"] == 6
     records = losses(run_dir)  # both launches append: steps 1-4 once, then 5 and 6, none trained twice
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
