@@ -116,3 +116,14 @@ def test_a_qlora_run_resumes_from_its_checkpoint(tmp_path_factory):
     resumed = records[4:]
     assert all(math.isfinite(r["loss"]) for r in resumed)
     assert max(r["loss"] for r in resumed) < first[0]["loss"]  # it continued from trained adapters, not from scratch
+
+
+@pytest.mark.light
+def test_the_issues_command_without_peft_is_refused_in_one_line_before_launch(tmp_path):
+    """`+trainer.args.load_in_4bit=true` (TRL's ModelConfig name) reaches peft.load_in_4bit; without adapters nothing
+    could train over the frozen 4-bit weights: exit 2, one line naming the fix, nothing spawned."""
+    out = run_app(["+trainer.args.load_in_4bit=true", "model.intermediate_size=384"], tmp_path / "run")
+    assert out.returncode == 2
+    assert out.stderr == ("trl_ds: peft.load_in_4bit=true with peft=none: bitsandbytes' quantized weights take no "
+                          "gradients, so only adapters can train over them. Use peft=qlora (or peft=lora).\n")
+    assert not (tmp_path / "run" / "logs").exists()
