@@ -23,6 +23,9 @@ LoRA (peft=lora) counts frozen and trainable parameters apart: parameters are al
 Adam and everything that follows them only the adapters. Ulysses (sp=ulysses) gives each rank seq_len / sp.size
 tokens, which divides every sequence-dependent term; ZeRO still partitions over the whole world.
 
+A base quantized by bitsandbytes (peft=qlora; trl_ds/plan/quantized.py) counts its packed weights and their
+constants instead of 16-bit weights, and ZeRO-3's whole-model load peak (`quantized_load`).
+
 Trainers (trl_ds/plan/trainers.py): DPO and reward put 2 sequences per sample through the model; the reward model's
 parameters are a sequence classifier's; `reference` is the reference model DPO and GRPO keep; `generation` is what
 GRPO's generation phase needs beyond the training phase's activations and logits.
