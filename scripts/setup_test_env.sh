@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the tests need beyond training, for `make lint`, `make test` and `make test-fast` (never `make run`): the
-# venv (scripts/setup_env.sh), the test tools into it (pyproject's [test] extra), then, as root with apt-get and
-# only those missing, in one apt-get call:
+# venv (scripts/setup_env.sh), the test tools and bitsandbytes into it (pyproject's [test] and [qlora] extras),
+# then, as root with apt-get and only those missing, in one apt-get call:
 #  - libaio-dev: the NVMe offload runs (DeepSpeed's async_io op);
 #  - slurm-wlm and munge: tests/integration/test_slurm.py starts a real 2-node cluster (scripts/slurm_cluster.sh);
 #  - openssh-server, pdsh and openmpi-bin: tests/integration/hosts.py makes two test hosts (network namespaces, an
@@ -10,9 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
-STAMP=.venv/.trl_ds-test-installed  # pytest, pytest-xdist, ruff, hydra-submitit-launcher: pyproject's [test]
+STAMP=.venv/.trl_ds-test-installed  # pytest, pytest-xdist, ruff, hydra-submitit-launcher, bitsandbytes: [test], [qlora]
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ "$0" -nt "$STAMP" ]; then
-  .venv/bin/python -m pip install -q -e ".[test,report]"
+  .venv/bin/python -m pip install -q -e ".[test,report,qlora]"
   touch "$STAMP"
 fi
 

@@ -69,6 +69,8 @@ def test_every_option_composes_and_builds(group, option, compose_cfg, monkeypatc
         overrides.append("cluster=1x8")  # half precision needs a GPU cluster
     if group == "offload" and option == "nvme":
         overrides.append("zero=stage3")  # ZeRO-Infinity is a stage-3 feature
+    if group == "peft" and option == "qlora":
+        overrides.append("model.intermediate_size=384")  # bitsandbytes' CPU block sizes (check/quantization.py)
     cfg = compose_cfg(overrides)
     prepared = build(cfg, "/tmp/run", launching=False)
     deepspeed_accepts(prepared.ds_config, world_size(cfg), monkeypatch)

@@ -103,10 +103,13 @@ def _combinations(cfg, size: int) -> List[str]:
         problems.append("tp=autotp with sp=ulysses: trl_ds has not trained the two together (accelerate builds the "
                         "Ulysses groups, DeepSpeed the tensor-parallel ones, over the same ranks). Use one of them: "
                         "sp=none or tp=none.")
-    if value(cfg.peft.name) != "none":
-        problems.append("tp=autotp with peft=lora: PEFT wraps each target Linear (q_proj.base_layer), which "
-                        "AutoTP's layer patterns no longer match, so the layers would stay whole. Use peft=none "
-                        "or tp=none.")
+    peft = value(cfg.peft.name)
+    if peft != "none":
+        packed = (" (and AutoTP would slice bitsandbytes' packed 4-bit weights, stored as [numel/2, 1], by rows that "
+                  "are not output features)") if cfg.peft.load_in_4bit else ""
+        problems.append(f"tp=autotp with peft={peft}: PEFT wraps each target Linear (q_proj.base_layer), which "
+                        f"AutoTP's layer patterns no longer match, so the layers would stay whole{packed}. Use "
+                        f"peft=none or tp=none.")
     if value(cfg.trainer.name) != "sft":
         problems.append(f"tp=autotp is trained with trainer=sft only here; trainer={value(cfg.trainer.name)} under "
                         f"AutoTP is untested (a reference model, generation or a score head beside the split "

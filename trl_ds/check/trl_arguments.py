@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from trl_ds.config.quantization import MODEL_CONFIG_FIELDS
 from trl_ds.config.values import value
 
 # Each trainer's parser, as trl/scripts/<cmd>.py make_parser builds it (DatasetMixtureConfig is left out: trl_ds
@@ -63,15 +64,13 @@ OWNED = {
 }
 
 # ModelConfig: trl_ds's worker builds the model itself (worker/trainers.py load_model), so each field is applied there,
-# applied by TRL's get_peft_config (peft=lora only), owned above, or refused below. tests/unit/test_model_arguments.py
-# fails when TRL adds a field that is in none of them.
+# applied by TRL's get_peft_config (peft=lora only), owned above, or mapped onto peft.* below.
+# tests/unit/test_model_arguments.py fails when TRL adds a field that is in none of them.
 APPLIED_BY_WORKER = {"attn_implementation": "attn_implementation", "model_revision": "revision"}  # -> from_pretrained
 PEFT_ONLY = ("use_rslora", "use_dora", "lora_target_parameters")  # read by trl.get_peft_config when use_peft
-QUANTIZED = ("load_in_8bit", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage")
-REFUSED = {name: "trl_ds does not load bitsandbytes-quantized models: DeepSpeed ZeRO partitions and trains 16/32-bit "
-                 "weights. Use peft=lora with precision=bf16, and on GPUs zero=stage3 "
-                 "zero.zero_quantized_nontrainable_weights=true to keep the frozen base quantized"
-           for name in QUANTIZED}
+# bitsandbytes' quantization: moved onto peft.* before the checks (config/quantization.py map_model_config_fields);
+# one that reaches the checks unmoved (an entry point that does not map) is refused naming its peft key.
+MAPPED = MODEL_CONFIG_FIELDS
 
 
 @dataclass(frozen=True)
@@ -156,8 +155,9 @@ def check_arguments(trainer: str, args: Dict[str, Any], trainer_keys, where: str
         elif name in OWNED:
             use = OWNED[name].format(value=_show(given))
             problems.append(f"{shown}: trl_ds sets {name} itself. Use {use} instead.")
-        elif name in REFUSED:
-            problems.append(f"{shown}: {REFUSED[name]}.")
+        elif name in MAPPED:
+            problems.append(f"{shown}: trl_ds reads it as peft.{MAPPED[name]}. Use peft.{MAPPED[name]}="
+                            f"{_show(given)} instead (with peft=lora or peft=qlora).")
         elif name not in fields:
             problems.append(f"{shown}: trainer={trainer} has no argument {name} (checked against {parser})."
                             + _elsewhere(trainer, name) + _closest(name, fields))

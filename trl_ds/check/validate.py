@@ -16,6 +16,7 @@ from trl_ds.check.argument_values import check_argument_values
 from trl_ds.check.data_file import check_data_files
 from trl_ds.check.deepspeed_rules import DEEPSPEED_RULES, deepspeed_problems
 from trl_ds.check.history import check_history
+from trl_ds.check.quantization import check_bitsandbytes_here, check_quantization
 from trl_ds.check.rendezvous import check_elastic_batch, check_rendezvous
 from trl_ds.check.reuse import check_run_dir
 from trl_ds.check.tensor_parallel import check_tensor_parallel, check_tensor_parallel_resume
@@ -62,7 +63,7 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
         problems += deepspeed_problems(cfg, batch, run_dir)
     if launching:
         problems += check_local_files(cfg) + check_machine(cfg, run_dir) + check_history(cfg, run_dir, batch)
-        problems += check_trainer_here(cfg)
+        problems += check_trainer_here(cfg) + check_bitsandbytes_here(cfg)
     problems += check_data_files(cfg)  # every local data file here read through, in a dry run too
     if problems:
         raise ConfigError(problems)
@@ -273,7 +274,8 @@ def count_gpus() -> int:
 RULES: List[Callable] = [
     check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer,
     check_model, check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm, check_trainer_options,
-    check_peft, check_sequence_parallel, check_tensor_parallel, check_passthrough, check_eval, check_rendezvous,
+    check_peft, check_quantization, check_sequence_parallel, check_tensor_parallel, check_passthrough, check_eval,
+    check_rendezvous,
     *DEEPSPEED_RULES,
     check_argument_values,  # values with a closed set of choices, against transformers' and TRL's lists
 ]

@@ -11,6 +11,7 @@ from trl_ds.check.row_length import long_row_warning
 from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
 from trl_ds.config.batch import Batch
+from trl_ds.config.quantization import map_model_config_fields
 from trl_ds.config.training_steps import training_steps
 from trl_ds.config.values import value
 from trl_ds.errors import ConfigError
@@ -47,6 +48,8 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
     """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
     cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
     recipe, recipe_problems = apply_recipe(cfg, task_overrides())  # a TRL recipe's values, where none are given
+    mapped, mapping_problems = map_model_config_fields(cfg, task_overrides())  # ModelConfig's bnb fields -> peft.*
+    recipe, recipe_problems = recipe + mapped, recipe_problems + mapping_problems
     autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
     try:
         batch = validate(cfg, run_dir, launching)

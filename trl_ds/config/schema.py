@@ -76,6 +76,13 @@ class EvalStrategy(str, Enum):
 class PeftName(str, Enum):
     none = "none"
     lora = "lora"
+    qlora = "qlora"  # LoRA over a base bitsandbytes loads in 4 bits (conf/peft/qlora.yaml)
+
+
+class QuantType(str, Enum):
+    """bitsandbytes' 4-bit data types (BitsAndBytesConfig.bnb_4bit_quant_type)."""
+    nf4 = "nf4"  # NormalFloat4, QLoRA's
+    fp4 = "fp4"
 
 
 class SequenceParallelName(str, Enum):
@@ -271,12 +278,23 @@ class TrainerConfig:
 
 @dataclass
 class PeftConfig:
-    """peft=lora: train low-rank adapters only; the base weights stay frozen (PEFT's LoraConfig names)."""
+    """peft=lora: train low-rank adapters only; the base weights stay frozen (PEFT's LoraConfig names). peft=qlora:
+    the same over a 4-bit base (trl_ds/config/quantization.py)."""
     name: PeftName = PeftName.none
     r: int = 8  # adapter rank
     lora_alpha: int = 16  # scaling: the adapter's update is multiplied by lora_alpha / r
     lora_dropout: float = 0.05
     target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    # A frozen base quantized by bitsandbytes (BitsAndBytesConfig's names; peft=qlora sets load_in_4bit): its Linear
+    # layers in 4 bits (or 8, LLM.int8, with peft=lora), the embedding, norms and lm_head in the training dtype.
+    load_in_4bit: bool = False
+    load_in_8bit: bool = False
+    bnb_4bit_quant_type: QuantType = QuantType.nf4
+    bnb_4bit_use_double_quant: bool = False  # quantize the per-block scales too (8-bit, one fp32 per 256 blocks)
+    bnb_4bit_compute_dtype: Optional[str] = None  # null: the training dtype (TRL's ModelConfig ties them)
+    # The dtype the packed 4-bit weights are stored in; null: the training dtype, so ZeRO-3 partitions them with
+    # the other parameters (float32, bfloat16, float16 or uint8: bitsandbytes' own default)
+    bnb_4bit_quant_storage: Optional[str] = None
 
 
 @dataclass

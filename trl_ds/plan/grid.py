@@ -29,6 +29,11 @@ def valid(stage: int, offload: str) -> bool:
     return not zero_offload_problems(stage, *OFFLOADS[offload])
 
 
+def quantized_allows(base: Setup, offload: str) -> bool:
+    """A quantized base keeps its parameters on the device (trl_ds/check/quantization.py)."""
+    return not base.quant_bits or OFFLOADS[offload][1] == "none"
+
+
 def micro_batches(base: Setup, global_size: Optional[int]) -> List[int]:
     choices = sorted(set(MICRO_BATCHES) | {base.micro_batch})
     if global_size:  # only micro-batches that divide the fixed global batch over the data-parallel ranks
@@ -41,7 +46,7 @@ def setups(base: Setup, micros: Iterable[int], stages: Iterable[int] = STAGES, o
     """Every valid point of the grid, varied from `base`: stage, then offload, then checkpointing, then micro-batch."""
     # tp=autotp does not load under ZeRO-3 (trl_ds/check/tensor_parallel.py), so neither row nor choice has it
     for stage in (st for st in stages if base.tp_size == 1 or st != 3):
-        for name in (n for n in offloads if n in OFFLOADS and valid(stage, n)):
+        for name in (n for n in offloads if n in OFFLOADS and valid(stage, n) and quantized_allows(base, n)):
             optimizer, param = OFFLOADS[name]
             for ckpt in checkpointing:
                 for micro in micros:

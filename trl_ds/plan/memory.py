@@ -23,6 +23,9 @@ LoRA (peft=lora) counts frozen and trainable parameters apart: parameters are al
 Adam and everything that follows them only the adapters. Ulysses (sp=ulysses) gives each rank seq_len / sp.size
 tokens, which divides every sequence-dependent term; ZeRO still partitions over the whole world.
 
+A base quantized by bitsandbytes (peft=qlora; trl_ds/plan/quantized.py) counts its packed weights and their
+constants instead of 16-bit weights, and ZeRO-3's whole-model load peak (`quantized_load`).
+
 Trainers (trl_ds/plan/trainers.py): DPO and reward put 2 sequences per sample through the model; the reward model's
 parameters are a sequence classifier's; `reference` is the reference model DPO and GRPO keep; `generation` is what
 GRPO's generation phase needs beyond the training phase's activations and logits.
@@ -30,10 +33,11 @@ GRPO's generation phase needs beyond the training phase's activations and logits
 from dataclasses import dataclass, field, replace
 from typing import Dict
 
+from trl_ds.config.quantization import quant_storage, quantized_bits
 from trl_ds.config.topology import Topology, topology
 from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, value
 from trl_ds.errors import ConfigError
-from trl_ds.plan import trainers
+from trl_ds.plan import quantized, trainers
 from trl_ds.plan.optimizer_places import PLACE, off_device, optimizer_places
 from trl_ds.plan.params import (
     AdapterCounts,
@@ -77,6 +81,7 @@ LORA_FROZEN_LAYER_SAVED = {2: {"h": 8, "f": 6, "q": 4, "kv": 4, "heads": 4, "one
 # (the attention output) is already held by SDPA (None).
 LORA_INPUTS = {"q_proj": "attention_in", "k_proj": "attention_in", "v_proj": "attention_in", "o_proj": None,
                "gate_proj": "mlp_in", "up_proj": "mlp_in", "down_proj": "down_in"}
+STORAGE_WIDTH = {"float32": 4, "bfloat16": 2, "float16": 2, "uint8": 1}  # peft.bnb_4bit_quant_storage
 CUDA_DROPOUT_MASK_BYTES = 1  # native_dropout's bool mask; CPU's dropout keeps a noise tensor of the dtype (measured)
 
 
@@ -125,6 +130,10 @@ class Setup:
     bf16_master: bool = False  # precision.bf16_master_weights_and_grads
     bf16_states: bool = False  # precision.bf16_optimizer_states
     offload_ratio: float = 1.0  # offload.ratio: applies at ZeRO-3 with the optimizer on the CPU
+    # A base quantized by bitsandbytes (trl_ds/plan/quantized.py): 4 or 8 bits per decoder-layer Linear weight, 0: none
+    quant_bits: int = 0
+    double_quant: bool = False  # peft.bnb_4bit_use_double_quant
+    storage_width: int = 1  # bytes of peft.bnb_4bit_quant_storage's dtype (ZeRO-3's persistence counts its elements)
 
     @property
     def topology(self) -> Topology:
@@ -153,6 +162,42 @@ class Setup:
     @property
     def adapters(self) -> AdapterCounts:
         return count_lora(self.arch, self.lora_r, self.lora_targets if self.uses_lora else ())
+
+    @property
+    def quantized(self) -> int:
+        """Elements of the Linear weights bitsandbytes holds quantized (0 without quantization)."""
+        return quantized.quantized_elements(self.arch) if self.quant_bits else 0
+
+    @property
+    def train_width(self) -> int:
+        """Bytes of a trainable parameter: over a quantized base TRL casts LoRA's adapters to bf16 (its sft, dpo,
+        reward and grpo trainers: `param.data.to(torch.bfloat16)`); DeepSpeed's gradient buffers keep its dtype."""
+        return 2 if self.quant_bits else self.width
+
+    @property
+    def param_bytes(self) -> int:
+        """Every parameter, whole: the base in the training dtype (its quantized weights packed) and the adapters."""
+        packed = quantized.weight_bytes(self.quantized, self.quant_bits) if self.quant_bits else 0
+        return self.width * (self.counts.total - self.quantized) + packed + self.train_width * self.adapters.total
+
+    @property
+    def quant_constants(self) -> int:
+        """bitsandbytes' per-block scales and codes: no parameters, so whole on every rank at every stage."""
+        return quantized.constants_bytes(self.arch, self.quant_bits, self.double_quant) if self.quant_bits else 0
+
+    @property
+    def persistent_bytes(self) -> int:
+        """What ZeRO-3 keeps whole on every rank: the parameters below stage3_param_persistence_threshold (counted in
+        their storage dtype's elements, as DeepSpeed's ds_numel counts a packed weight)."""
+        t = self.persistence_threshold
+        if not self.quant_bits:
+            return self.width * self.persistent_params
+        shapes = [i * o for i, o in quantized.quantized_shapes(self.arch)]
+        unpacked_small = sum(n for n in shapes if n < t)  # counts.persistent counted them at full size
+        packed_small = sum(quantized.weight_bytes(n, self.quant_bits) for n in shapes
+                           if quantized.packed_elements(n, self.quant_bits, self.storage_width) < t)
+        return (self.width * (self.counts.persistent(t) - unpacked_small) + packed_small
+                + self.train_width * self.adapters.persistent(t))
 
     @property
     def total_params(self) -> int:
@@ -221,7 +266,7 @@ def setup_from_config(cfg) -> Setup:
     checkpointing left `auto` reads as 1 and off: the planner and trl_ds.plan.autofit vary them from there."""
     arch, topo = architecture(cfg.model), topology(cfg)
     whole, arch = arch, local_architecture(arch, topo.tp_size)  # tp=autotp: one rank's layers (norms etc. whole)
-    z, o, c, where, lora = cfg.zero, cfg.offload, cfg.cluster, offloads(cfg), value(cfg.peft.name) == "lora"
+    z, o, c, where, lora = cfg.zero, cfg.offload, cfg.cluster, offloads(cfg), value(cfg.peft.name) != "none"
     counts = count_classifier(arch) if value(cfg.trainer.name) == "reward" else count_params(arch)
     base = Setup(arch=arch, counts=counts, stage=z.stage, optimizer_offload=where["optimizer"],
                  param_offload=where["param"], nodes=topo.nodes, gpus_per_node=topo.gpus_per_node,
@@ -235,9 +280,17 @@ def setup_from_config(cfg) -> Setup:
                  lora_r=cfg.peft.r if lora else 0, lora_targets=tuple(cfg.peft.target_modules) if lora else (),
                  lora_dropout=cfg.peft.lora_dropout if lora else 0.0, sp_size=topo.sp_size,
                  bf16_master=bool(cfg.precision.bf16_master_weights_and_grads),
-                 bf16_states=bool(cfg.precision.bf16_optimizer_states), offload_ratio=float(cfg.offload.ratio))
+                 bf16_states=bool(cfg.precision.bf16_optimizer_states), offload_ratio=float(cfg.offload.ratio),
+                 **quantization_fields(cfg))
     loaded = count_params(whole).total if topo.tp_size > 1 else 0
     return replace(base, tp_size=topo.tp_size, loaded_params=loaded, **trainer_fields(cfg, topo))
+
+
+def quantization_fields(cfg) -> dict:
+    """peft=qlora / peft.load_in_8bit: the bits, double quantization and the storage dtype's width."""
+    bits = quantized_bits(cfg)
+    return {"quant_bits": bits, "double_quant": bits == 4 and bool(cfg.peft.bnb_4bit_use_double_quant),
+            "storage_width": STORAGE_WIDTH[quant_storage(cfg)] if bits == 4 else 1}
 
 
 def trainer_fields(cfg, topo: Topology) -> dict:
@@ -273,6 +326,7 @@ def estimate(s: Setup) -> Estimate:
     device = {**states, **transients, "buffers": sum(items.values()), "reference": trainers.reference_peak(s),
               "generation": trainers.generation_excess(s, sum(transients.values()))}
     device["overhead"] = overhead(s, sum(device.values()))
+    device["quantized_load"] = quantized_load_excess(s, sum(device.values()))
     reference_off_device = trainers.reference_places(s).get("host", 0)  # ZeRO-3 with offload.param=cpu
     host = {"model_states": host_model_states(s, host_states + reference_off_device), "buffers": host_buffers(s),
             "processes": s.gpus_per_node * (0 if s.judged_on_host else HOST_BYTES_PER_GPU_RANK)}
@@ -280,6 +334,17 @@ def estimate(s: Setup) -> Estimate:
                       buffer_items=items, generation_items=trainers.generation_items(s))
     result.verdict = verdict(result)
     return result
+
+
+def quantized_load_excess(s: Setup, training: int) -> int:
+    """transformers loads a quantized model without zero.Init (modeling_utils.py: `needs_zero3_init =
+    is_deepspeed_zero3_enabled() and not _is_quantized`), so under ZeRO-3 every rank holds the whole quantized model
+    until DeepSpeed's engine partitions it: a peak above the training step's (with its overhead) when the model is
+    the larger. Large weight tensors allocated once: the context or process, no fragmentation margin."""
+    if not s.quant_bits or s.stage != 3:
+        return 0
+    fixed = CPU_RANK_BYTES if s.device == "cpu" else CUDA_CONTEXT_BYTES
+    return max(s.param_bytes + s.quant_constants + fixed - training, 0)
 
 
 def model_states(s: Setup):
@@ -291,20 +356,20 @@ def model_states(s: Setup):
     of them); gradients and optimizer states Ψ_t (the trainable ones: LoRA's adapters). The 12 B and 4 B are the
     default of optimizer_places, which follows the bf16 options and splits them by offload.ratio.
     """
-    psi, psi_t, n, w, l_max = s.total_params, s.trainable, s.world, s.width, s.counts.largest_module
-    offload_opt = s.optimizer_offload != "none"
+    psi_t, n, w, l_max = s.trainable, s.world, s.width, s.counts.largest_module
+    offload_opt, params_whole = s.optimizer_offload != "none", s.param_bytes + s.quant_constants
     if s.stage == 0:  # mixed precision: fp32 master copy and a transient fp32 gradient; fp32 steps the params
         master = 0 if s.dtype == "fp32" else 4
-        return {"params": w * psi, "gradients": (w + master) * psi_t, "optimizer": (master + 8) * psi_t}, 0
+        return {"params": params_whole, "gradients": (w + master) * psi_t, "optimizer": (master + 8) * psi_t}, 0
     places = optimizer_places(s)
     optimizer, fp32_grads = places["states"]["device"], places["master_grads"]["device"]
     off_device_bytes = off_device(places)  # fp32 gradients, master weights, Adam moments
     if s.stage < 3:
         grads16 = w * psi_t if s.stage == 1 else (0 if offload_opt else int(w * psi_t / n))
-        return {"params": w * psi, "gradients": grads16 + fp32_grads, "optimizer": optimizer}, off_device_bytes
+        return {"params": params_whole, "gradients": grads16 + fp32_grads, "optimizer": optimizer}, off_device_bytes
     params_offloaded = s.param_offload != "none"
-    params = w * l_max + (0 if params_offloaded else int(w * psi / n))
-    off_device_bytes += int(w * psi / n) if params_offloaded else 0
+    params = w * l_max + s.quant_constants + (0 if params_offloaded else int(s.param_bytes / n))
+    off_device_bytes += int(s.param_bytes / n) if params_offloaded else 0
     gradients = w * s.largest_trainable + fp32_grads
     return {"params": params, "gradients": gradients, "optimizer": optimizer}, off_device_bytes
 
@@ -329,7 +394,7 @@ def host_model_states(s: Setup, per_rank_host: int) -> int:
 def nvme_bytes(s: Setup) -> int:
     """ZeRO-Infinity swap files per node: 16-bit params (all) and/or master + Adam state (12 B per trainable
     parameter in fp32; optimizer_places' bytes under the bf16 options)."""
-    params = (s.width if s.param_offload == "nvme" else 0) * s.total_params
+    params = s.param_bytes if s.param_offload == "nvme" else 0
     optimizer = optimizer_places(s)["states"].get("nvme", 0) * s.world  # per rank, so × the ranks
     reference = trainers.reference_places(s).get("nvme", 0) * s.gpus_per_node  # per rank, in its own swap files
     return int(params / s.nodes + optimizer / s.nodes) + reference
@@ -367,8 +432,16 @@ def activations(s: Setup) -> int:
     else:
         largest, all_layers = decoder_bytes(s.arch, s.width, s.tokens, s.seq_len)
     if s.gradient_checkpointing:
-        return layers * s.width * s.arch.hidden_size * s.tokens + largest
-    return all_layers
+        return layers * s.width * s.arch.hidden_size * s.tokens + largest + dequantized_weight(s)
+    return all_layers + dequantized_weight(s)
+
+
+def dequantized_weight(s: Setup) -> int:
+    """A quantized base computes each Linear from its weight dequantized into the compute dtype, one at a time
+    (bitsandbytes' MatMul4Bit, forward and backward): the largest such weight."""
+    if not s.quant_bits:
+        return 0
+    return s.width * max(i * o for i, o in quantized.quantized_shapes(s.arch))
 
 
 def logits(s: Setup) -> int:
@@ -403,19 +476,19 @@ def device_buffers(s: Setup) -> Dict[str, int]:
     (partitioned_param_coordinator.py __params_to_release, __all_gather_params_). At any world size; on one rank the
     partition is the whole tensor and the gathered copy a second one. The H200 check measured ZeRO-3's peak 1.10x
     (llama3.2-1b) and 1.06x (qwen2.5-0.5b) ZeRO-2's on one GPU, where an estimate without it said 1.00 and 0.98."""
-    psi, psi_t, w, n = s.total_params, s.trainable, s.width, s.world
+    psi_t, w, n = s.trainable, s.width, s.world
     if s.stage == 0:
         return {}
     copies = 2 if s.overlap_comm and s.stage < 3 else 1  # stages 1-2 double-buffer the reduce bucket
     items = {"reduce_bucket": copies * w * min(s.reduce_bucket_size, psi_t)}
     if s.stage == 3:
-        live = min(s.max_live_parameters, psi - s.persistent_params)
-        items["live_params"] = w * max(live - s.counts.largest_module, 0)
-        items["persistent_params"] = w * s.persistent_params
+        live = min(w * s.max_live_parameters, s.param_bytes - s.persistent_bytes)
+        items["live_params"] = max(live - w * s.counts.largest_module, 0)
+        items["persistent_params"] = s.persistent_bytes
         if s.optimizer_offload == "none":
             items["grad_partition_16bit"] = int(w * psi_t / n)
         if s.zeropp:
-            items["hpz_secondary_params"] = int(w * psi / s.gpus_per_node)
+            items["hpz_secondary_params"] = int(s.param_bytes / s.gpus_per_node)
     return items
 
 
@@ -449,21 +522,23 @@ def after_step(s: Setup) -> Dict[str, Dict[str, int]]:
     Params count every parameter; gradients and optimizer the trainable ones. The optimizer side's bytes and places
     are optimizer_places' (bf16 options, offload.ratio).
     """
-    psi, psi_t, n, w = s.total_params, s.trainable, s.world, s.width
+    psi_t, n, w = s.trainable, s.world, s.width
     opt_place, param_place = PLACE[s.optimizer_offload], PLACE[s.param_offload]
     grad_place = "device" if s.optimizer_offload == "none" else "host"
     if s.stage == 0:
         master = 0 if s.dtype == "fp32" else 4 * psi_t
-        return {"params": {"device": w * psi}, "gradients": {}, "optimizer": {"device": master + 8 * psi_t}}
+        return {"params": {"device": s.param_bytes + s.quant_constants}, "gradients": {},
+                "optimizer": {"device": master + 8 * psi_t}}
     places = optimizer_places(s)
     optimizer = {place: b for place, b in places["states"].items() if b or place == opt_place}
     # without an offload the fp32 gradients are freed after the step; offloaded (and the device sub-groups of a
     # partial offload) DeepSpeed keeps them (stage3.py `_release_sub_group` frees them only without offload)
     kept_grads = {} if s.optimizer_offload == "none" else {p: b for p, b in places["master_grads"].items() if b}
     if s.stage < 3:
-        return {"params": {"device": w * psi}, "gradients": kept_grads, "optimizer": optimizer}
-    params = {param_place: int(w * psi / n)}
-    params["device"] = params.get("device", 0) + w * s.persistent_params
+        return {"params": {"device": s.param_bytes + s.quant_constants}, "gradients": kept_grads,
+                "optimizer": optimizer}
+    params = {param_place: int(s.param_bytes / n)}
+    params["device"] = params.get("device", 0) + s.persistent_bytes + s.quant_constants
     gradients = dict(kept_grads)
     gradients[grad_place] = gradients.get(grad_place, 0) + int(w * psi_t / n)  # ZeRO-3's 16-bit gradient partition
     return {"params": params, "gradients": gradients, "optimizer": optimizer}

@@ -19,13 +19,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
 from trl_ds.config.model_source import display_name, uses_preset
+from trl_ds.config.quantization import map_model_config_fields
+from trl_ds.config.schema import PeftConfig
 from trl_ds.config.values import elastic_min_nodes, value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan import trainers
 from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
 from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio, ratio_overrides
-from trl_ds.plan.params import describe_count
+from trl_ds.plan.params import describe_count, linear_shapes
 from trl_ds.plan.runtime import render_runs, runs_json, split_tokens, whole_runs
 from trl_ds.plan.saved_activations import measured
 from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
@@ -42,7 +44,8 @@ TRAINER_COLUMNS = {"dpo": ("reference",), "grpo": ("reference", "generation")}
 
 
 def columns(s: Setup) -> Tuple[str, ...]:
-    return COLUMNS[:-1] + TRAINER_COLUMNS.get(s.trainer, ()) + COLUMNS[-1:]
+    quantized = ("quantized_load",) if s.quant_bits else ()  # ZeRO-3's whole-model load peak (plan/memory.py)
+    return COLUMNS[:-1] + TRAINER_COLUMNS.get(s.trainer, ()) + COLUMNS[-1:] + quantized
 
 
 def grid(base: Setup, global_size: Optional[int] = None) -> List[Estimate]:
@@ -203,9 +206,28 @@ def not_fit_message(cfg, e: Estimate) -> str:
     best = smallest_fitting_change(s, cfg.batch.global_size)
     if best is None:
         return (head + " Nothing in the planner's grid fits either: add GPUs (cluster.nodes=...), shorten "
-                       "sequences (trainer.max_length=...) or use larger devices.")
+                       "sequences (trainer.max_length=...) or use larger devices." + qlora_hint(s, cfg))
+    hint = qlora_hint(s, cfg) if best.setup.param_offload == "nvme" else ""  # only NVMe: the slowest way in
     return (head + f" The smallest change that fits: {' '.join(change_overrides(s, best.setup))} (estimated "
-                   f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).")
+                   f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).{hint}")
+
+
+def qlora_hint(s: Setup, cfg) -> str:
+    """QLoRA changes what is trained (a frozen 4-bit base), so the planner never picks it; it says when it would fit
+    where nothing else does, or only NVMe offload."""
+    lora = PeftConfig()
+    targets = s.lora_targets or tuple(t for t in lora.target_modules if t in linear_shapes(s.arch))
+    if s.quant_bits or s.arch.is_moe or not targets:  # fused projections (phi3's qkv_proj): no default targets
+        return ""
+    qlora = replace(s, quant_bits=4, double_quant=True, storage_width=s.width, lora_r=s.lora_r or lora.r,
+                    lora_targets=targets, lora_dropout=lora.lora_dropout)
+    fitted = estimate(qlora) if estimate(qlora).verdict == "fits" else smallest_fitting_change(
+        qlora, cfg.batch.global_size)
+    if fitted is None:
+        return ""
+    overrides = ["peft=qlora", *change_overrides(qlora, fitted.setup)]
+    return (f" A 4-bit base with LoRA adapters would fit (it trains adapters over a frozen base): "
+            f"{' '.join(overrides)} (estimated {size(fitted.device_total)} GiB per rank).")
 
 
 def trainer_terms(e: Estimate) -> str:
@@ -318,6 +340,7 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, mode
     capacity = ("judged against host RAM (CPU ranks)" if s.judged_on_host
                 else f"{s.gpu_memory_gb:g} GiB per GPU")
     lora = f", LoRA r={s.lora_r}" if s.uses_lora else ""
+    lora += f" over a {s.quant_bits}-bit base (bitsandbytes)" if s.quant_bits else ""
     return [f"trl_ds plan: {model_name} ({describe_params(s)}, largest module "
             f"{describe_count(s.counts.largest_module)}){lora}, {s.dtype}, {describe_sequence(s)}",
             *describe_architecture(s, model_cfg), *trainers.describe(s),
@@ -403,6 +426,9 @@ def row_json(e: Estimate, times: Times) -> dict:
 def load(overrides: Sequence[str]):
     """(config, base setup), or ConfigError for a composition mistake or impossible model dimensions."""
     cfg = compose(overrides)
+    problems = map_model_config_fields(cfg, overrides)[1]  # +trainer.args.load_in_4bit=true plans QLoRA too
+    if problems:
+        raise ConfigError(problems)
     return cfg, setup_from_config(cfg)
 
 

@@ -8,6 +8,7 @@ import os
 from typing import Any, Dict, Tuple
 
 from trl_ds.config.batch import Batch
+from trl_ds.config.quantization import model_config_fields
 from trl_ds.config.values import dtype, sp_size, value
 from trl_ds.rundir.layout import ACCELERATE_YAML, CHECKPOINT_DIR, DS_CONFIG, TINY_DATA_DIR, TINY_MODEL_DIR
 
@@ -122,12 +123,13 @@ def passthrough_args(cfg) -> Dict[str, Any]:
 
 
 def peft_args(cfg) -> Dict[str, Any]:
-    """TRL's ModelConfig names, which `trl <cmd>` turns into a peft.LoraConfig (get_peft_config)."""
+    """TRL's ModelConfig names, which `trl <cmd>` turns into a peft.LoraConfig (get_peft_config) and, for a quantized
+    base, a BitsAndBytesConfig (get_quantization_config)."""
     p = cfg.peft
     if value(p.name) == "none":
         return {}
     args = {"use_peft": True, "lora_r": p.r, "lora_alpha": p.lora_alpha, "lora_dropout": p.lora_dropout,
-            "lora_target_modules": list(p.target_modules)}
+            "lora_target_modules": list(p.target_modules), **model_config_fields(cfg)}
     if value(cfg.trainer.name) == "reward":
         # The reward model's score head is new: it trains in full beside the adapters.
         args.update(lora_task_type="SEQ_CLS", lora_modules_to_save=["score"])

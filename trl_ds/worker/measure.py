@@ -68,6 +68,7 @@ def model_state_bytes(engine) -> Dict[str, Dict[str, int]]:
     add("params", (getattr(p, "ds_tensor", p.data) for p in params))
     # ZeRO-3 keeps parameters below stage3_param_persistence_threshold whole on every rank, beside their partition.
     add("params", (p.data for p in params))
+    add("params", (t for m in engine.module.modules() for t in module_quant_tensors(m)))
     add("gradients", (p.grad for p in params))
     optimizer = engine.optimizer
     inner = getattr(optimizer, "optimizer", optimizer)
@@ -81,6 +82,24 @@ def model_state_bytes(engine) -> Dict[str, Dict[str, int]]:
         add("optimizer", (q for group in inner.param_groups for q in group["params"]))
         add("optimizer", (v for state in inner.state.values() for v in state.values()))
     return counts
+
+
+def quant_state_tensors(p) -> list:
+    """bitsandbytes' constants of a quantized weight (4-bit QuantState, nested with double quantization; 8-bit SCB):
+    attributes, not parameters, so every rank holds them whole."""
+    state = getattr(p, "quant_state", None)
+    if state is None:
+        return [getattr(p, "SCB", None)]
+    nested = getattr(state, "state2", None)
+    return [state.absmax, state.code, state.offset] + ([nested.absmax, nested.code] if nested is not None else [])
+
+
+def module_quant_tensors(module) -> list:
+    """A bitsandbytes layer's constants: its weight's, and LLM.int8's scales, which its first forward moves from the
+    weight (SCB) into the layer's MatmulLtState."""
+    weight = getattr(module, "weight", None)
+    state = getattr(module, "state", None)
+    return (quant_state_tensors(weight) if weight is not None else []) + [getattr(state, "SCB", None)]
 
 
 def reference_bytes(ref_model) -> Dict[str, int]:

@@ -72,13 +72,18 @@ def parse_trainer_yaml(cfg, run_dir: str, load_universal: bool = False):
 
 def model_kwargs(model_args, training_args) -> dict:
     """from_pretrained's arguments from TRL's ModelConfig: every field trl_ds accepts in trainer.args and does not
-    refuse before launch (check/trl_arguments.py APPLIED_BY_WORKER) is applied here. The dtype is the precision's."""
+    refuse before launch (check/trl_arguments.py APPLIED_BY_WORKER) is applied here, and a quantized base (peft=qlora)
+    as `trl <cmd>` builds it. The dtype is the precision's."""
     import torch
+    from trl import get_quantization_config
 
     dtype = torch.bfloat16 if training_args.bf16 else torch.float16 if training_args.fp16 else torch.float32
     kwargs = {"dtype": dtype, "revision": model_args.model_revision}
     if model_args.attn_implementation:
         kwargs["attn_implementation"] = model_args.attn_implementation
+    quantization = get_quantization_config(model_args)  # None without load_in_4bit / load_in_8bit
+    if quantization is not None:
+        kwargs["quantization_config"] = quantization
     return kwargs
 
 

@@ -1,0 +1,95 @@
+"""peft=qlora asked for by name, TRL's ModelConfig quantization fields (trainer.args, a recipe) moved onto peft.*,
+and what the run dir hands a rank: trainer.yaml's ModelConfig fields, which TRL's own parser and
+get_quantization_config turn into the BitsAndBytesConfig the worker loads with."""
+import pytest
+import yaml
+
+from trl_ds.check.trl_recipe import apply_recipe
+from trl_ds.config.batch import resolve_batch
+from trl_ds.config.quantization import map_model_config_fields
+from trl_ds.rundir.trainer_config import build_trainer_args
+
+
+def test_peft_qlora_is_lora_over_a_4bit_nf4_double_quantized_base(compose_cfg):
+    p = compose_cfg(["peft=qlora"]).peft
+    assert (p.name.value, p.load_in_4bit, p.load_in_8bit, p.bnb_4bit_quant_type.value) == ("qlora", True, False, "nf4")
+    assert (p.bnb_4bit_use_double_quant, p.bnb_4bit_compute_dtype, p.bnb_4bit_quant_storage) == (True, None, None)
+
+
+def test_model_config_fields_in_trainer_args_move_onto_peft_keys(compose_cfg):
+    """`python -m trl_ds peft=lora +trainer.args.load_in_4bit=true` (refused before #43) plans and trains QLoRA."""
+    cfg = compose_cfg(["peft=lora", "+trainer.args.load_in_4bit=true", "+trainer.args.use_bnb_nested_quant=true",
+                       "+trainer.args.bnb_4bit_quant_type=fp4", "+trainer.args.bnb_4bit_quant_storage=float32"])
+    lines, problems = map_model_config_fields(cfg, [])
+    assert problems == [] and dict(cfg.trainer.args) == {}
+    assert (cfg.peft.load_in_4bit, cfg.peft.bnb_4bit_use_double_quant, cfg.peft.bnb_4bit_quant_type.value,
+            cfg.peft.bnb_4bit_quant_storage) == (True, True, "fp4", "float32")
+    assert lines == ["trl_ds: TRL's ModelConfig quantization fields:",
+                     "  trainer.args.load_in_4bit=true → peft.load_in_4bit=true",
+                     "  trainer.args.bnb_4bit_quant_type=fp4 → peft.bnb_4bit_quant_type=fp4",
+                     "  trainer.args.use_bnb_nested_quant=true → peft.bnb_4bit_use_double_quant=true",
+                     "  trainer.args.bnb_4bit_quant_storage=float32 → peft.bnb_4bit_quant_storage=float32"]
+
+
+def test_a_peft_key_on_the_command_line_wins_and_a_bad_value_is_named(compose_cfg):
+    overrides = ["peft=qlora", "peft.bnb_4bit_use_double_quant=false", "+trainer.args.use_bnb_nested_quant=true",
+                 "+trainer.args.bnb_4bit_quant_type=nf5"]
+    cfg = compose_cfg(overrides)
+    lines, problems = map_model_config_fields(cfg, overrides)
+    assert cfg.peft.bnb_4bit_use_double_quant is False
+    assert "  trainer.args.use_bnb_nested_quant=true → peft.bnb_4bit_use_double_quant: overridden on the command " \
+           "line" in lines
+    assert len(problems) == 1 and problems[0].startswith(
+        "trainer.args.bnb_4bit_quant_type=nf5 (TRL's ModelConfig, trl_ds's peft.bnb_4bit_quant_type): ")
+    assert "nf5" in problems[0] and "nf4" in problems[0] and "fp4" in problems[0]  # OmegaConf's enum message
+
+
+def test_the_alignment_handbook_qlora_recipes_model_arguments_import(compose_cfg, tmp_path):
+    """recipes/zephyr-7b-beta/sft/config_qlora.yaml's ModelConfig part (huggingface/alignment-handbook): use_peft,
+    lora_* and load_in_4bit, through the recipe importer and the ModelConfig mapping, as a launch runs them."""
+    recipe = tmp_path / "config_qlora.yaml"
+    recipe.write_text(yaml.safe_dump({"load_in_4bit": True, "use_peft": True, "lora_r": 16, "lora_alpha": 16,
+                                      "lora_dropout": 0.05, "lora_target_modules": [
+                                          "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                          "down_proj"]}))
+    cfg = compose_cfg([f"trainer.from_trl_config={recipe}"])
+    _, recipe_problems = apply_recipe(cfg, [])
+    lines, problems = map_model_config_fields(cfg, [])
+    assert recipe_problems == problems == []
+    assert (cfg.peft.name.value, cfg.peft.r, cfg.peft.load_in_4bit, len(cfg.peft.target_modules)) == (
+        "lora", 16, True, 7)
+    assert "  trainer.args.load_in_4bit=true → peft.load_in_4bit=true" in lines
+
+
+def test_trainer_yaml_carries_modelconfig_names_that_trls_parser_turns_into_the_bnb_config(compose_cfg, tmp_path):
+    """The oracle is TRL's own path (`trl sft --config trainer.yaml`): its parser, then get_quantization_config,
+    as the worker's model_kwargs calls it."""
+    import torch
+    from transformers import TrainingArguments
+    from trl.scripts.sft import make_parser
+
+    from trl_ds.worker.trainers import model_kwargs
+
+    cfg = compose_cfg(["peft=qlora", "zero=stage3"])
+    args = build_trainer_args(cfg, resolve_batch(2, 2, None, None), str(tmp_path))
+    assert {k: args[k] for k in ("load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant",
+                                 "bnb_4bit_quant_storage", "dtype")} == {
+        "load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "use_bnb_nested_quant": True,
+        "bnb_4bit_quant_storage": "float32", "dtype": "float32"}
+    model_args = make_parser().parse_dict({k: v for k, v in args.items() if k in (
+        "model_name_or_path", "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant",
+        "bnb_4bit_quant_storage", "dtype", "use_cpu")} | {"output_dir": str(tmp_path), "dataset_name": "x"})[2]
+    bnb = model_kwargs(model_args, TrainingArguments(output_dir=str(tmp_path), use_cpu=True))["quantization_config"]
+    assert (bnb.load_in_4bit, bnb.bnb_4bit_quant_type, bnb.bnb_4bit_use_double_quant) == (True, "nf4", True)
+    assert (bnb.bnb_4bit_compute_dtype, bnb.bnb_4bit_quant_storage) == (torch.float32, torch.float32)
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["peft=lora"], {}),
+    (["peft=lora", "peft.load_in_8bit=true"], {"load_in_8bit": True, "dtype": "float32"}),
+])
+def test_lora_alone_writes_no_quantization_and_8bit_writes_load_in_8bit(overrides, expected, compose_cfg, tmp_path):
+    args = build_trainer_args(compose_cfg(overrides), resolve_batch(2, 2, None, None), str(tmp_path))
+    names = ("load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_quant_storage",
+             "dtype")
+    assert {k: args[k] for k in names if k in args} == expected
