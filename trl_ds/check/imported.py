@@ -64,13 +64,20 @@ def apply(cfg, where: str, mappings: Sequence[Mapping], notes: Sequence[str],
             lines.append(f"{line(m)}: overridden on the command line")
             continue
         try:
-            with open_dict(cfg):
-                OmegaConf.update(cfg, m.key, m.value, merge=False)
+            _set(cfg, m.key, m.value)
         except (OmegaConfBaseException, ValueError) as err:
             problems.append(f"{where}: {m.key}={show(m.value)}: {str(err).splitlines()[0]}")
             continue
         lines.append(line(m))
     return lines + [f"  {n}" for n in notes], problems
+
+
+def _set(cfg, key: str, value: Any) -> None:
+    """cfg.key = value; a key the schema does not declare (a DeepSpeed key by name) is added, as Hydra's `+` adds
+    it: the parent node must be opened too, a typed node keeps its own flag."""
+    parent = OmegaConf.select(cfg, key.rsplit(".", 1)[0]) if "." in key else cfg
+    with open_dict(cfg), open_dict(parent if OmegaConf.is_config(parent) else cfg):
+        OmegaConf.update(cfg, key, value, merge=False)
 
 
 def read_mapping(path: str, where: str, kind: str, loader) -> Tuple[dict, List[str]]:

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
+from trl_ds.check.deepspeed_json import apply_deepspeed_json
 from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
 from trl_ds.config.batch import Batch
@@ -37,13 +38,13 @@ class Prepared:
     memory_warning: Optional[str] = None  # preflight.memory=warn and the estimate does not fit
     disk_warning: Optional[str] = None  # the checkpoints and final model may not fit on the run dir's disk
     autofit_text: Optional[str] = None  # zero=auto / offload=auto: the ranking and the choice, printed
-    recipe_text: Optional[str] = None  # trainer.from_trl_config: each recipe argument and where it went, printed
+    recipe_text: Optional[str] = None  # the files users bring: each key and where it went, printed
 
 
 def build(cfg, run_dir: str, launching: bool) -> Prepared:
     """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
     cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
-    recipe, recipe_problems = apply_recipe(cfg, task_overrides())  # a TRL recipe's values, where none are given
+    recipe, recipe_problems = import_files(cfg, task_overrides())
     autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
     try:
         batch = validate(cfg, run_dir, launching)
@@ -63,6 +64,16 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
                     node_commands=build_commands(cfg, run_dir), plan=plan, memory_warning=warning,
                     disk_warning=space_warning(cfg, setup, run_dir) if launching else None,
                     autofit_text=autofit["text"] if autofit else None, recipe_text="\n".join(recipe) or None)
+
+
+def import_files(cfg, command_line: List[str]):
+    """The files users bring (a DeepSpeed JSON, a TRL recipe), each key set where the command line gives none by
+    name: (the printed mapping lines, problems)."""
+    lines, problems = [], []
+    for importer in (apply_deepspeed_json, apply_recipe):
+        found, refused = importer(cfg, command_line)
+        lines, problems = lines + found, problems + refused
+    return lines, problems
 
 
 def task_overrides() -> List[str]:
