@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
+from trl_ds.check.accelerate_yaml import apply_accelerate
 from trl_ds.check.deepspeed_json import apply_deepspeed_json
 from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
@@ -67,10 +68,10 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
 
 
 def import_files(cfg, command_line: List[str]):
-    """The files users bring (a DeepSpeed JSON, a TRL recipe), each key set where the command line gives none by
-    name: (the printed mapping lines, problems)."""
+    """The files users bring (an accelerate YAML, a DeepSpeed JSON, a TRL recipe), each key set where the command
+    line gives none by name: (the printed mapping lines, problems)."""
     lines, problems = [], []
-    for importer in (apply_deepspeed_json, apply_recipe):
+    for importer in (apply_accelerate, apply_deepspeed_json, apply_recipe):
         found, refused = importer(cfg, command_line)
         lines, problems = lines + found, problems + refused
     return lines, problems

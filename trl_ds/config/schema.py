@@ -370,6 +370,9 @@ class LauncherConfig:
     include: str = ""  # launcher=deepspeed --include, e.g. "node-0@node-1:0,1" (hosts, optionally their slots)
     exclude: str = ""  # launcher=deepspeed --exclude, same syntax
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    # an `accelerate launch --config_file` YAML (distributed_type DEEPSPEED): mapped onto cluster, launcher, zero,
+    # offload and precision (trl_ds/check/accelerate_yaml.py)
+    from_accelerate: Optional[str] = None
 
 
 @dataclass
