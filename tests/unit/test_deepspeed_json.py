@@ -194,3 +194,18 @@ def test_the_command_line_wins_and_says_so(tmp_path):
     assert "  zero_optimization.stage: 1 -> zero.stage=1\n" in out.stdout  # zero=stage3 chooses a preset only
     written = json.loads((tmp_path / "run" / "ds_config.json").read_text())
     assert (written["gradient_clipping"], written["zero_optimization"]["stage"]) == (0.7, 1)
+
+
+def test_a_rank_loads_deepspeed_keys_given_by_name(tmp_path):
+    """A rank re-types config.yaml with the schema; DeepSpeed keys by their own names (an imported file's, or
+    +zero.NAME) were refused there ("Key 'allgather_partitions' not in 'ZeroConfig'") and every rank failed."""
+    from omegaconf import OmegaConf
+
+    from trl_ds.config.values import undeclared
+    from trl_ds.rundir.layout import load_run_config
+
+    cfg = compose(["+zero.allgather_partitions=false", "+offload.pipeline_read=true", "offload=cpu"])
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    loaded = load_run_config(str(tmp_path))
+    assert (undeclared(loaded, "zero"), undeclared(loaded, "offload")) == ({"allgather_partitions": False},
+                                                                          {"pipeline_read": True})
