@@ -24,7 +24,6 @@ TINY_HIDDEN = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf/model/
 # Where trl_ds's ds_config.json differs from transformers' on purpose (docs/interop.md, "Deliberate differences").
 DELIBERATE = {
     "scheduler": "trl_ds writes no scheduler block: transformers builds trainer.lr_scheduler_type's scheduler",
-    "zero_allow_untested_optimizer": "trl_ds's optimizer is DeepSpeed's AdamW, which is tested: the flag is moot",
     "optimizer.params.torch_adam": "trl_ds picks torch's AdamW on CPU ranks without offload (FusedAdam cannot build)",
     "bf16.enabled": "absent from some files: transformers adds nothing, trl_ds always writes the block (false)",
     "zero_optimization (stage 0)": "DeepSpeed reads no ZeRO key but stage at stage 0; trl_ds writes none",

@@ -92,9 +92,10 @@ def ds_settings(ds: Dict[str, Any], hidden) -> Tuple[List[Mapping], List[str], L
 
 
 def _batch_key(imp: Importer, key: str, given: Any) -> None:
-    if given == AUTO:
-        imp.note(key, given, "derived by trl_ds as transformers derives it (micro × accumulation × world; "
-                             "max_grad_norm)")
+    if given == AUTO and key == "gradient_clipping":
+        imp.note(key, given, "trainer.max_grad_norm, as transformers fills it")
+    elif given == AUTO:
+        imp.note(key, given, "derived by trl_ds as transformers fills it (global = micro × accumulation × world)")
     else:
         imp.map(key, given, BATCH[key])
 
