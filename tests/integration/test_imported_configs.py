@@ -59,3 +59,27 @@ def test_report_to_tensorboard_writes_what_tensorboard_reads(imported_run):
     reader.Reload()
     read = [(e.step, e.value) for e in reader.Scalars("train/loss")]
     assert read == [(step, as_float32(loss)) for step, loss in losses(run_dir)]
+
+
+def test_a_recipes_save_strategy_epoch_checkpoints_every_epoch_and_resumes(tmp_path):
+    """save_strategy: epoch was refused; now each epoch ends in a checkpoint marked complete, and a relaunch with
+    more epochs resumes from the last one. 8 rows at global batch 4 (micro 2 × 2 ranks): 2 steps per epoch."""
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"text": f"row {i} says {i * 7 % 5} and {i * 3}"}) + "\n" for i in range(8)))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"dataset_name: {data}\nnum_train_epochs: 2\nsave_strategy: epoch\nsave_total_limit: 2\n")
+    run_dir = tmp_path / "run"
+    common = [f"trainer.from_trl_config={recipe}", "save_final_model=false"]
+    first = run_app(common, run_dir)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert complete_steps(run_dir) == [2, 4]
+    again = run_app([*common, "trainer.num_train_epochs=3"], run_dir)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "  num_train_epochs: 2 -> trainer.num_train_epochs=2: overridden on the command line\n" in again.stdout
+    assert complete_steps(run_dir) == [4, 6]  # keep_last 2: checkpoint-2 rotated out
+    assert [s for s, _ in losses(run_dir)][-2:] == [5, 6]  # the relaunch trained only the third epoch
+
+
+def complete_steps(run_dir: Path):
+    markers = (run_dir / "trainer").glob("checkpoint-*/trl_ds_complete.json")
+    return sorted(int(p.parent.name.split("-")[1]) for p in markers)
