@@ -111,3 +111,18 @@ def test_a_run_dirs_own_accelerate_yaml_imports_back_to_the_same_run(tmp_path):
     assert again.returncode == 0, again.stderr
     for name in ("ds_config.json", "accelerate.yaml"):
         assert (tmp_path / "b" / name).read_text() == (tmp_path / "a" / name).read_text(), name
+
+
+def test_deepspeed_keys_beside_a_config_file_are_refused_as_accelerate_refuses_them(tmp_path):
+    """accelerate's DeepSpeedPlugin._deepspeed_config_checks raises for zero_stage (and the other keys its list
+    names) beside deepspeed_config_file; trl_ds says so before launch."""
+    shutil.copy(IMPORTED / "llamafactory_ds_z2_config.json", tmp_path / "z2.json")
+    path = tmp_path / "acc.yaml"
+    path.write_text(yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_processes": 2, "mixed_precision": "no",
+                                    "deepspeed_config": {"deepspeed_config_file": "z2.json", "zero_stage": 3,
+                                                         "zero3_init_flag": False}}))
+    with pytest.raises(ConfigError) as err:
+        ours(tmp_path, path)
+    assert err.value.problems == [f"launcher.from_accelerate={path}: deepspeed_config.zero_stage: 3: beside "
+                                  f"deepspeed_config_file accelerate refuses it (the JSON holds it); move it into the "
+                                  f"JSON."]

@@ -74,10 +74,15 @@ def _precision(given: Any, mappings: List[Mapping], problems: List[str]) -> None
 def _deepspeed(block: Dict[str, Any], folder: str, hidden, multinode: bool):
     mappings, notes, problems = [], [], []
     if "deepspeed_config_file" in block:
-        return _config_file(block["deepspeed_config_file"], folder, hidden)
+        mappings, notes, problems = _config_file(block["deepspeed_config_file"], folder, hidden)
     for key, given in block.items():
         where = f"deepspeed_config.{key}"
-        if key in DEEPSPEED:
+        if key == "deepspeed_config_file":
+            continue
+        if key in DEEPSPEED and "deepspeed_config_file" in block and key != "deepspeed_hostfile":
+            problems.append(f"{where}: {show(given)}: beside deepspeed_config_file accelerate refuses it (the JSON "
+                            f"holds it); move it into the JSON.")
+        elif key in DEEPSPEED:
             mappings.append(Mapping(where, given, DEEPSPEED[key], given))
         elif key == "deepspeed_multinode_launcher" and multinode:
             name = "torchrun" if given == "standard" else "deepspeed"
@@ -90,7 +95,8 @@ def _deepspeed(block: Dict[str, Any], folder: str, hidden, multinode: bool):
                          f"deepspeed.zero.Init (partitioned as it loads) whatever this flag says")
         else:
             problems.append(f"{where}: {show(given)}: trl_ds has no counterpart; drop it.")
-    if "zero_stage" in block and 0 < block["zero_stage"] < 3:  # the plugin writes none: DeepSpeed's default is off
+    if block.get("zero_stage") in (1, 2) and "deepspeed_config_file" not in block:
+        # the plugin writes no overlap_comm: DeepSpeed's default (off below stage 3) applies
         mappings.append(Mapping("(DeepSpeed's default) overlap_comm", False, "zero.overlap_comm", False))
     return mappings, notes, problems
 
