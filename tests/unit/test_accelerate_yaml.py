@@ -126,3 +126,12 @@ def test_deepspeed_keys_beside_a_config_file_are_refused_as_accelerate_refuses_t
     assert err.value.problems == [f"launcher.from_accelerate={path}: deepspeed_config.zero_stage: 3: beside "
                                   f"deepspeed_config_file accelerate refuses it (the JSON holds it); move it into the "
                                   f"JSON."]
+
+
+def test_trl_ds_export_lets_the_command_line_win_over_an_imported_file(tmp_path):
+    """Outside Hydra's main (trl-ds export composes itself) the overrides still win over the file's values."""
+    from trl_ds.cli.export import export
+
+    export(str(tmp_path / "out"), [f"launcher.from_accelerate={IMPORTED / 'trl_accelerate_zero3.yaml'}", "cluster=1x8",
+                                   "zero.stage=2"], auto=False)
+    assert json.loads((tmp_path / "out" / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2

@@ -42,10 +42,11 @@ class Prepared:
     recipe_text: Optional[str] = None  # the files users bring: each key and where it went, printed
 
 
-def build(cfg, run_dir: str, launching: bool) -> Prepared:
+def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] = None) -> Prepared:
     """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
-    cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
-    recipe, recipe_problems = import_files(cfg, task_overrides())
+    cannot fit when preflight.memory is error) and build everything the run dir holds. Pure. command_line: the
+    overrides cfg was composed from, where Hydra's main did not compose it (they win over imported files)."""
+    recipe, recipe_problems = import_files(cfg, task_overrides() if command_line is None else command_line)
     autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
     try:
         batch = validate(cfg, run_dir, launching)

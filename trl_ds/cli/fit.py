@@ -78,7 +78,8 @@ def prepare(args) -> dict:
     start = min(args.start or planned or 1, limit)
     run_dir = os.path.abspath(args.run_dir or os.path.join("outputs", "fit", run_name()))
     cfg = compose([*args.overrides, *FORCED, f"trainer.per_device_train_batch_size={start}"])
-    write_run_dir(cfg, build(cfg, run_dir, launching=False), overrides=list(args.overrides))
+    write_run_dir(cfg, build(cfg, run_dir, launching=False, command_line=list(args.overrides)),
+                  overrides=list(args.overrides))
     env = {**cfg.cluster.env, **cfg.launcher.env}
     return {"run_dir": run_dir, "base": base, "planner_max_micro": planned, "start": start, "limit": limit,
             "env": env}
