@@ -208,3 +208,11 @@ def test_a_rank_loads_deepspeed_keys_given_by_name(tmp_path):
     loaded = load_run_config(str(tmp_path))
     assert (undeclared(loaded, "zero"), undeclared(loaded, "offload")) == ({"allgather_partitions": False},
                                                                           {"pipeline_read": True})
+
+
+def test_fp16_and_bf16_both_enabled_are_refused():
+    from trl_ds.check.deepspeed_json import ds_settings
+
+    problems = ds_settings({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, lambda: 64)[2]
+    assert problems == ["fp16.enabled and bf16.enabled: true: both true; DeepSpeed trains in one of them. Keep one "
+                        "enabled"]

@@ -88,6 +88,10 @@ def ds_settings(ds: Dict[str, Any], hidden) -> Tuple[List[Mapping], List[str], L
                                    "fp16/bf16 and ZeRO bucket keys; give a value")
         else:
             imp.map(key, given, f"deepspeed.{key}")
+    on = [k for k in ("fp16", "bf16", "bfloat16") if isinstance(ds.get(k), dict) and ds[k].get("enabled") is True]
+    if "fp16" in on and len(on) > 1:  # DeepSpeed asserts it too (runtime/config.py), after the ranks start
+        imp.refuse(f"{on[0]}.enabled and {on[1]}.enabled", True, "both true; DeepSpeed trains in one of them. "
+                                                                 "Keep one enabled")
     return imp.mappings, imp.notes, imp.problems
 
 
