@@ -25,7 +25,6 @@ TINY_HIDDEN = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf/model/
 DELIBERATE = {
     "scheduler": "trl_ds writes no scheduler block: transformers builds trainer.lr_scheduler_type's scheduler",
     "optimizer.params.torch_adam": "trl_ds picks torch's AdamW on CPU ranks without offload (FusedAdam cannot build)",
-    "bf16.enabled": "absent from some files: transformers adds nothing, trl_ds always writes the block (false)",
     "zero_optimization (stage 0)": "DeepSpeed reads no ZeRO key but stage at stage 0; trl_ds writes none",
     "fp16 (off)": "the loss-scaling keys of a disabled fp16 block: DeepSpeed reads none of them, trl_ds writes "
                   "{\"enabled\": false} only",
