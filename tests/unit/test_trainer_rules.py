@@ -28,8 +28,8 @@ def problems(compose_cfg, overrides, launching=False, tmp_path="/tmp/run"):
     (["trainer=grpo", "trainer.num_generations=3"], "trainer=grpo: the global batch 4 is not a multiple of "
                                                     "trainer.num_generations=3. Set trainer.num_generations to a "
                                                     "divisor of 4, or batch.global_size=12."),
-    (["trainer.report_to=mlflow"], "trainer.report_to=mlflow is not supported. Use trainer.report_to=none, "
-                                   "tensorboard or wandb."),
+    (["trainer.report_to=mlfow"], "trainer.report_to=mlfow: transformers knows no integration mlfow. Use one or a "
+                                  "list of: all, none, azure_ml, comet_ml, mlflow,"),
     (["peft=lora", "peft.target_modules=[q_prj]"], "peft.target_modules=[q_prj] must name linear layers of "
                                                    "model=tiny; q_prj is not one. Use some of: peft.target_modules="
                                                    "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]."),
@@ -110,7 +110,11 @@ def test_logger_must_be_installed(compose_cfg):
     require(importlib.util.find_spec("wandb") is None, "wandb is installed here; the test needs it absent")
     found = problems(compose_cfg, ["trainer.report_to=wandb"], launching=True)
     assert found == ["trainer.report_to=wandb needs the wandb package, which is not installed here. Install it "
-                     "(pip install wandb) or use trainer.report_to=none."]
+                     "(pip install wandb) or drop wandb from trainer.report_to."]
+    found = problems(compose_cfg, ["trainer.report_to=[tensorboard,wandb]"], launching=True)  # a list: each name
+    assert [p for p in found if "wandb" in p] == ["trainer.report_to=wandb needs the wandb package, which is not "
+                                                  "installed here. Install it (pip install wandb) or drop wandb from "
+                                                  "trainer.report_to."]
     assert problems(compose_cfg, ["trainer.report_to=wandb"], launching=False) == []  # a dry run is for elsewhere
 
 

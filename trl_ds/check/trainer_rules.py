@@ -12,6 +12,7 @@ from typing import List, Optional
 
 from omegaconf import ListConfig, OmegaConf
 
+from trl_ds.check.argument_values import report_to_choices
 from trl_ds.check.trl_arguments import check_arguments
 from trl_ds.config.batch import Batch
 from trl_ds.config.data_files import named_for_split
@@ -33,7 +34,11 @@ EXAMPLE_RECORD = {
     "reward": '{"prompt": "...", "chosen": "...", "rejected": "..."}',
     "grpo": '{"prompt": "...", ...}  (other columns reach the reward functions as keywords)',
 }
-LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
+# The packages transformers' is_<name>_available() looks for (integrations/integration_utils.py); kubeflow needs none.
+LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",), "mlflow": ("mlflow",),
+                   "azure_ml": ("azureml",), "comet_ml": ("comet_ml",), "neptune": ("neptune",),
+                   "trackio": ("trackio",), "codecarbon": ("codecarbon",), "clearml": ("clearml",),
+                   "dagshub": ("dagshub",), "flyte": ("flytekit",), "dvclive": ("dvclive",), "swanlab": ("swanlab",)}
 SP_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
 TINY_SPLITS = ("train", "test")
 BUILTIN_REWARD = "trl_ds.worker.rewards.arithmetic_reward"
@@ -47,9 +52,7 @@ def check_trainer_options(cfg) -> List[str]:
     problems = [f"trainer.{k}={_show(t[k])} is an option of trainer={'/'.join(owners)} only; trainer={name} has no "
                 f"such argument. Drop it, or use trainer={owners[0]}."
                 for k, owners in TRAINER_ONLY.items() if name not in owners and _plain(t[k]) != defaults[k]]
-    if value(t.report_to) not in ("none", *LOGGER_PACKAGES):
-        problems.append(f"trainer.report_to={t.report_to} is not supported. Use trainer.report_to=none, tensorboard "
-                        f"or wandb.")
+    problems += _report_to_problems(t.report_to)
     if name == "grpo":
         problems += _grpo_needs(t)
     return problems
@@ -181,11 +184,28 @@ def check_trainer_here(cfg) -> List[str]:
     problems = check_eval_here(cfg)
     if value(cfg.trainer.name) == "grpo":
         problems += [p for path in cfg.trainer.reward_funcs for p in [reward_function_problem(path)] if p]
-    report_to = value(cfg.trainer.report_to)
-    if report_to in LOGGER_PACKAGES and not any(importlib.util.find_spec(m) for m in LOGGER_PACKAGES[report_to]):
-        problems.append(f"trainer.report_to={report_to} needs the {report_to} package, which is not installed here. "
-                        f"Install it (pip install {report_to}) or use trainer.report_to=none.")
+    for name in report_to_names(cfg.trainer.report_to):
+        if name in LOGGER_PACKAGES and not any(importlib.util.find_spec(m) for m in LOGGER_PACKAGES[name]):
+            problems.append(f"trainer.report_to={name} needs the {LOGGER_PACKAGES[name][0]} package, which is not "
+                            f"installed here. Install it (pip install {LOGGER_PACKAGES[name][0]}) or drop {name} from "
+                            f"trainer.report_to.")
     return problems
+
+
+def report_to_names(report_to) -> List[str]:
+    """trainer.report_to as a list of names: transformers takes one name or a list of them."""
+    if isinstance(report_to, (list, ListConfig)):
+        return [str(value(n)) for n in report_to]
+    return [str(value(report_to))]
+
+
+def _report_to_problems(report_to) -> List[str]:
+    known = report_to_choices()
+    unknown = [n for n in report_to_names(report_to) if n not in known]
+    if not unknown:
+        return []
+    return [f"trainer.report_to={_show(report_to)}: transformers knows no integration {', '.join(unknown)}. Use one "
+            f"or a list of: {', '.join(known)}."]
 
 
 def reward_function_problem(path: str) -> Optional[str]:

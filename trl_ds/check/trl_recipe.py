@@ -1,62 +1,120 @@
 """trainer.from_trl_config=recipe.yaml: start from a `trl <cmd> --config` YAML.
 
 What trl_ds owns is mapped onto its keys (each mapping printed), the rest goes to trainer.args and through the same
-check as arguments given by name; what cannot be honoured is refused with the reason. Keys set on the command line
-win over the recipe's.
+check as arguments given by name; what cannot be honoured is refused with the reason. Keys given by name on the
+command line win over the recipe's (check/imported.py).
 """
 import dataclasses
-import os
 from typing import Any, Dict, List, Sequence, Tuple
 
 import yaml
-from omegaconf import OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
 
+from trl_ds.check.imported import Mapping, apply, read_mapping, show
 from trl_ds.check.trl_arguments import OWNED
 from trl_ds.config.schema import TrainerConfig
 
-RENAMED = {"model_name_or_path": "model.name_or_path", "seed": "seed", "save_steps": "checkpoint.every_steps",
-           "save_total_limit": "checkpoint.keep_last", "lora_r": "peft.r", "lora_alpha": "peft.lora_alpha",
-           "lora_dropout": "peft.lora_dropout", "lora_target_modules": "peft.target_modules"}
+RENAMED = {"model_name_or_path": "model.name_or_path", "seed": "seed", "save_total_limit": "checkpoint.keep_last",
+           "lora_r": "peft.r", "lora_alpha": "peft.lora_alpha", "lora_dropout": "peft.lora_dropout",
+           "lora_target_modules": "peft.target_modules"}
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 NOT_USED = {"output_dir": "trl_ds writes into the run dir (hydra.run.dir)",
             "accelerate_config": "trl_ds starts the ranks itself (launcher=...)"}
 NOT_TRAINER_KEYS = {"name", "args", "from_trl_config", "eval_dataset_name"}
+# transformers' OptimizerNames that are torch's AdamW: trl_ds's ds_config.json has DeepSpeed's AdamW block, and with
+# an optimizer block in the DeepSpeed config transformers ignores `optim` (deepspeed_optim_sched) anyway.
+ADAMW = ("adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_hf",
+         "adamw_apex_fused")
+# Arguments older TRL / transformers took that the installed ones (trl 1.16, transformers 5) do not.
+REMOVED = {"max_seq_length": "TRL renamed it max_length: write max_length: {value}",
+           "overwrite_output_dir": "transformers 5 removed it; trl_ds writes a fresh run dir, or resumes it with "
+                                   "resume=auto (resume=never starts over)",
+           "warmup_ratio": "transformers 5 removed it; warmup_steps takes a fraction below 1: write warmup_steps: "
+                           "{value} (trl_ds: trainer.warmup_steps counts steps; give the steps it makes)"}
+SAVE_STEPS_DEFAULT = 500  # transformers' TrainingArguments.save_steps
 
 
-def recipe_settings(recipe: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], List[str]]:
-    """({trl_ds key: value}, notes on keys not used, problems), for a recipe's arguments."""
+def recipe_settings(recipe: Dict[str, Any]) -> Tuple[List[Mapping], List[str], List[str]]:
+    """(mappings, notes on keys not used, problems), for a recipe's arguments."""
     trainer_keys = {f.name for f in dataclasses.fields(TrainerConfig)} - NOT_TRAINER_KEYS
-    settings: Dict[str, Any] = {}
+    mappings: List[Mapping] = []
     notes, problems = [], []
-    for name, value in recipe.items():
-        if name in trainer_keys:
-            settings[f"trainer.{name}"] = value
+    for name, given in recipe.items():
+        special = _special(name, given, recipe)
+        if special is not None:
+            found, note, problem = special
+            mappings += found
+            notes += [note] if note else []
+            problems += [problem] if problem else []
+        elif name in trainer_keys:
+            mappings.append(Mapping(name, given, f"trainer.{name}", given))
         elif name in RENAMED:
-            settings[RENAMED[name]] = value
-        elif name in ("bf16", "fp16"):
-            settings.update({"precision.dtype": name} if value else {})
-        elif name in ("dtype", "torch_dtype") and value in DTYPES:
-            settings["precision.dtype"] = DTYPES[value]
-        elif name in ("dtype", "torch_dtype") and value == "auto":
-            notes.append(f"{name}: auto → precision=auto")
-        elif name == "use_peft":
-            settings.update({"peft.name": "lora"} if value else {})
-        elif name == "save_strategy" and value in ("no", "steps"):
-            settings.update({"checkpoint.every_steps": 0} if value == "no" else {})
+            mappings.append(Mapping(name, given, RENAMED[name], given))
         elif name in NOT_USED:
-            notes.append(f"{name}: {value} not used: {NOT_USED[name]}")
-        elif name in OWNED or name in ("dtype", "torch_dtype"):
-            problems.append(f"{name}: {value} cannot be honoured: trl_ds sets {name} from "
-                            f"{OWNED.get(name, 'precision').format(value=value)}. Drop it from the recipe.")
+            notes.append(f"{name}: {given} not used: {NOT_USED[name]}")
+        elif name in OWNED:
+            problems.append(f"{name}: {given} cannot be honoured: trl_ds sets {name} from "
+                            f"{OWNED[name].format(value=given)}. Drop it from the recipe.")
         else:
-            settings[f"trainer.args.{name}"] = value
+            mappings.append(Mapping(name, given, f"trainer.args.{name}", given))
     if "model_name_or_path" in recipe:
         notes.append("model_name_or_path: the memory plan reads the dimensions of model=<preset> (or "
                      "model.config_path): pick the one of this model")
     if "num_train_epochs" in recipe and "max_steps" not in recipe:
-        settings["trainer.max_steps"] = -1  # TRL's default: the epochs decide
-    return settings, notes, problems
+        mappings.append(Mapping("num_train_epochs", recipe["num_train_epochs"], "trainer.max_steps", -1))
+    return mappings, notes, problems
+
+
+def _special(name: str, given: Any, recipe: Dict[str, Any]):
+    """(mappings, note, problem) for the arguments that need more than a rename; None for the others."""
+    if name in REMOVED:
+        return [], None, f"{name}: {given}: the installed TRL has no {name}: {REMOVED[name].format(value=given)}."
+    if name in ("bf16", "fp16"):
+        return [Mapping(name, given, "precision.dtype", name)] if given else [], None, None
+    if name in ("dtype", "torch_dtype"):
+        return _dtype(name, given)
+    if name == "use_peft":
+        return [Mapping(name, given, "peft.name", "lora")] if given else [], None, None
+    if name == "optim":
+        return _optim(given)
+    if name in ("save_strategy", "save_steps"):
+        return _save(name, given, recipe)
+    return None
+
+
+def _dtype(name: str, given: Any):
+    if given in DTYPES:
+        return [Mapping(name, given, "precision.dtype", DTYPES[given])], None, None
+    if given is None or given == "auto":
+        return [], f"{name}: {show(given)}: unset; precision=auto decides (bf16 on GPUs, fp32 on CPU)", None
+    return [], None, (f"{name}: {given} cannot be honoured: trl_ds takes bfloat16, float16, float32, auto or null "
+                      f"(precision=bf16|fp16|fp32|auto).")
+
+
+def _optim(given: Any):
+    if given in ADAMW:
+        return [], (f"optim: {given}: AdamW, as ds_config.json's DeepSpeed AdamW optimizer block (with that block "
+                    f"transformers trains it whatever optim says)"), None
+    return [], None, (f"optim: {given} cannot be honoured: trl_ds trains with the AdamW block of ds_config.json, and "
+                      f"with a DeepSpeed optimizer block transformers ignores optim, so {given} would silently train "
+                      f"AdamW. Drop optim, or write optim: adamw_torch.")
+
+
+def _save(name: str, given: Any, recipe: Dict[str, Any]):
+    """transformers' save_strategy (default steps) and save_steps (default 500) onto trl_ds's checkpoint keys."""
+    strategy = recipe.get("save_strategy", "steps")
+    if name == "save_steps":
+        if strategy != "steps":
+            return [], f"save_steps: {given} not used: save_strategy is {strategy}", None
+        return [Mapping(name, given, "checkpoint.every_steps", given)], None, None
+    if given == "epoch":
+        return [Mapping(name, given, "checkpoint.every_epoch", True),
+                Mapping(name, given, "checkpoint.every_steps", 0)], None, None
+    if given == "no":
+        return [Mapping(name, given, "checkpoint.every_steps", 0)], None, None
+    if given == "steps":
+        every = SAVE_STEPS_DEFAULT if "save_steps" not in recipe else None
+        return [Mapping(name, given, "checkpoint.every_steps", every)] if every else [], None, None
+    return [], None, f"save_strategy: {given} cannot be honoured: trl_ds checkpoints by steps, epoch or no."
 
 
 def apply_recipe(cfg, command_line: Sequence[str]) -> Tuple[List[str], List[str]]:
@@ -64,38 +122,15 @@ def apply_recipe(cfg, command_line: Sequence[str]) -> Tuple[List[str], List[str]
     path = cfg.trainer.from_trl_config
     if not path:
         return [], []
-    recipe, problems = _read(path)
-    settings, notes, refused = recipe_settings(recipe)
-    problems += [f"trainer.from_trl_config={path}: {p}" for p in refused]
-    given = [o.lstrip("+~").split("=", 1)[0] for o in command_line]
-    lines = [f"trl_ds: trainer.from_trl_config={path}:"]
-    for key, value in settings.items():
-        if any(key == g or key.startswith(g + ".") for g in given):
-            lines.append(f"  {key}={value} (recipe) overridden on the command line")
-            continue
-        try:
-            with open_dict(cfg):
-                OmegaConf.update(cfg, key, value, merge=False)
-        except (OmegaConfBaseException, ValueError) as err:
-            problems.append(f"trainer.from_trl_config={path}: {key}={value}: {str(err).splitlines()[0]}")
-            continue
-        lines.append(f"  {key}={_show(value)}")
-    return lines + [f"  {n}" for n in notes], problems
-
-
-def _read(path: str) -> Tuple[Dict[str, Any], List[str]]:
     where = f"trainer.from_trl_config={path}"
-    if not os.path.isfile(os.path.expanduser(path)):
-        return {}, [f"{where} does not exist. Give a `trl <cmd> --config` YAML file."]
+    recipe, problems = read_mapping(path, where, "a `trl <cmd> --config` YAML file", _load)
+    mappings, notes, refused = recipe_settings(recipe)
+    lines, not_set = apply(cfg, where, mappings, notes, command_line)
+    return lines, problems + [f"{where}: {p}" for p in refused] + not_set
+
+
+def _load(f) -> Any:
     try:
-        with open(os.path.expanduser(path)) as f:
-            recipe = yaml.safe_load(f)
+        return yaml.safe_load(f)
     except yaml.YAMLError as err:
-        return {}, [f"{where} is not YAML ({str(err).splitlines()[0]})."]
-    if not isinstance(recipe, dict):
-        return {}, [f"{where} holds no arguments (a YAML mapping of TRL argument names to values)."]
-    return recipe, []
-
-
-def _show(x: Any) -> str:
-    return f"[{','.join(map(str, x))}]" if isinstance(x, list) else str(x).lower() if isinstance(x, bool) else str(x)
+        raise ValueError(f"not YAML: {str(err).splitlines()[0]}") from None

@@ -205,6 +205,10 @@ def check_checkpoint(cfg) -> List[str]:
     c = cfg.checkpoint
     problems = [f"checkpoint.every_steps={c.every_steps} must be 0 (off) or more."] if c.every_steps < 0 else []
     problems += [f"checkpoint.keep_last={c.keep_last} must be at least 1."] if c.keep_last < 1 else []
+    if c.every_epoch and c.every_steps > 0:  # transformers saves by one strategy
+        problems.append(f"checkpoint.every_epoch=true and checkpoint.every_steps={c.every_steps} both choose when to "
+                        f"save; transformers saves by one. Set checkpoint.every_steps=0 or "
+                        f"checkpoint.every_epoch=false.")
     if cfg.resume not in ("auto", "never"):
         problems.append(f"resume={cfg.resume} is not a choice. Use resume=auto (continue from the newest complete "
                         f"checkpoint in the run dir) or resume=never.")

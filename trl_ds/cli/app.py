@@ -7,6 +7,8 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
+from trl_ds.check.accelerate_yaml import apply_accelerate
+from trl_ds.check.deepspeed_json import apply_deepspeed_json
 from trl_ds.check.row_length import long_row_warning
 from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
@@ -41,14 +43,16 @@ class Prepared:
     disk_warning: Optional[str] = None  # the checkpoints and final model may not fit on the run dir's disk
     data_warning: Optional[str] = None  # a data row far longer than trainer.max_length keeps
     autofit_text: Optional[str] = None  # zero=auto / offload=auto: the ranking and the choice, printed
-    recipe_text: Optional[str] = None  # trainer.from_trl_config: each recipe argument and where it went, printed
+    recipe_text: Optional[str] = None  # the files users bring: each key and where it went, printed
 
 
-def build(cfg, run_dir: str, launching: bool) -> Prepared:
+def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] = None) -> Prepared:
     """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
-    cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
-    recipe, recipe_problems = apply_recipe(cfg, task_overrides())  # a TRL recipe's values, where none are given
-    mapped, mapping_problems = map_model_config_fields(cfg, task_overrides())  # ModelConfig's bnb fields -> peft.*
+    cannot fit when preflight.memory is error) and build everything the run dir holds. Pure. command_line: the
+    overrides cfg was composed from, where Hydra's main did not compose it (they win over imported files)."""
+    command_line = task_overrides() if command_line is None else command_line
+    recipe, recipe_problems = import_files(cfg, command_line)
+    mapped, mapping_problems = map_model_config_fields(cfg, command_line)  # ModelConfig's bnb fields -> peft.*
     recipe, recipe_problems = recipe + mapped, recipe_problems + mapping_problems
     autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
     try:
@@ -71,6 +75,16 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
                     disk_warning=space_warning(cfg, setup, run_dir) if launching else None,
                     data_warning=long_row_warning(cfg) if launching or cfg.dry_run else None,
                     autofit_text=autofit["text"] if autofit else None, recipe_text="\n".join(recipe) or None)
+
+
+def import_files(cfg, command_line: List[str]):
+    """The files users bring (an accelerate YAML, a DeepSpeed JSON, a TRL recipe), each key set where the command
+    line gives none by name: (the printed mapping lines, problems)."""
+    lines, problems = [], []
+    for importer in (apply_accelerate, apply_deepspeed_json, apply_recipe):
+        found, refused = importer(cfg, command_line)
+        lines, problems = lines + found, problems + refused
+    return lines, problems
 
 
 def task_overrides() -> List[str]:

@@ -36,7 +36,7 @@ def export(folder: str, overrides: List[str], auto: bool):
 
     folder = os.path.abspath(folder)
     cfg = compose(overrides)
-    prepared = build(cfg, folder, launching=False)
+    prepared = build(cfg, folder, launching=False, command_line=overrides)
     ds_config = auto_ds_config(prepared.ds_config) if auto else prepared.ds_config
     os.makedirs(folder, exist_ok=True)
     write_interop_files(cfg, folder, ds_config, prepared.trainer_args)

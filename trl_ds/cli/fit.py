@@ -79,7 +79,8 @@ def prepare(args) -> dict:
     run_dir = os.path.abspath(args.run_dir or os.path.join("outputs", "fit", run_name()))
     cfg = compose([*args.overrides, *FORCED, f"trainer.per_device_train_batch_size={start}"])
     # launching: the rank starts on this machine, so what it must have (GPUs, data, ops) is checked before it spawns
-    write_run_dir(cfg, build(cfg, run_dir, launching=True), overrides=list(args.overrides))
+    write_run_dir(cfg, build(cfg, run_dir, launching=True, command_line=list(args.overrides)),
+                  overrides=list(args.overrides))
     env = {**cfg.cluster.env, **cfg.launcher.env}
     return {"run_dir": run_dir, "base": base, "planner_max_micro": planned, "start": start, "limit": limit,
             "env": env}

@@ -263,7 +263,9 @@ class TrainerConfig:
     dataloader_num_workers: int = 0
     # Drop each epoch's last, partial global batch (dataset rows not a multiple of the global batch; see the plan)
     dataloader_drop_last: bool = False
-    report_to: str = "none"  # none, tensorboard or wandb (the package must be installed)
+    # An integration transformers knows (none, tensorboard, wandb, mlflow, ...) or a list of them; its package must be
+    # installed.
+    report_to: Any = "none"
     # Options of one trainer only (TRL's names); setting one for another trainer is an error before launch.
     beta: float = 0.1  # dpo: how far the policy may move from the reference; grpo: KL coefficient (grpo preset: 0.0)
     num_generations: int = 4  # grpo: completions per prompt; the global batch must be a multiple of it
@@ -315,6 +317,7 @@ class TensorParallelConfig:
 @dataclass
 class CheckpointConfig:
     every_steps: int = 0  # 0: no intermediate checkpoints; N: a checkpoint every N optimizer steps
+    every_epoch: bool = False  # a checkpoint at the end of every epoch (transformers' save_strategy=epoch)
     keep_last: int = 2  # complete checkpoints kept; older ones are deleted after a newer one is marked complete
 
 
@@ -385,6 +388,9 @@ class LauncherConfig:
     include: str = ""  # launcher=deepspeed --include, e.g. "node-0@node-1:0,1" (hosts, optionally their slots)
     exclude: str = ""  # launcher=deepspeed --exclude, same syntax
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    # an `accelerate launch --config_file` YAML (distributed_type DEEPSPEED): mapped onto cluster, launcher, zero,
+    # offload and precision (trl_ds/check/accelerate_yaml.py)
+    from_accelerate: Optional[str] = None
 
 
 @dataclass

@@ -27,7 +27,7 @@ def checkpoint_bytes(setup) -> int:
 
 def space_warning(cfg, setup, run_dir: str) -> Optional[str]:
     """A warning naming what the checkpoints and final model need and what the run dir's disk has, when short."""
-    every = cfg.checkpoint.every_steps > 0
+    every = cfg.checkpoint.every_steps > 0 or cfg.checkpoint.get("every_epoch", False)
     one = checkpoint_bytes(setup)
     final = setup.width * setup.total_params if cfg.save_final_model else 0
     need = (cfg.checkpoint.keep_last + 1) * one * every + final

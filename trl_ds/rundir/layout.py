@@ -151,7 +151,21 @@ def current_umask() -> int:
 
 def load_run_config(run_dir: str):
     """The resolved config, re-typed by the schema, as every rank sees it."""
-    from trl_ds.config.schema import RunConfig
+    import dataclasses
+
+    from omegaconf import open_dict
+
+    from trl_ds.config.schema import OffloadConfig, RunConfig, ZeroConfig
 
     saved = OmegaConf.load(os.path.join(run_dir, RESOLVED_CONFIG))
-    return OmegaConf.merge(OmegaConf.structured(RunConfig), saved)
+    # DeepSpeed keys given by their own names (+zero.NAME, +offload.NAME, an imported file's) are not in the typed
+    # schema: a merge refuses them, so they are added the way the composition added them.
+    extra = {}
+    for group, schema in (("zero", ZeroConfig), ("offload", OffloadConfig)):
+        declared, node = {f.name for f in dataclasses.fields(schema)}, saved.get(group) or {}
+        extra[group] = {k: node.pop(k) for k in list(node) if k not in declared}
+    cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), saved)
+    for group, keys in extra.items():
+        with open_dict(cfg[group]):
+            cfg[group].update(keys)
+    return cfg

@@ -158,6 +158,8 @@ def checkpoint_args(cfg) -> Dict[str, Any]:
     """transformers saves; trl_ds marks complete and rotates (transformers' own rotation could delete the last
     complete checkpoint before the new one is marked)."""
     every = cfg.checkpoint.every_steps
+    if cfg.checkpoint.every_epoch:
+        return {"save_strategy": "epoch", "save_total_limit": None}
     if every <= 0:
         return {"save_strategy": "no"}
     return {"save_strategy": "steps", "save_steps": every, "save_total_limit": None}

@@ -1,0 +1,95 @@
+"""What the importers of files users bring share (a TRL recipe: trl_recipe.py; a DeepSpeed JSON: deepspeed_json.py;
+an accelerate YAML: accelerate_yaml.py): one shape for a mapping, one way to print it, one rule for "given on the
+command line".
+
+Each importer turns its file into Mappings (the file's key and value, the trl_ds key and value it becomes) and notes
+(keys read but not mapped, with the reason); apply() sets every mapping the command line did not give by name.
+Choosing a group (trainer=sft, zero=stage3) is not giving its keys: only `trainer.learning_rate=...` given by name
+wins over a file's learning_rate.
+"""
+import os
+from dataclasses import dataclass
+from typing import Any, List, Sequence, Tuple
+
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from trl_ds.config.compose import CONFIG_DIR
+
+
+@dataclass(frozen=True)
+class Mapping:
+    source: str  # the file's key as written there ("optimizer.params.lr", "learning_rate")
+    given: Any  # its value in the file
+    key: str  # the trl_ds key it sets ("trainer.learning_rate")
+    value: Any  # the value it sets
+
+
+def groups() -> Tuple[str, ...]:
+    """The config groups (conf/'s folders): `GROUP=option` chooses a preset and names no key."""
+    return tuple(sorted(d for d in os.listdir(CONFIG_DIR) if os.path.isdir(os.path.join(CONFIG_DIR, d))))
+
+
+def given_keys(command_line: Sequence[str]) -> List[str]:
+    """The keys the command line gives by name; a group choice (`trainer=dpo`) gives none."""
+    keys = [o.lstrip("+~").split("=", 1)[0] for o in command_line]
+    chosen = set(groups())
+    return [k for k in keys if k not in chosen]
+
+
+def given_by_name(key: str, given: Sequence[str]) -> bool:
+    return any(key == g or key.startswith(g + ".") for g in given)
+
+
+def show(x: Any) -> str:
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, (list, tuple)):
+        return f"[{','.join(map(show, x))}]"
+    return "null" if x is None else str(x)
+
+
+def line(m: Mapping) -> str:
+    """`key: value -> override`, the one way every importer prints a mapping."""
+    return f"  {m.source}: {show(m.given)} -> {m.key}={show(m.value)}"
+
+
+def apply(cfg, where: str, mappings: Sequence[Mapping], notes: Sequence[str],
+          command_line: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """Set each mapping into cfg unless the command line gives its key by name: (printed lines, problems)."""
+    given = given_keys(command_line)
+    lines, problems = [f"trl_ds: {where}:"], []
+    for m in mappings:
+        if given_by_name(m.key, given):
+            lines.append(f"{line(m)}: overridden on the command line")
+            continue
+        try:
+            _set(cfg, m.key, m.value)
+        except (OmegaConfBaseException, ValueError) as err:
+            problems.append(f"{where}: {m.key}={show(m.value)}: {str(err).splitlines()[0]}")
+            continue
+        lines.append(line(m))
+    return lines + [f"  {n}" for n in notes], problems
+
+
+def _set(cfg, key: str, value: Any) -> None:
+    """cfg.key = value; a key the schema does not declare (a DeepSpeed key by name) is added, as Hydra's `+` adds
+    it: the parent node must be opened too, a typed node keeps its own flag."""
+    parent = OmegaConf.select(cfg, key.rsplit(".", 1)[0]) if "." in key else cfg
+    with open_dict(cfg), open_dict(parent if OmegaConf.is_config(parent) else cfg):
+        OmegaConf.update(cfg, key, value, merge=False)
+
+
+def read_mapping(path: str, where: str, kind: str, loader) -> Tuple[dict, List[str]]:
+    """The file's top-level mapping, or ({}, [the one-line problem]); loader parses an open file."""
+    full = os.path.expanduser(path)
+    if not os.path.isfile(full):
+        return {}, [f"{where} does not exist. Give {kind}."]
+    try:
+        with open(full) as f:
+            data = loader(f)
+    except ValueError as err:  # json.JSONDecodeError and yaml.YAMLError (re-raised as ValueError by the loader)
+        return {}, [f"{where} cannot be read ({str(err).splitlines()[0]}). Give {kind}."]
+    if not isinstance(data, dict):
+        return {}, [f"{where} holds no mapping of keys to values. Give {kind}."]
+    return data, []
