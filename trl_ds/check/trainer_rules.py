@@ -53,6 +53,12 @@ def check_trainer_options(cfg) -> List[str]:
                         f"or wandb.")
     if name == "grpo":
         problems += _grpo_needs(t)
+    if name == "dpo" and t.beta <= 0:
+        # dpo_trainer.py: every loss_type scales the log-ratio margin by beta (sigmoid: -logsigmoid(beta * delta)),
+        # or divides by it (ipo): at 0 the loss is log 2 with zero gradients; below 0 it prefers the rejected answer
+        problems.append(f"trainer.beta={t.beta} with trainer=dpo trains nothing: DPO's loss scales the chosen-rejected "
+                        f"margin by beta (-log sigmoid(beta * margin)), so it stays log 2 with zero gradients at 0 and "
+                        f"prefers the rejected answers below 0. Set trainer.beta=0.1 (TRL's default).")
     return problems
 
 
