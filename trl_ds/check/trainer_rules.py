@@ -88,6 +88,9 @@ def check_eval(cfg) -> List[str]:
                 if t[k] is not None and t[k] < 1]
     if value(t.eval_strategy) == "no":
         unused = [f"trainer.{k}={t[k]}" for k in ("eval_dataset_name", "eval_steps") if t[k] is not None]
+        eval_batch = TrainerConfig.per_device_eval_batch_size
+        unused += [f"trainer.per_device_eval_batch_size={t.per_device_eval_batch_size}"] \
+            if t.per_device_eval_batch_size != eval_batch else []
         return problems + ([f"{' and '.join(unused)} with trainer.eval_strategy=no: nothing would evaluate. Set "
                             f"trainer.eval_strategy=steps or epoch."] if unused else [])
     data, split = t.eval_dataset_name or t.dataset_name, t.dataset_test_split
