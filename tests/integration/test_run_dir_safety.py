@@ -154,6 +154,44 @@ def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage,
     assert snapshot(reference.parent) == outside
 
 
+
+# ZeRO-3 with CPU offload in sub-groups of 43,476 elements: ten per rank of the tiny model's 434,752 (the ratio check's
+# suggestion), so offload.ratio=0.5 applies to them as they are.
+STAGE3 = [*BASE, "zero=stage3", "offload=cpu", "zero.sub_group_size=43476"]
+
+
+@pytest.fixture(scope="module")
+def stage3_reference(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("safety") / "stage3"
+    out = run_app(STAGE3, run_dir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return run_dir
+
+
+def test_resume_with_other_sub_groups_converts_and_continues(stage3_reference, tmp_path):
+    """ZeRO-3 saves its optimizer state per sub-group, so another zero.sub_group_size failed inside DeepSpeed's loader
+    ("loaded state dict contains a parameter group that doesn't match"): it is converted like a world change."""
+    run_dir = killed_copy(stage3_reference, tmp_path / "run")
+    checkpoint = run_dir / "trainer" / "checkpoint-3"
+    assert read_json(checkpoint / "trl_ds_complete.json")["sub_group_size"] == 43476
+    out = run_app([*STAGE3[:-1], "zero.sub_group_size=1000000000"], run_dir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (f"trl_ds: {checkpoint} was written by world size 2 with ZeRO stage 3 and zero.sub_group_size=43476; this "
+            f"launch has world size 2 with ZeRO stage 3 and zero.sub_group_size=1000000000: converted it to "
+            f"DeepSpeed's universal format in {checkpoint}/global_step3_universal; resuming from it\n") in out.stderr
+    assert_continues_reference(run_dir, stage3_reference)
+
+
+def test_resume_with_another_offload_ratio_continues(stage3_reference, tmp_path):
+    """offload.ratio moves whole sub-groups between the device and the CPU; the checkpoint's sub-groups are the same,
+    so it loads as it is (it was refused as a run of another config)."""
+    run_dir = killed_copy(stage3_reference, tmp_path / "run")
+    out = run_app([*STAGE3, "offload.ratio=0.5"], run_dir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"trl_ds: resuming from {run_dir}/trainer/checkpoint-3\n" in out.stderr
+    assert read_json(run_dir / "ds_config.json")["zero_optimization"]["offload_optimizer"]["ratio"] == 0.5
+    assert_continues_reference(run_dir, stage3_reference)
+
 def test_a_second_launch_on_a_busy_run_dir_is_refused(tmp_path):
     import psutil
 

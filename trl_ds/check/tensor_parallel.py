@@ -27,7 +27,7 @@ from trl_ds.errors import ConfigError
 from trl_ds.plan.params import architecture
 from trl_ds.rundir.checkpoint import latest_complete, read_marker
 from trl_ds.rundir.layout import CHECKPOINT_DIR
-from trl_ds.rundir.universal import shape_change
+from trl_ds.rundir.universal import shape_change, sub_groups
 
 MIN_DEEPSPEED = (0, 16, 4)
 FAMILY_REASONS = {
@@ -55,7 +55,7 @@ def check_tensor_parallel_resume(cfg, run_dir: str) -> List[str]:
     if topology(cfg).tp_size <= 1 or cfg.resume != "auto":
         return []
     chosen = latest_complete(os.path.join(run_dir, CHECKPOINT_DIR))
-    change = shape_change(chosen, world_size(cfg), cfg.zero.stage) if chosen else None
+    change = shape_change(chosen, world_size(cfg), cfg.zero.stage, sub_groups(cfg)) if chosen else None
     if change is None:
         return []
     marker = read_marker(chosen)
