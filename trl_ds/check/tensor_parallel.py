@@ -15,6 +15,7 @@ What each refusal rests on (installed deepspeed 0.19.8, transformers 5.24, accel
 - versions: accelerate refuses AutoTP below deepspeed 0.16.4 (accelerator._prepare_deepspeed); trl_ds's layout
   needs `preset_model` in DeepSpeed's TPTrainingConfig.
 """
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -123,6 +124,7 @@ def _combinations(cfg, size: int) -> List[str]:
     return problems
 
 
+@functools.lru_cache(maxsize=None)  # the installed DeepSpeed does not change within a process (the planner asks per row)
 def _versions() -> List[str]:
     try:
         version = importlib.metadata.version("deepspeed")

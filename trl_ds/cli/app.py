@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
+from trl_ds.check.plan_rows import RowCheck
 from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
 from trl_ds.config.batch import Batch
@@ -53,8 +54,9 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
         raise ConfigError(recipe_problems)
     setup = setup_from_config(cfg)
     memory = estimate(setup)
-    warning = check_fit(cfg, memory, launching) or check_elastic_fit(cfg, memory, launching)
-    plan = plan_for_run_dir(cfg, memory, task_overrides())
+    accepts = RowCheck(cfg)  # the grid's rows (plan.json, a refusal's smallest change) as the launch checks them
+    warning = check_fit(cfg, memory, launching, accepts) or check_elastic_fit(cfg, memory, launching)
+    plan = plan_for_run_dir(cfg, memory, task_overrides(), accepts)
     plan["training"] = training_steps(cfg, batch)
     if autofit:
         plan["autofit"] = {k: v for k, v in autofit.items() if k != "text"}

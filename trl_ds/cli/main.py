@@ -24,7 +24,7 @@ class Command(NamedTuple):
 
 COMMANDS = (
     Command("run", "trl_ds.cli.run", "compose, check, write the run dir and launch (Hydra overrides; -m sweeps)"),
-    Command("plan", "trl_ds.plan.planner", "which ZeRO / offload / micro-batch / checkpointing configs fit, how fast"),
+    Command("plan", "trl_ds.cli.plan", "which ZeRO / offload / micro-batch / checkpointing configs fit, how fast"),
     Command("fit", "trl_ds.cli.fit", "on a GPU node: the largest micro-batch that really trains, beside the plan's"),
     Command("watch", "trl_ds.cli.watch", "follow a run dir (running or finished) to its end; exit with its status"),
     Command("report", "trl_ds.study.report", "a sweep's table and plot: estimated beside measured memory"),
