@@ -124,7 +124,7 @@ def _combinations(cfg, size: int) -> List[str]:
     return problems
 
 
-@functools.lru_cache(maxsize=None)  # the installed DeepSpeed does not change within a process (the planner asks per row)
+@functools.lru_cache(maxsize=None)  # the installed DeepSpeed does not change in a process (the planner asks per row)
 def _versions() -> List[str]:
     try:
         version = importlib.metadata.version("deepspeed")
