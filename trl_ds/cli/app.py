@@ -45,7 +45,7 @@ def build(cfg, run_dir: str, launching: bool) -> Prepared:
     """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
     cannot fit when preflight.memory is error) and build everything the run dir holds. Pure."""
     recipe, recipe_problems = apply_recipe(cfg, task_overrides())  # a TRL recipe's values, where none are given
-    autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
+    autofit = resolve_auto(cfg, RowCheck)  # zero=auto / offload=auto become the winner before anything reads them
     try:
         batch = validate(cfg, run_dir, launching)
     except ConfigError as err:
