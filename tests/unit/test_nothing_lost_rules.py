@@ -379,3 +379,36 @@ def test_offload_ratio_may_change_on_resume_other_offload_keys_may_not(tmp_path,
     assert check_run_dir(compose_cfg([*base, "offload.ratio=0.5"]), str(tmp_path)) == []
     assert "offload.pin_memory: True → False" in check_run_dir(compose_cfg([*base, "offload.pin_memory=false"]),
                                                               str(tmp_path))[0]
+
+
+def test_sub_groups_sharing_one_adam_step_each_get_their_own():
+    """DeepSpeed's ZeRO-3 universal load gives every sub-group one `step` object; torch's AdamW increments it in place,
+    so two sub-groups stepped in turn counted 2 steps for one (torch's own AdamW is the oracle: one step is +1)."""
+    import torch
+
+    from trl_ds.worker.own_steps import own_steps
+
+    groups = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))]
+    adam = torch.optim.AdamW([groups[0]], lr=0.1)
+    shared = torch.tensor(3.0)
+    for p in groups:
+        adam.state[p] = {"step": shared, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+
+    def step_each():  # as stage3.py _optimizer_step: one sub-group at a time in the param group
+        for p in groups:
+            p.grad = torch.ones_like(p)
+            adam.param_groups[0]["params"] = [p]
+            adam.step()
+
+    step_each()
+    assert [float(adam.state[p]["step"]) for p in groups] == [5.0, 5.0]  # the bug: 3 -> 5 in one optimizer step
+    shared = torch.tensor(3.0)  # as loaded again
+    for p in groups:
+        adam.state[p]["step"] = shared
+
+    class Wrapped:  # accelerate's and DeepSpeed's wrappers, each with .optimizer
+        optimizer = type("Zero3", (), {"optimizer": adam})()
+
+    assert own_steps(Wrapped()) == 1
+    step_each()
+    assert [float(adam.state[p]["step"]) for p in groups] == [4.0, 4.0]

@@ -37,6 +37,7 @@ from trl_ds.worker.cores import share_cores
 from trl_ds.worker.data import whole_global_batches
 from trl_ds.worker.gpu_cap import apply_gpu_cap
 from trl_ds.worker.measure import measure_rank
+from trl_ds.worker.own_steps import OwnAdamSteps
 from trl_ds.worker.records import LiveMemory, MetricsLogger, forget_other_ranks, summarize
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
@@ -79,6 +80,8 @@ def train(run_dir: str) -> int:
     trainer.train_dataset = whole_global_batches(trainer, state.num_processes)
     trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage, sub_groups(cfg)))
     trainer.add_callback(LiveMemory(run_dir, state.process_index))
+    if universal and cfg.zero.stage == 3:  # DeepSpeed's stage-3 universal load shares one step among sub-groups
+        trainer.add_callback(OwnAdamSteps())
     started = time.time()
     result = trainer.train(resume_from_checkpoint=literal_path(resume_from, run_dir))
     wall = time.time() - started
