@@ -102,3 +102,12 @@ def test_run_dir_of_another_config_is_left_untouched(tmp_path):
     assert (f"hydra.run.dir={run_dir} already holds a run of another config (seed: 42 → 7); trl_ds does not "
             f"overwrite it.") in out.stderr
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_refusal_from_deepspeeds_own_verdict_prints_trl_ds_lines_only(tmp_path):
+    """DeepSpeed's verdict imports deepspeed, whose accelerator probe warned "Setting accelerator to CPU" on stdout
+    before the one-line refusal; the launcher now prints nothing but its own line."""
+    out = run_app(["zero=stage2", "offload=cpu", "zero.zenflow={topk_ratio:1.5}"], tmp_path / "run")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == ("trl_ds: zero.zenflow.topk_ratio=1.5: DeepSpeed 0.19.8 refuses it (DeepSpeedZeroConfig: "
+                          "Input should be less than 1). Fix or remove zero.zenflow.topk_ratio.\n")

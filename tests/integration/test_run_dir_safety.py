@@ -106,11 +106,17 @@ def test_resume_never_over_a_history_is_refused(reference):
     assert snapshot(reference) == before
 
 
-def test_raised_max_steps_continues_to_the_new_max(reference, tmp_path):
-    run_dir = tmp_path / "longer"
+@pytest.fixture(scope="module")
+def continued(reference, tmp_path_factory):
+    """(a copy of the reference continued to trainer.max_steps=9, its launch, what lay beside the reference before)."""
+    run_dir = tmp_path_factory.mktemp("safety") / "longer"
     shutil.copytree(reference, run_dir)
     outside = snapshot(reference.parent)
-    out = run_app(["trainer.max_steps=9", *BASE[1:]], run_dir)
+    return run_dir, run_app(["trainer.max_steps=9", *BASE[1:]], run_dir), outside
+
+
+def test_raised_max_steps_continues_to_the_new_max(reference, continued):
+    run_dir, out, outside = continued
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"trl_ds: resuming from {run_dir}/trainer/checkpoint-6\n" in out.stderr
     got, ref = losses(run_dir), losses(reference)
@@ -144,16 +150,32 @@ def test_copied_run_dir_with_a_damaged_checkpoint_resumes_in_the_copy(reference,
     assert snapshot(tmp_path.parent, skip=run_dir) | snapshot(reference.parent) == outside
 
 
-SHAPES = [(["cluster.gpus_per_node=1"], 1, 2), (["cluster.gpus_per_node=3"], 3, 2), (["zero=stage3"], 2, 3)]
+# ZeRO-3 in sub-groups of 43,476 elements: ten per rank of the tiny model's 434,752 (the ratio check's suggestion)
+ZERO3 = ["zero=stage3", "zero.sub_group_size=43476"]
+SHAPES = [(["cluster.gpus_per_node=1"], 1, 2), (["cluster.gpus_per_node=3"], 3, 2), (ZERO3, 2, 3)]
+
+
+@pytest.fixture(scope="module")
+def resumed(reference, tmp_path_factory):
+    """Each shape's relaunch of the killed reference: (run dir, its launch, what lay beside the reference before);
+    made once, so the ZeRO-3 one is resumed again with other sub-groups below."""
+    runs = {}
+
+    def run(change):
+        key = " ".join(change)
+        if key not in runs:
+            run_dir = killed_copy(reference, tmp_path_factory.mktemp("shape") / "run")
+            outside = snapshot(reference.parent)
+            runs[key] = run_dir, run_app([*BASE, *change], run_dir), outside
+        return runs[key]
+    return run
 
 
 @pytest.mark.parametrize("change, world, stage", SHAPES)
-def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage, reference, tmp_path):
+def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage, reference, resumed):
     from trl_ds.rundir.universal import ensure_universal
 
-    run_dir = killed_copy(reference, tmp_path / "run")
-    outside = snapshot(reference.parent)
-    out = run_app([*BASE, *change], run_dir)
+    run_dir, out, outside = resumed(change)
     assert out.returncode == 0, out.stderr[-3000:]
     checkpoint = run_dir / "trainer" / "checkpoint-3"
     assert (f"trl_ds: {checkpoint} was written by world size 2 with ZeRO stage 2; this launch has world size {world} "
@@ -166,6 +188,24 @@ def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage,
     assert ensure_universal(str(checkpoint)) == (str(checkpoint / "global_step3_universal"), False)  # converted once
     assert marker.stat().st_mtime_ns == stamp
     assert snapshot(reference.parent) == outside
+
+
+def test_resume_with_other_sub_groups_converts_and_continues(resumed, continued):
+    """ZeRO-3 saves its optimizer state per sub-group, so another zero.sub_group_size failed inside DeepSpeed's loader
+    ("loaded state dict contains a parameter group that doesn't match"): it is converted like a world change. The
+    ZeRO-3 run above (sub-groups of 43,476, checkpoint-6 written at stage 3) continued to step 9 in sub-groups of
+    1e9 takes the losses of the ZeRO-2 reference continued to step 9."""
+    run_dir = resumed(ZERO3)[0]
+    checkpoint = run_dir / "trainer" / "checkpoint-6"
+    assert read_json(checkpoint / "trl_ds_complete.json")["sub_group_size"] == 43476
+    out = run_app(["trainer.max_steps=9", *BASE[1:], "zero=stage3"], run_dir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (f"trl_ds: {checkpoint} was written by world size 2 with ZeRO stage 3 and zero.sub_group_size=43476; this "
+            f"launch has world size 2 with ZeRO stage 3 and zero.sub_group_size=1000000000: converted it to "
+            f"DeepSpeed's universal format in {checkpoint}/global_step6_universal; resuming from it\n") in out.stderr
+    got, ref = losses(run_dir), losses(continued[0])
+    assert sorted(got) == sorted(ref) == list(range(1, 10))
+    assert max(abs(got[s] - ref[s]) for s in ref) < 1e-4, (got, ref)
 
 
 def test_a_second_launch_on_a_busy_run_dir_is_refused(tmp_path):

@@ -4,6 +4,7 @@ import pytest
 from conftest import read_json, run_app
 
 from trl_ds.cli.app import build
+from trl_ds.config.values import value
 from trl_ds.errors import ConfigError
 from trl_ds.plan.autofit import candidates, resolve
 from trl_ds.plan.grid import OFFLOADS
@@ -107,3 +108,11 @@ def test_auto_micro_batch_needs_a_global_batch(compose_cfg):
 def test_a_value_that_is_neither_auto_nor_its_type_is_refused(override, message, tmp_path):
     out = run_app([override, "dry_run=true"], tmp_path / "run")
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_winner_is_one_the_launch_accepts(compose_cfg, tmp_path):
+    """zero.zenflow needs the optimizer on the CPU at ZeRO-1 or 2 (check/deepspeed_features.py): auto-fit chose
+    ZeRO-2 without offload, the fastest that fits, and the launch then refused its own choice."""
+    cfg = compose_cfg(["model=llama3-8b", "cluster=1x8", "zero=auto", "offload=auto", "zero.zenflow={}"])
+    build(cfg, str(tmp_path), launching=False)
+    assert cfg.zero.stage in (1, 2) and value(cfg.offload.optimizer) == "cpu", (cfg.zero.stage, cfg.offload.optimizer)

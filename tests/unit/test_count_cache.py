@@ -10,7 +10,7 @@ from transformers import AutoConfig
 
 RAW = {"model_type": "gpt_neox", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
        "num_hidden_layers": 2, "num_attention_heads": 4}
-PLAN = ("import sys; from trl_ds.plan.planner import main; main(['model.name_or_path={folder}', 'cluster=1x1', "
+PLAN = ("import sys; from trl_ds.cli.plan import main; main(['model.name_or_path={folder}', 'cluster=1x1', "
         "'--json']); print('torch' in sys.modules, file=sys.stderr)")
 
 

@@ -111,6 +111,13 @@ def test_zenflow_by_deepspeeds_names(compose_cfg, monkeypatch):
     (["zero=stage2", "offload=cpu", "zero.zenflow={topk_ration:0.1}"], "Did you mean zero.zenflow.topk_ratio?"),
     (["zero=stage2", "offload=cpu", "zero.zenflow={topk_ratio:1.5}"],
      "zero.zenflow.topk_ratio=1.5: DeepSpeed 0.19.8 refuses it (DeepSpeedZeroConfig: Input should be less than 1"),
+    # the stage-3 path transposes the weights of a model transformers partitioned already (zenflow/engine_stage3.py)
+    (["zero=stage3", "offload=cpu", "zero.zenflow={}"], "zero.zenflow={} needs offload.optimizer=cpu with "
+     "zero=stage1 or stage2 (got zero.stage=3, offload.optimizer=cpu): DeepSpeed's ZenFlow at ZeRO-3 transposes the "
+     "weights of a model that transformers has already partitioned, so the first forward fails. Use zero=stage2 "
+     "offload=cpu."),
+    (["zero=stage0", "offload=cpu", "zero.zenflow={}"], "(got zero.stage=0, offload.optimizer=cpu). Use zero=stage2 "
+     "offload=cpu."),
 ])
 def test_zenflow_refused_where_deepspeed_refuses(overrides, message, compose_cfg):
     assert message in refusal(compose_cfg, overrides)

@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 
+from trl_ds.cli import plan
 from trl_ds.plan import memory as est
-from trl_ds.plan import planner as plan
 from trl_ds.plan.memory import estimate, setup_from_config
 from trl_ds.plan.params import count_lora
 from trl_ds.plan.steptime import Hardware, collectives, compute_seconds, optimizer_seconds, step_time

@@ -346,3 +346,69 @@ def test_a_config_yaml_cut_by_a_kill_is_replaced_with_one_line(tmp_path, compose
     assert check_run_dir(compose_cfg([]), str(tmp_path)) == []
     assert capsys.readouterr().err == (f"trl_ds: {tmp_path}/config.yaml is empty or cut short (a kill while it was "
                                        f"written); this launch's config replaces it\n")
+
+
+def test_a_checkpoint_of_other_sub_groups_is_a_shape_change(tmp_path, compose_cfg):
+    """ZeRO-3 saves its optimizer state per sub-group, so zero.sub_group_size is part of the checkpoint's shape; below
+    stage 3 it partitions nothing, and a marker from before it was recorded is taken to match."""
+    from trl_ds.rundir.checkpoint import mark_complete
+    from trl_ds.rundir.universal import shape_change, sub_groups
+
+    checkpoint = str(tmp_path / "checkpoint-3")
+    os.makedirs(checkpoint)
+    mark_complete(checkpoint, 3, 2, 3, 43476)
+    assert shape_change(checkpoint, 2, 3, 43476) is None
+    assert shape_change(checkpoint, 2, 3, 10 ** 9) == (
+        "written by world size 2 with ZeRO stage 3 and zero.sub_group_size=43476; this launch has world size 2 with "
+        "ZeRO stage 3 and zero.sub_group_size=1000000000")
+    assert shape_change(checkpoint, 2, 2, None) == ("written by world size 2 with ZeRO stage 3; this launch has world "
+                                                    "size 2 with ZeRO stage 2")
+    mark_complete(checkpoint, 3, 2, 3)  # an older marker: no sub_group_size
+    assert shape_change(checkpoint, 2, 3, 10 ** 9) is None
+    assert sub_groups(compose_cfg(["zero=stage3", "zero.sub_group_size=5"])) == 5
+    assert sub_groups(compose_cfg(["zero=stage2", "zero.sub_group_size=5"])) is None
+
+
+def test_offload_ratio_may_change_on_resume_other_offload_keys_may_not(tmp_path, compose_cfg):
+    from trl_ds.check.reuse import check_run_dir
+    from trl_ds.cli.app import build, write_run_dir
+
+    base = ["zero=stage3", "offload=cpu", "zero.sub_group_size=43476"]
+    cfg = compose_cfg(base)
+    write_run_dir(cfg, build(cfg, str(tmp_path), launching=False))
+    assert check_run_dir(compose_cfg([*base, "offload.ratio=0.5"]), str(tmp_path)) == []
+    assert "offload.pin_memory: True → False" in check_run_dir(compose_cfg([*base, "offload.pin_memory=false"]),
+                                                              str(tmp_path))[0]
+
+
+def test_sub_groups_sharing_one_adam_step_each_get_their_own():
+    """DeepSpeed's ZeRO-3 universal load gives every sub-group one `step` object; torch's AdamW increments it in place,
+    so two sub-groups stepped in turn counted 2 steps for one (torch's own AdamW is the oracle: one step is +1)."""
+    import torch
+
+    from trl_ds.worker.own_steps import own_steps
+
+    groups = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))]
+    adam = torch.optim.AdamW([groups[0]], lr=0.1)
+    shared = torch.tensor(3.0)
+    for p in groups:
+        adam.state[p] = {"step": shared, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+
+    def step_each():  # as stage3.py _optimizer_step: one sub-group at a time in the param group
+        for p in groups:
+            p.grad = torch.ones_like(p)
+            adam.param_groups[0]["params"] = [p]
+            adam.step()
+
+    step_each()
+    assert [float(adam.state[p]["step"]) for p in groups] == [5.0, 5.0]  # the bug: 3 -> 5 in one optimizer step
+    shared = torch.tensor(3.0)  # as loaded again
+    for p in groups:
+        adam.state[p]["step"] = shared
+
+    class Wrapped:  # accelerate's and DeepSpeed's wrappers, each with .optimizer
+        optimizer = type("Zero3", (), {"optimizer": adam})()
+
+    assert own_steps(Wrapped()) == 1
+    step_each()
+    assert [float(adam.state[p]["step"]) for p in groups] == [4.0, 4.0]

@@ -71,3 +71,20 @@ def test_with_drop_last_an_epoch_is_its_whole_global_batches_whatever_the_shape(
     for micro, world, accumulation in ((8, 1, 1), (2, 1, 4), (4, 2, 1), (2, 4, 1), (2, 2, 2)):
         assert steps_per_epoch(20, Batch(micro, world, accumulation), drop_last=True) == 2
     assert steps_per_epoch(20, Batch(2, 1, 4), drop_last=False) == 3  # without it, the partial window is a step
+
+
+def test_the_epoch_end_is_said_only_when_the_run_reaches_it(compose_cfg, tmp_path):
+    """20 rows, global batch 8 (micro 2 × 2 ranks × accumulation 2): the partial batch is optimizer step 3 =
+    ceil(ceil(ceil(20 / 2) / 2) / 2); trainer.max_steps=2 ends before it, so nothing is said."""
+    from trl_ds.cli.app import build
+    from trl_ds.launch.summary import epoch_end_of
+
+    data = tmp_path / "rows20.jsonl"
+    data.write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(20)))
+    said = {}
+    for steps in (2, 3):
+        cfg = compose_cfg([f"trainer.dataset_name={data}", "batch.global_size=8", f"trainer.max_steps={steps}",
+                           "trainer.gradient_accumulation_steps=2"])
+        said[steps] = epoch_end_of(cfg, build(cfg, str(tmp_path / "run"), launching=False))
+    assert said[2] is None
+    assert said[3].startswith("each epoch ends in a partial batch: 20 rows = 2 × 8 + 4;")

@@ -6,9 +6,11 @@ import json
 
 import pytest
 
+from trl_ds.cli import plan as plan_command
 from trl_ds.cli.plan import main
 from trl_ds.plan.memory import GiB
-from trl_ds.study.plan_plot import INSTALL, plan_rows, plot_plan
+from trl_ds.plan.planner import by_time, recommend
+from trl_ds.study.plan_plot import INSTALL, plot_rows
 
 ARGS = ["model=llama3-8b", "cluster=1x8", "cluster.gpu_memory_gb=24", "batch.global_size=64",
         "trainer.max_length=2048"]
@@ -27,8 +29,9 @@ def test_the_bars_are_the_plan_numbers(tmp_path, capsys):
     assert main([*ARGS, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     fitting = [r for r in plan["rows"] if r["verdict"] == "fits"]
-    rows, best, _ = plan_rows([*ARGS, "--fits"])
-    drawn = plot_plan(rows, best, str(tmp_path / "plan.png"), "test")
+    cfg, rows, _, times = plan_command.plan(ARGS)
+    rows = by_time(rows, times)
+    drawn = plot_rows(cfg, rows, recommend(rows, times), str(tmp_path / "plan.png"), only_fitting=True)
     assert len(drawn["params"]) == len(fitting) == 12
     for i, row in enumerate(fitting):
         for part, heights in drawn.items():

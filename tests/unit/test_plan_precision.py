@@ -14,6 +14,7 @@ import json
 
 import pytest
 
+from trl_ds.cli import plan as plan_command
 from trl_ds.cli.app import build
 from trl_ds.plan import planner
 from trl_ds.plan.autofit import resolve
@@ -97,12 +98,12 @@ def test_the_optimizer_step_is_split_between_gpu_and_cpu(compose_cfg):
 
 def test_plan_shows_the_ratio_and_its_command_passes_the_checks(compose_cfg, capsys, tmp_path):
     args = STAGE3_CPU + ["offload.ratio=0.5", TEN_SUB_GROUPS]
-    assert planner.main(args + ["--json"]) == 0
+    assert plan_command.main(args + ["--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["current"]["offload"] == "opt-cpu" and plan["current"]["offload_ratio"] == 0.5
     ratios = {(r["zero_stage"], r["offload"], r["offload_ratio"]) for r in plan["rows"]}
     assert (3, "opt-cpu", 0.5) in ratios and (2, "opt-cpu", 1.0) in ratios  # the ratio applies at ZeRO-3 only
-    assert planner.main(args) == 0
+    assert plan_command.main(args) == 0
     assert "  3  opt-cpu@0.5 " in capsys.readouterr().out
     # one row per stage and offload: its command composes and passes trl_ds's checks, ratio or not (the user's
     # ratio is dropped where it does not apply, kept with its sub-group size where it does)
@@ -118,7 +119,7 @@ def setup_of(compose_cfg, args, row):
 
 
 def test_bf16_master_without_bf16_states_plans_only_offloads(compose_cfg, capsys):
-    assert planner.main(STAGE3_CPU + BF16_MASTER + ["--json"]) == 0
+    assert plan_command.main(STAGE3_CPU + BF16_MASTER + ["--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows and all(r["offload_optimizer"] != "none" and r["zero_stage"] > 0 for r in rows)
     assert all(r["precision"]["bf16_master_weights_and_grads"] for r in rows)

@@ -154,7 +154,9 @@ def test_plan_shows_the_trainer_columns_and_json_names_them():
     assert any(line.startswith("settings that shrink it: peft=lora (no reference copy") for line in lines)
     head = next(line for line in lines if line.startswith("zero"))
     assert "reference" in head.split() and "generation" not in head.split()
-    data = json.loads(subprocess.run([sys.executable, "-m", "trl_ds.plan", *LLAMA_8B, "trainer=grpo", "--json"],
+    # trainer.max_length is not GRPO's (the launch refuses it, so the plan does too)
+    grpo = [o for o in LLAMA_8B if not o.startswith("trainer.max_length=")]
+    data = json.loads(subprocess.run([sys.executable, "-m", "trl_ds.plan", *grpo, "trainer=grpo", "--json"],
                                      cwd=REPO, capture_output=True, text=True, timeout=60).stdout)
     assert data["trainer"]["name"] == "grpo" and data["trainer"]["generation"]["ds3_gather_for_generation"] is True
     for row in data["rows"]:
@@ -264,9 +266,9 @@ def test_zero3_reference_partition_follows_offload_param(compose_cfg):
 @pytest.mark.parametrize("override", ["+trainer.args.steps_per_generation=four",
                                       "+trainer.args.generation_batch_size=0", "+trainer.args.steps_per_generation=-2"])
 def test_grpo_generation_counts_that_are_not_positive_integers_are_one_message(override, capsys):
-    from trl_ds.plan import planner
+    from trl_ds.cli import plan as plan_command
 
-    assert planner.main(["trainer=grpo", override]) == 2
+    assert plan_command.main(["trainer=grpo", override]) == 2
     key, given = override[len("+trainer.args."):].split("=")
     assert capsys.readouterr().err == (f"trl-ds plan: trainer.args.{key}={given} must be a positive integer "
                                        f"(GRPOConfig.{key}). Set e.g. trainer.args.{key}=4, or leave it out for TRL "

@@ -20,7 +20,7 @@ CONFIGS = {
               "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 64,
               "num_experts_per_tok": 8, "pad_token_id": 1, "eos_token_id": 50279},
 }
-PLAN = ("import sys; from trl_ds.plan.planner import main; main(['{model}', 'cluster=1x8', '--json']); "
+PLAN = ("import sys; from trl_ds.cli.plan import main; main(['{model}', 'cluster=1x8', '--json']); "
         "print('torch' in sys.modules, 'transformers' in sys.modules, file=sys.stderr)")
 
 

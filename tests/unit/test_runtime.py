@@ -4,10 +4,10 @@ import json
 
 import pytest
 
+from trl_ds.cli.plan import main
 from trl_ds.config.compose import compose
 from trl_ds.errors import ConfigError
 from trl_ds.plan.memory import setup_from_config
-from trl_ds.plan.planner import main
 from trl_ds.plan.runtime import duration, run_time, split_tokens
 
 

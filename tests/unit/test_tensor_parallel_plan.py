@@ -3,6 +3,7 @@ planner's per-rank parameters held to an independent count (a meta-device transf
 own AutoTP preset specs and shard-size rule)."""
 import pytest
 
+from trl_ds.check.history import check_history
 from trl_ds.check.validate import validate
 from trl_ds.config.topology import Topology, topology
 from trl_ds.errors import ConfigError
@@ -77,7 +78,11 @@ def test_every_refusal_at_once_with_its_fix(compose_cfg):
 
 @pytest.mark.parametrize("overrides, expected", [
     (["tp.size=2"], "tp.size=2 has no effect with tp=none. Use tp=autotp tp.size=2."),
-    (["tp=autotp", "tp.size=1"], "tp=autotp needs tp.size of 2 or more (got tp.size=1). Set tp.size=2, or tp=none."),
+    (["tp=autotp", "tp.size=0"], "tp.size=0 must be at least 1 (1: no layer is split). Set tp.size=2, or tp=none."),
+    # one key-value head: no size of 2 or more divides it (the fix used to read "Use tp.size=none: use tp=none.")
+    (["tp=autotp", "model.num_key_value_heads=1"], "tp.size=2 must divide model.num_attention_heads=4 and "
+     "num_key_value_heads=1: AutoTP splits attention by key-value head groups, so the ranks would hold unequal shards "
+     "(none beyond 1). No tp.size of 2 or more divides both: use tp=none."),
     (["tp=autotp", "model=mixtral-8x7b", "cluster=1x8"],
      "tp=autotp cannot split model=mixtral-8x7b (model_type mixtral): transformers keeps each MoE block's experts "
      "as one fused 3D parameter, which AutoTP's nn.Linear specs do not match, so the experts would stay whole on "
@@ -93,6 +98,18 @@ def test_every_refusal_at_once_with_its_fix(compose_cfg):
 ])
 def test_one_refusal(compose_cfg, overrides, expected):
     assert expected in problems_of(compose_cfg, overrides)
+
+
+def test_tp_size_1_under_autotp_trains_as_the_run_without_tp(compose_cfg):
+    """A sweep over tp.size (-m tp=autotp tp.size=1,2) cannot switch to tp=none at its first point: tp.size=1 splits
+    nothing, so its run dir's DeepSpeed JSON and trainer arguments are those of tp=none (no tensor_parallel block)."""
+    from trl_ds.rundir.trainer_config import build_trainer_args
+
+    one, plain = compose_cfg(["tp=autotp", "tp.size=1"]), compose_cfg([])
+    built = [(build_ds_config(c, b, RUN), build_trainer_args(c, b, RUN))
+             for c in (one, plain) for b in [validate(c, RUN, launching=False)]]
+    assert built[0] == built[1] and "tensor_parallel" not in built[0][0]
+    assert topology(one).tp_size == 1 and validate(one, RUN, launching=False).global_size == 4
 
 
 def test_zero3_refusal_is_transformers_own_and_fails_when_it_goes():
@@ -217,9 +234,13 @@ def test_a_tp_checkpoint_of_another_world_is_refused(compose_cfg, tmp_path):
         validate(compose_cfg([*TP2, "cluster.gpus_per_node=4"]), str(tmp_path), launching=False)
     assert err.value.problems == [
         f"tp=autotp: {checkpoint} was written by world size 2 with ZeRO stage 2; this launch has world size 4 with "
-        f"ZeRO stage 2; trl_ds has not converted a tensor-parallel checkpoint to another shape. Relaunch with the "
-        f"cluster and zero it was written with, resume=never to start over, or a new hydra.run.dir."]
-    assert validate(compose_cfg([*TP2, "cluster.gpus_per_node=4", "resume=never"]), str(tmp_path), False).world == 2
+        f"ZeRO stage 2; trl_ds has not converted a tensor-parallel checkpoint to another shape. Relaunch it with "
+        f"world size 2 and zero=stage2 (the cluster and zero it was written with), or use a new hydra.run.dir to "
+        f"start over."]
+    # resume=never, which this refusal used to offer, is itself refused in a run dir that holds a history
+    (tmp_path / "metrics.jsonl").write_text("")
+    never = check_history(compose_cfg([*TP2, "cluster.gpus_per_node=4", "resume=never"]), str(tmp_path))
+    assert never and never[0].startswith("resume=never, but hydra.run.dir=")
 
 
 def test_allreduce_seconds_are_bytes_over_bandwidth_plus_latency():

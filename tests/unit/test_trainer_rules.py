@@ -30,6 +30,13 @@ def problems(compose_cfg, overrides, launching=False, tmp_path="/tmp/run"):
                                                     "divisor of 4, or batch.global_size=12."),
     (["trainer.report_to=mlfow"], "trainer.report_to=mlfow: transformers knows no integration mlfow. Use one or a "
                                   "list of: all, none, azure_ml, comet_ml, mlflow,"),
+    # dpo_trainer.py: -logsigmoid(beta * margin) is log 2 = 0.693147 with zero gradients at beta 0 (what a run of it
+    # logged at every step)
+    (["trainer=dpo", "trainer.beta=0"], "trainer.beta=0.0 with trainer=dpo trains nothing: DPO's loss scales the "
+                                        "chosen-rejected margin by beta (-log sigmoid(beta * margin)), so it stays log "
+                                        "2 with zero gradients at 0 and prefers the rejected answers below 0. Set "
+                                        "trainer.beta=0.1 (TRL's default)."),
+    (["trainer=dpo", "trainer.beta=-0.1"], "trainer.beta=-0.1 with trainer=dpo trains nothing"),
     (["peft=lora", "peft.target_modules=[q_prj]"], "peft.target_modules=[q_prj] must name linear layers of "
                                                    "model=tiny; q_prj is not one. Use some of: peft.target_modules="
                                                    "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]."),
@@ -56,6 +63,7 @@ def test_each_unmet_need_is_one_message(compose_cfg, overrides, message):
 
 @pytest.mark.parametrize("overrides", [["trainer=dpo"], ["trainer=grpo"], ["trainer=reward"], ["peft=lora"],
                                        ["sp=ulysses", "zero=stage3"], ["trainer=grpo", "trainer.beta=0.04"],
+                                       ["trainer=grpo", "trainer.beta=0"], ["trainer=dpo", "trainer.beta=0.01"],
                                        ["cluster=1x8", "sp=ulysses", "sp.size=4", "trainer.max_length=63",
                                         "sp.attn_implementation=flash_attention_2"]])
 def test_shipped_combinations_are_valid(compose_cfg, overrides):

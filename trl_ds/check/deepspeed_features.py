@@ -101,11 +101,16 @@ def check_zenflow(cfg) -> List[str]:
     if chosen is None or not hasattr(chosen, "items"):
         return []
     problems = []
-    if cfg.zero.stage == 0 or offloads(cfg)["optimizer"] != "cpu":
-        # zenflow_stage_1_and_2.py _configure_zenflow: "Zenflow must be used with cpu offload"
-        problems.append(f"zero.zenflow={show(dict(chosen))} needs offload.optimizer=cpu with zero=stage1..3 (got "
-                        f"zero.stage={cfg.zero.stage}, offload.optimizer={offloads(cfg)['optimizer']}). Use "
-                        f"offload=cpu with zero=stage2 or stage3.")
+    stage, device = cfg.zero.stage, offloads(cfg)["optimizer"]
+    if stage not in (1, 2) or device != "cpu":
+        # zenflow_stage_1_and_2.py _configure_zenflow: "Zenflow must be used with cpu offload". At stage 3,
+        # zenflow/engine_stage3.py transposes each weight before DeepSpeed partitions it and the forward hooks
+        # (parameter_offload.py) transpose the gathered ones back; transformers has partitioned the model already
+        # (zero.Init), so the first forward gets transposed weights. Its column selection also allocates on 'cuda'.
+        why = (": DeepSpeed's ZenFlow at ZeRO-3 transposes the weights of a model that transformers has already "
+               "partitioned, so the first forward fails") if stage == 3 else ""
+        problems.append(f"zero.zenflow={show(dict(chosen))} needs offload.optimizer=cpu with zero=stage1 or stage2 "
+                        f"(got zero.stage={stage}, offload.optimizer={device}){why}. Use zero=stage2 offload=cpu.")
     if chosen.get("offload") and not cfg.zero.overlap_comm:  # zenflow engine: offload needs overlap_comm
         problems.append("zero.zenflow.offload=true needs zero.overlap_comm=true (DeepSpeed's ZenFlow asserts it).")
     return problems

@@ -9,7 +9,8 @@ are also shipped for the installed version (config/deepspeed_names.py), so a mis
 """
 import difflib
 import io
-from contextlib import redirect_stdout
+import logging
+from contextlib import contextmanager, redirect_stdout
 from typing import Any, List, Optional
 
 from omegaconf import OmegaConf
@@ -116,7 +117,8 @@ def deepspeed_verdict(cfg, ds_config: dict, world: int) -> List[str]:
 
 def judge(ds_config: dict, world: int):
     """(DeepSpeed's exception or None, every dotted name its DeepSpeedConfig looked up) for ds_config."""
-    import deepspeed.runtime.config as ds_runtime_config
+    with quiet_accelerator_probe():
+        import deepspeed.runtime.config as ds_runtime_config
 
     recording = _Recording(ds_config)
     saved = ds_runtime_config.dist
@@ -129,6 +131,23 @@ def judge(ds_config: dict, world: int):
     finally:
         ds_runtime_config.dist = saved
     return None, recording.read
+
+
+class _NotTheProbe(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Setting accelerator to CPU" not in record.getMessage()
+
+
+@contextmanager
+def quiet_accelerator_probe():
+    """Importing deepspeed probes for a GPU, and without one its logger warns "Setting accelerator to CPU" on stdout:
+    noise in a launcher that checks a config (a refusal prints trl_ds's lines only). Ranks import it themselves."""
+    logger, probe = logging.getLogger("DeepSpeed"), _NotTheProbe()  # deepspeed/utils/logging.py's logger name
+    logger.addFilter(probe)
+    try:
+        yield
+    finally:
+        logger.removeFilter(probe)
 
 
 def _pydantic_line(title: str, error: dict, version: str) -> str:

@@ -13,9 +13,10 @@ from omegaconf import OmegaConf
 from trl_ds.rundir.layout import RESOLVED_CONFIG, read_yaml_or_none
 
 # Keys that may change between launches of the same run: how it is started, not what it trains. The cluster and the
-# ZeRO setup may change too: resume converts a checkpoint of another shape (trl_ds/rundir/universal.py).
-RELAUNCH_KEYS = ("dry_run", "resume", "cluster.", "zero.", "trainer.max_steps", "trainer.num_train_epochs",
-                 "preflight.", "launcher.")
+# ZeRO setup may change too: resume converts a checkpoint of another shape (trl_ds/rundir/universal.py). So may
+# offload.ratio: it moves whole sub-groups between device and CPU, and the checkpoint's sub-groups stay the same.
+RELAUNCH_KEYS = ("dry_run", "resume", "cluster.", "zero.", "offload.ratio", "trainer.max_steps",
+                 "trainer.num_train_epochs", "preflight.", "launcher.")
 
 
 def check_run_dir(cfg, run_dir: str) -> List[str]:

@@ -15,6 +15,7 @@ What each refusal rests on (installed deepspeed 0.19.8, transformers 5.24, accel
 - versions: accelerate refuses AutoTP below deepspeed 0.16.4 (accelerator._prepare_deepspeed); trl_ds's layout
   needs `preset_model` in DeepSpeed's TPTrainingConfig.
 """
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -25,9 +26,9 @@ from trl_ds.config.topology import AUTOTP_PRESETS, autotp_preset, model_type, to
 from trl_ds.config.values import elastic_min_nodes, value, world_size
 from trl_ds.errors import ConfigError
 from trl_ds.plan.params import architecture
-from trl_ds.rundir.checkpoint import latest_complete
+from trl_ds.rundir.checkpoint import latest_complete, read_marker
 from trl_ds.rundir.layout import CHECKPOINT_DIR
-from trl_ds.rundir.universal import shape_change
+from trl_ds.rundir.universal import shape_change, sub_groups
 
 MIN_DEEPSPEED = (0, 16, 4)
 FAMILY_REASONS = {
@@ -41,8 +42,10 @@ def check_tensor_parallel(cfg) -> List[str]:
     name, size = value(cfg.tp.name), cfg.tp.size
     if name == "none":
         return [] if size == 1 else [f"tp.size={size} has no effect with tp=none. Use tp=autotp tp.size={size}."]
-    if size < 2:
-        return [f"tp=autotp needs tp.size of 2 or more (got tp.size={size}). Set tp.size=2, or tp=none."]
+    if size < 1:
+        return [f"tp.size={size} must be at least 1 (1: no layer is split). Set tp.size=2, or tp=none."]
+    if size == 1:  # nothing is split: trained as tp=none (no tensor_parallel block), so a sweep over tp.size has it
+        return []
     return (_world(cfg, size) + _model(cfg, size) + _combinations(cfg, size) + _versions())
 
 
@@ -53,12 +56,14 @@ def check_tensor_parallel_resume(cfg, run_dir: str) -> List[str]:
     if topology(cfg).tp_size <= 1 or cfg.resume != "auto":
         return []
     chosen = latest_complete(os.path.join(run_dir, CHECKPOINT_DIR))
-    change = shape_change(chosen, world_size(cfg), cfg.zero.stage) if chosen else None
+    change = shape_change(chosen, world_size(cfg), cfg.zero.stage, sub_groups(cfg)) if chosen else None
     if change is None:
         return []
+    marker = read_marker(chosen)
+    written = f"world size {marker['world_size']} and zero=stage{marker.get('zero_stage', cfg.zero.stage)}"
     return [f"tp=autotp: {chosen} was {change}; trl_ds has not converted a tensor-parallel checkpoint to another "
-            f"shape. Relaunch with the cluster and zero it was written with, resume=never to start over, or a new "
-            f"hydra.run.dir."]
+            f"shape. Relaunch it with {written} (the cluster and zero it was written with), or use a new "
+            f"hydra.run.dir to start over."]
 
 
 def _world(cfg, size: int) -> List[str]:
@@ -85,10 +90,11 @@ def _model(cfg, size: int) -> List[str]:
     heads, kv = arch.num_attention_heads, arch.num_key_value_heads
     problems = []
     if heads % size or kv % size:
-        fits = [str(n) for n in range(2, kv + 1) if kv % n == 0 and heads % n == 0] or ["none: use tp=none"]
+        fits = [str(n) for n in range(2, kv + 1) if kv % n == 0 and heads % n == 0]
+        fix = f"Use tp.size={' or '.join(fits)}." if fits else "No tp.size of 2 or more divides both: use tp=none."
         problems.append(f"tp.size={size} must divide model.num_attention_heads={heads} and num_key_value_heads={kv}: "
                         f"AutoTP splits attention by key-value head groups, so the ranks would hold unequal shards "
-                        f"(none beyond {kv}). Use tp.size={' or '.join(fits)}.")
+                        f"(none beyond {kv}). {fix}")
     return problems
 
 
@@ -121,6 +127,7 @@ def _combinations(cfg, size: int) -> List[str]:
     return problems
 
 
+@functools.lru_cache(maxsize=None)  # the installed DeepSpeed does not change in a process (the planner asks per row)
 def _versions() -> List[str]:
     try:
         version = importlib.metadata.version("deepspeed")

@@ -55,6 +55,12 @@ def check_trainer_options(cfg) -> List[str]:
     problems += _report_to_problems(t.report_to)
     if name == "grpo":
         problems += _grpo_needs(t)
+    if name == "dpo" and t.beta <= 0:
+        # dpo_trainer.py: every loss_type scales the log-ratio margin by beta (sigmoid: -logsigmoid(beta * delta)),
+        # or divides by it (ipo): at 0 the loss is log 2 with zero gradients; below 0 it prefers the rejected answer
+        problems.append(f"trainer.beta={t.beta} with trainer=dpo trains nothing: DPO's loss scales the chosen-rejected "
+                        f"margin by beta (-log sigmoid(beta * margin)), so it stays log 2 with zero gradients at 0 and "
+                        f"prefers the rejected answers below 0. Set trainer.beta=0.1 (TRL's default).")
     return problems
 
 
@@ -84,6 +90,9 @@ def check_eval(cfg) -> List[str]:
                 if t[k] is not None and t[k] < 1]
     if value(t.eval_strategy) == "no":
         unused = [f"trainer.{k}={t[k]}" for k in ("eval_dataset_name", "eval_steps") if t[k] is not None]
+        eval_batch = TrainerConfig.per_device_eval_batch_size
+        unused += [f"trainer.per_device_eval_batch_size={t.per_device_eval_batch_size}"] \
+            if t.per_device_eval_batch_size != eval_batch else []
         return problems + ([f"{' and '.join(unused)} with trainer.eval_strategy=no: nothing would evaluate. Set "
                             f"trainer.eval_strategy=steps or epoch."] if unused else [])
     data, split = t.eval_dataset_name or t.dataset_name, t.dataset_test_split

@@ -10,7 +10,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from typing import Callable, List
+from typing import Callable, List, Optional, Tuple
 
 from trl_ds.check.argument_values import check_argument_values
 from trl_ds.check.data_file import check_data_files
@@ -47,18 +47,9 @@ IPV6 = re.compile(r"^[0-9A-Fa-f:]+$")
 
 def validate(cfg, run_dir: str, launching: bool) -> Batch:
     """Return the resolved batch, or raise one ConfigError listing every problem."""
-    problems: List[str] = []
-    for rule in RULES:
-        problems += rule(cfg)
-    batch = None
-    try:
-        # Sequence-parallel ranks share their samples: only data-parallel ranks multiply the batch.
-        batch = resolve_batch(chosen_micro_batch(cfg), data_parallel_world(cfg),
-                              cfg.trainer.gradient_accumulation_steps, cfg.batch.global_size)
-        problems += check_generation_batch(cfg, batch) + check_elastic_batch(cfg, batch)
-    except ConfigError as err:
-        problems += err.problems
-    problems += check_run_dir(cfg, run_dir) + check_tensor_parallel_resume(cfg, run_dir)
+    problems = rule_problems(cfg)
+    batch, more = batch_problems(cfg)
+    problems += more + check_run_dir(cfg, run_dir) + check_tensor_parallel_resume(cfg, run_dir)
     if batch is not None and not problems:  # DeepSpeed's own classes, when the config holds more than trl_ds's keys
         problems += deepspeed_problems(cfg, batch, run_dir)
     if launching:
@@ -68,6 +59,22 @@ def validate(cfg, run_dir: str, launching: bool) -> Batch:
     if problems:
         raise ConfigError(problems)
     return batch
+
+
+def rule_problems(cfg) -> List[str]:
+    """Every rule of the config alone (no batch, run dir or machine): the planner checks its grid's rows with these."""
+    return [problem for rule in RULES for problem in rule(cfg)]
+
+
+def batch_problems(cfg) -> Tuple[Optional[Batch], List[str]]:
+    """(the resolved batch or None, its problems)."""
+    try:
+        # Sequence-parallel ranks share their samples: only data-parallel ranks multiply the batch.
+        batch = resolve_batch(chosen_micro_batch(cfg), data_parallel_world(cfg),
+                              cfg.trainer.gradient_accumulation_steps, cfg.batch.global_size)
+    except ConfigError as err:
+        return None, err.problems
+    return batch, check_generation_batch(cfg, batch) + check_elastic_batch(cfg, batch)
 
 
 def chosen_micro_batch(cfg) -> int:

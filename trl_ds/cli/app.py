@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 
 from trl_ds.check.accelerate_yaml import apply_accelerate
 from trl_ds.check.deepspeed_json import apply_deepspeed_json
+from trl_ds.check.plan_rows import RowCheck
 from trl_ds.check.row_length import long_row_warning
 from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
@@ -54,7 +55,7 @@ def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] 
     recipe, recipe_problems = import_files(cfg, command_line)
     mapped, mapping_problems = map_model_config_fields(cfg, command_line)  # ModelConfig's bnb fields -> peft.*
     recipe, recipe_problems = recipe + mapped, recipe_problems + mapping_problems
-    autofit = resolve_auto(cfg)  # zero=auto / offload=auto become the winner before anything reads them
+    autofit = resolve_auto(cfg, RowCheck)  # zero=auto / offload=auto become the winner before anything reads them
     try:
         batch = validate(cfg, run_dir, launching)
     except ConfigError as err:
@@ -63,8 +64,9 @@ def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] 
         raise ConfigError(recipe_problems)
     setup = setup_from_config(cfg)
     memory = estimate(setup)
-    warning = check_fit(cfg, memory, launching) or check_elastic_fit(cfg, memory, launching)
-    plan = plan_for_run_dir(cfg, memory, task_overrides())
+    accepts = RowCheck(cfg)  # the grid's rows (plan.json, a refusal's smallest change) as the launch checks them
+    warning = check_fit(cfg, memory, launching, accepts) or check_elastic_fit(cfg, memory, launching)
+    plan = plan_for_run_dir(cfg, memory, task_overrides(), accepts)
     plan["training"] = training_steps(cfg, batch)
     plan["whole_run"] = runs_json({"current": current_run(cfg, setup, plan["current"])})
     if autofit:

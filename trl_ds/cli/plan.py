@@ -1,21 +1,53 @@
-"""`trl-ds plan`: the planner's table (trl_ds/plan/planner.py); with --need, the hardware that can train the run
+"""`trl-ds plan [--json] [--fits] [--tokens N] [overrides]`: which ZeRO/offload/checkpointing/micro-batch configs fit
+(trl_ds/plan/planner.py), and the whole run's time; with --need, the hardware that can train the run
 (trl_ds/plan/need.py); with --plot FILE, the table's memory as a picture (trl_ds/study/plan_plot.py).
 
-    trl-ds plan model=llama3-8b cluster=1x8 batch.global_size=64
+    trl-ds plan model=llama3-70b cluster=1x8 trainer.max_length=2048
+    trl-ds plan model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24 --fits   # only the rows that fit
+    trl-ds plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
+    trl-ds plan model.name_or_path=Qwen/Qwen2.5-7B cluster=1x1 cluster.gpu_memory_gb=24   # cached config
+    trl-ds plan model.name_or_path=/models/my-moe cluster=2x8        # a save_pretrained folder
+    trl-ds plan model=llama3-8b cluster=1x8 --tokens 2e9     # the whole run's time and GPU-hours for 2e9 tokens
     trl-ds plan --need model=llama3-70b batch.global_size=64 trainer.max_steps=2000
     trl-ds plan --need --gpus a100-80gb,h100-80gb --counts 8,16 --tokens 2e9 model=llama3-8b batch.global_size=64
     trl-ds plan --plot plan.png model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24
+
+Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
+micro-batch around it. The config goes through the launch's own check first (a config the launch refuses is refused
+here, with the same lines and exit code 2), and so does every row: the table, the recommendation and its run: line
+hold only configs the launch accepts (trl_ds/check/plan_rows.py), and so do --need's and --plot's.
 """
 import json
 import sys
 from typing import List, Optional, Sequence, Tuple
 
+from trl_ds.check.plan_rows import RowCheck, config_problems
+from trl_ds.config.model_source import display_name
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan import need as need_mod
-from trl_ds.plan import planner
+from trl_ds.plan.memory import Estimate, Setup, estimate
 from trl_ds.plan.params import describe_count
-from trl_ds.plan.runtime import split_tokens
+from trl_ds.plan.planner import Times, as_json, by_time, grid, load, recommend, render, times_for
+from trl_ds.plan.runtime import render_runs, runs_json, split_tokens, whole_runs
 from trl_ds.short_lived import pause_collection
+
+FLAGS = ("--json", "--fits")  # JSON instead of the table; only the rows that fit
+EXAMPLES = {"--gpus": "a100-80gb,h100-80gb", "--counts": "1,8,16,32", "--plot": "plan.png"}
+
+
+def plan(overrides: Sequence[str]):
+    """(config, rows the launch accepts, the current config's estimate, step times); ConfigError where the launch
+    would refuse the config itself."""
+    cfg, base = load(overrides)
+    return (cfg, *plan_config(cfg, base))
+
+
+def plan_config(cfg, base: Setup) -> Tuple[List[Estimate], Estimate, Times]:
+    problems = config_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
+    rows, current = grid(base, cfg.batch.global_size, RowCheck(cfg)), estimate(base)
+    return rows, current, times_for(cfg, rows + [current])
 
 
 def take(args: List[str], flag: str) -> Tuple[List[str], Optional[str]]:
@@ -28,9 +60,6 @@ def take(args: List[str], flag: str) -> Tuple[List[str], Optional[str]]:
                 raise ConfigError([f"{flag} needs a value, e.g. {flag} {EXAMPLES[flag]}."])
             return args[:i] + args[i + 2:], args[i + 1]
     return args, None
-
-
-EXAMPLES = {"--gpus": "a100-80gb,h100-80gb", "--counts": "1,8,16,32", "--plot": "plan.png"}
 
 
 def counts_of(text: Optional[str]) -> Sequence[int]:
@@ -53,7 +82,7 @@ def need_main(args: List[str]) -> int:
     args, tokens = split_tokens(args)
     overrides = [a for a in args if a != "--json"]
     fitting, misfits = need_mod.need(overrides, gpus.split(",") if gpus else need_mod.presets(), counts_of(counts),
-                                     tokens)
+                                     tokens, row_check=RowCheck)
     if "--json" in args:
         print(json.dumps(need_mod.as_json(fitting, misfits), indent=2))
     else:
@@ -62,24 +91,44 @@ def need_main(args: List[str]) -> int:
     return 0
 
 
+def table_main(args: List[str], plot: Optional[str]) -> int:
+    """The table (or JSON) and the whole run's time; with plot, the picture of the rows shown too."""
+    args, tokens = split_tokens(args)
+    overrides = [a for a in args if a not in FLAGS]
+    cfg, rows, current, times = plan(overrides)
+    rows = by_time(rows, times)
+    names = (cfg.cluster.name, display_name(cfg.model))
+    best = recommend(rows, times)
+    runs = whole_runs(cfg, [("current", current), ("recommended", best)], times, tokens)
+    if "--json" in args:
+        print(json.dumps({**as_json(rows, current, names, overrides, times), "whole_run": runs_json(runs)}, indent=2))
+    else:
+        print(render(rows, current, names, overrides, times, only_fitting="--fits" in args, model_cfg=cfg.model))
+        print(render_runs(runs))
+    if plot is not None:
+        from trl_ds.study.plan_plot import plot_rows
+        plot_rows(cfg, rows, best, plot, only_fitting="--fits" in args)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if argv is None:
+    if argv is None:  # the command line, not a caller in a longer-lived process
         pause_collection()
     if "-h" in args or "--help" in args:
-        print(__doc__.strip() + "\n\n" + planner.__doc__.strip())
+        print(__doc__.strip())
         return 0
     try:
         if "--need" in args:
             return need_main(args)
         args, plot = take(args, "--plot")
+        if plot is not None:
+            from trl_ds.study.plan_plot import require_matplotlib
+            require_matplotlib()
+        return table_main(args, plot)
     except ConfigError as err:
         print(f"trl-ds plan: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
-    if plot is not None:
-        from trl_ds.study.plan_plot import plot_main
-        return plot_main(args, plot)
-    return planner.main(args)
 
 
 if __name__ == "__main__":

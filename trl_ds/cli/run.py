@@ -143,9 +143,11 @@ def ready_resume(cfg, run_dir: str, batch=None) -> None:
     from trl_ds.config.values import world_size
     from trl_ds.rundir.layout import CHECKPOINT_DIR
     from trl_ds.rundir.resume import prepare_resume
+    from trl_ds.rundir.universal import sub_groups
 
     try:
-        chosen, _, lines = prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage)
+        chosen, _, lines = prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage,
+                                          sub_groups(cfg))
     except subprocess.CalledProcessError as err:  # ds_to_universal failed: its own output above says why
         print(f"trl_ds: launch failed: converting the newest checkpoint in {run_dir}/{CHECKPOINT_DIR} to DeepSpeed's "
               f"universal format failed ({' '.join(err.cmd)} exited with {err.returncode}, run in that checkpoint); "

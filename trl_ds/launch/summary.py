@@ -11,6 +11,7 @@ from trl_ds.config.model_source import display_name
 from trl_ds.config.partial_batch import count_rows, epoch_end_text
 from trl_ds.config.topology import topology
 from trl_ds.config.training_steps import describe as describe_steps
+from trl_ds.config.training_steps import steps_per_epoch
 from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
 from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
@@ -44,7 +45,7 @@ def describe(cfg) -> str:
 def print_dry_run(cfg, prepared) -> None:
     print(f"trl_ds dry run: {describe(cfg)}")
     print(batch_line(cfg, prepared))
-    epoch_end = epoch_end_of(cfg, prepared.batch.global_size)
+    epoch_end = epoch_end_of(cfg, prepared)
     if epoch_end:
         print(f"  epoch end: {epoch_end}")
     print(f"  run dir: {prepared.run_dir}")
@@ -55,9 +56,14 @@ def print_dry_run(cfg, prepared) -> None:
         print(f"    node {rank}: {format_command(cmd)}")
 
 
-def epoch_end_of(cfg, global_batch: int):
-    """What happens to the rows left over at each epoch's end, when the data is not a multiple of the batch."""
-    return epoch_end_text(count_rows(cfg.trainer.dataset_name), global_batch, cfg.trainer.dataloader_drop_last)
+def epoch_end_of(cfg, prepared):
+    """What happens to the rows left over at each epoch's end, when the data is not a multiple of the batch and the
+    run's optimizer steps reach the end of its first epoch (a short trainer.max_steps never gets there)."""
+    rows, drop_last = count_rows(cfg.trainer.dataset_name), cfg.trainer.dataloader_drop_last
+    steps = prepared.plan.get("training", {}).get("optimizer_steps")
+    if rows and steps is not None and steps < steps_per_epoch(rows, prepared.batch, drop_last):
+        return None
+    return epoch_end_text(rows, prepared.batch.global_size, drop_last)
 
 
 def batch_line(cfg, prepared) -> str:
@@ -116,7 +122,7 @@ def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
         return
     # this launch's id: rank 0 may run on another node (c10d), whose launcher's id its own summary carries
     s = {**read_json(path), "wall_seconds": round(wall_seconds, 3), "launch_id": this_launch_id()}
-    epoch_end = epoch_end_of(cfg, prepared.batch.global_size)
+    epoch_end = epoch_end_of(cfg, prepared)
     if epoch_end:
         s["epoch_end"] = epoch_end
     write_json(path, s)

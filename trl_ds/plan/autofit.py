@@ -15,7 +15,7 @@ optimizer_places.RATIOS, with zero.sub_group_size set to about ten sub-groups pe
 ratio): when the GPU has room for part of the optimizer, the device steps that part at HBM speed instead of CPU Adam's.
 """
 from dataclasses import dataclass, replace
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from trl_ds.config.values import checkpointing, micro_batch
 from trl_ds.errors import ConfigError
@@ -67,8 +67,10 @@ def check_micro_auto(cfg) -> None:
                            f"trainer.gradient_accumulation_steps={cfg.trainer.gradient_accumulation_steps}."])
 
 
-def candidates(cfg, auto: Optional[List[str]] = None) -> List[Candidate]:
-    """Every valid combination the `auto` choices allow, fastest (per sample) first, those that fit before the rest."""
+def candidates(cfg, auto: Optional[List[str]] = None, accepts: Optional[Callable[[Setup], bool]] = None
+               ) -> List[Candidate]:
+    """Every valid combination the `auto` choices allow (and `accepts`, the launch's check, accepts), fastest (per
+    sample) first, those that fit before the rest."""
     auto = auto_choices(cfg) if auto is None else auto
     base = setup_from_config(cfg)
     stages = range(4) if "zero" in auto else [base.stage]
@@ -79,7 +81,7 @@ def candidates(cfg, auto: Optional[List[str]] = None) -> List[Candidate]:
     out = []
     grid = setups(base, micros, stages=stages, offloads=names, checkpointing=ckpts)
     for setup in (with_ratios(grid) if "offload" in auto else grid):
-        if not bf16_allows(setup):  # the check would refuse it after the choice
+        if not bf16_allows(setup) or (accepts is not None and not accepts(setup)):  # the check would refuse it
             continue
         e = estimate(setup)
         accumulation = accumulation_for(setup, cfg.batch.global_size, cfg.trainer.gradient_accumulation_steps)
@@ -161,15 +163,16 @@ def trainer_hint(ranked: List[Candidate]) -> str:
     return ""
 
 
-def resolve(cfg) -> Optional[dict]:
+def resolve(cfg, check: Optional[Callable] = None) -> Optional[dict]:
     """Replace the `auto` choices in `cfg` by the winner (in place); the ranking for plan.json and the text to print.
-    None when nothing is `auto`; ConfigError when nothing fits."""
+    None when nothing is `auto`; ConfigError when nothing fits. `check(cfg)` gives the launch's check of a candidate
+    (trl_ds/check/plan_rows.py RowCheck), so the winner is one the launch accepts."""
     auto = auto_choices(cfg)
     if not auto:
         return None
     if MICRO in auto:
         check_micro_auto(cfg)
-    ranked = candidates(cfg, auto)
+    ranked = candidates(cfg, auto, check(cfg) if check else None)
     if not ranked or not ranked[0].fits:
         smallest = min(ranked, key=lambda c: c.estimate.device_total) if ranked else None
         closest = f" The smallest is {smallest.label()} at {size(smallest.estimate.device_total)} GiB per rank." \

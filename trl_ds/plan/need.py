@@ -9,14 +9,17 @@ one global batch, GPU-seconds per sample when the steps are not known before lau
 memory in all (then the fewest GPUs) is marked as the smallest that fits.
 """
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
 from trl_ds.errors import ConfigError
 from trl_ds.plan.autofit import Candidate, candidates
+from trl_ds.plan.memory import Setup
 from trl_ds.plan.planner import size
 from trl_ds.plan.runtime import RunTime, duration, run_time
 from trl_ds.plan.steptime import HARDWARE_DIR, read_preset
+
+RowCheckFactory = Optional[Callable[[object], Callable[[Setup], bool]]]
 
 COUNTS = (1, 8, 16, 32)
 PER_NODE = 8  # GPUs per node once a shape has 8 or more
@@ -64,11 +67,12 @@ def shape_overrides(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: 
             f"cluster.nodes={max(gpus // per_node, 1)}", f"cluster.gpus_per_node={per_node}", "cluster.device=cuda"]
 
 
-def fit_shape(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: int, tokens: Optional[float]) -> Shape:
+def fit_shape(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: int, tokens: Optional[float],
+              row_check: RowCheckFactory = None) -> Shape:
     shape = Shape(gpu=gpu, memory_gb=memory_gb, gpus=gpus)
     try:
         cfg = compose(shape_overrides(overrides, gpu, memory_gb, gpus))
-        ranked = candidates(cfg)
+        ranked = candidates(cfg, accepts=row_check(cfg) if row_check else None)
     except ConfigError as err:
         shape.why_not = " / ".join(err.problems)
         return shape
@@ -97,11 +101,12 @@ def check_batch(overrides: Sequence[str], counts: Sequence[int]) -> Optional[int
     return global_size
 
 
-def need(overrides: Sequence[str], gpus: Sequence[str], counts: Sequence[int], tokens: Optional[float] = None
-         ) -> Tuple[List[Shape], List[Shape]]:
-    """(shapes that fit, cheapest first, the smallest marked; shapes that do not)."""
+def need(overrides: Sequence[str], gpus: Sequence[str], counts: Sequence[int], tokens: Optional[float] = None,
+         row_check: RowCheckFactory = None) -> Tuple[List[Shape], List[Shape]]:
+    """(shapes that fit, cheapest first, the smallest marked; shapes that do not). row_check(cfg): the launch's check
+    of a shape's candidates (trl_ds/check/plan_rows.py RowCheck), so no shape is fitted with a config it refuses."""
     check_batch(overrides, counts)
-    shapes = [fit_shape(overrides, g, memory_of(g), n, tokens) for g in gpus for n in counts]
+    shapes = [fit_shape(overrides, g, memory_of(g), n, tokens, row_check) for g in gpus for n in counts]
     fitting = sorted((s for s in shapes if s.best), key=lambda s: (s.cost, s.gpus))
     if fitting:
         min(fitting, key=lambda s: (s.memory_gb * s.gpus, s.gpus)).smallest = True

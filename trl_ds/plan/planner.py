@@ -1,43 +1,33 @@
-"""`trl-ds plan [--json] [--fits] [overrides]`: which ZeRO/offload/checkpointing/micro-batch configs fit.
+"""The planner: which ZeRO/offload/checkpointing/micro-batch configs fit, how fast, and which one to run.
 
-    trl-ds plan model=llama3-70b cluster=1x8 trainer.max_length=2048
-    trl-ds plan model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24 --fits   # only the rows that fit
-    trl-ds plan model=llama3-8b cluster=2x8 --json                            # everything, as JSON
-    trl-ds plan model.name_or_path=Qwen/Qwen2.5-7B cluster=1x1 cluster.gpu_memory_gb=24   # cached config
-    trl-ds plan model.name_or_path=/models/my-moe cluster=2x8        # a save_pretrained folder
-    trl-ds plan model=llama3-8b cluster=1x8 --tokens 2e9     # the whole run's time and GPU-hours for 2e9 tokens
-
-Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
-micro-batch around it. The model's config.json (or the preset) gives the architecture (trl_ds/config/model_source.py).
-No DeepSpeed, no weights, and no torch unless the family is counted on the meta device: the numbers come from
-trl_ds/plan/memory.py, and the estimated seconds per optimizer step (the rows' order, fitting rows first) from
-trl_ds/plan/steptime.py with the cluster.gpu hardware preset (or a `trl-ds calibrate` file).
+The grid varies ZeRO stage × offload × gradient checkpointing × micro-batch around a config. The model's config.json
+(or the preset) gives the architecture (trl_ds/config/model_source.py). No DeepSpeed, no weights, and no torch unless
+the family is counted on the meta device: the numbers come from trl_ds/plan/memory.py, and the estimated seconds per
+optimizer step (the rows' order, fitting rows first) from trl_ds/plan/steptime.py with the cluster.gpu hardware
+preset (or a `trl-ds calibrate` file). Which rows the launch accepts is the check's answer, passed in as `accepts`
+(trl_ds/check/plan_rows.py); the command is trl_ds/cli/plan.py.
 """
-import sys
 from dataclasses import replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
 from trl_ds.config.model_source import display_name, uses_preset
 from trl_ds.config.quantization import map_model_config_fields
 from trl_ds.config.schema import PeftConfig
 from trl_ds.config.values import elastic_min_nodes, value
-from trl_ds.errors import EXIT_USER_ERROR, ConfigError
+from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
 from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
 from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio, ratio_overrides
 from trl_ds.plan.params import describe_count, linear_shapes
-from trl_ds.plan.runtime import render_runs, runs_json, split_tokens, whole_runs
 from trl_ds.plan.saved_activations import measured
 from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
-from trl_ds.short_lived import pause_collection
 
 # name -> (offload.optimizer, offload.param), slowest last; the override that selects each
 GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.param=", "offload.ratio=",
              "trainer.gradient_checkpointing=", "trainer.per_device_train_batch_size=")
 NOT_FOR_RUNNING = ("dry_run=", "preflight.")  # dropped from the recommended run command
-FLAGS = ("--json", "--fits")  # JSON instead of the table; only the rows that fit
 COLUMNS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
 # The trainer's own columns (trl_ds/plan/trainers.py), shown for the trainers that can hold them; plan.json has all.
 TRAINER_COLUMNS = {"dpo": ("reference",), "grpo": ("reference", "generation")}
@@ -48,10 +38,14 @@ def columns(s: Setup) -> Tuple[str, ...]:
     return COLUMNS[:-1] + TRAINER_COLUMNS.get(s.trainer, ()) + COLUMNS[-1:] + quantized
 
 
-def grid(base: Setup, global_size: Optional[int] = None) -> List[Estimate]:
+Accepts = Optional[Callable[[Setup], bool]]  # the launch's check of a row (trl_ds/check/plan_rows.py RowCheck)
+
+
+def grid(base: Setup, global_size: Optional[int] = None, accepts: Accepts = None) -> List[Estimate]:
     """Every valid stage × offload × checkpointing × micro-batch around `base`, estimated (those DeepSpeed accepts
-    with the bf16 options in force)."""
-    return [estimate(s) for s in setups(base, micro_batches(base, global_size)) if bf16_allows(s)]
+    with the bf16 options in force, and those `accepts`, the launch's check, accepts)."""
+    return [estimate(s) for s in setups(base, micro_batches(base, global_size))
+            if bf16_allows(s) and (accepts is None or accepts(s))]
 
 
 def speed_key(e: Estimate) -> Tuple:
@@ -124,9 +118,10 @@ def changed(a: Setup, b: Setup) -> int:
                                    (a.micro_batch, b.micro_batch)])
 
 
-def smallest_fitting_change(current: Setup, global_size: Optional[int] = None) -> Optional[Estimate]:
+def smallest_fitting_change(current: Setup, global_size: Optional[int] = None, accepts: Accepts = None
+                            ) -> Optional[Estimate]:
     """The grid point that fits with the fewest changed choices, the fastest among equals."""
-    fitting = [e for e in grid(current, global_size) if e.verdict == "fits"]
+    fitting = [e for e in grid(current, global_size, accepts) if e.verdict == "fits"]
     return min(fitting, key=lambda e: (changed(current, e.setup), speed_key(e)), default=None)
 
 
@@ -151,13 +146,13 @@ def preflight_mode(cfg) -> str:
     return mode
 
 
-def check_fit(cfg, current: Estimate, launching: bool) -> Optional[str]:
+def check_fit(cfg, current: Estimate, launching: bool, accepts: Accepts = None) -> Optional[str]:
     """None when the config fits (or preflight.memory=off); the warning text for warn and for dry runs (which only
     write files); ConfigError for error when launching."""
     mode = preflight_mode(cfg)
     if mode == "off" or current.verdict == "fits":
         return None
-    message = not_fit_message(cfg, current)
+    message = not_fit_message(cfg, current, accepts)
     if mode == "error" and launching:
         raise ConfigError([message + " Or set preflight.memory=warn to launch anyway."])
     return message
@@ -192,7 +187,7 @@ def overflow(e: Estimate) -> str:
             f"(per rank: {parts}).")
 
 
-def not_fit_message(cfg, e: Estimate) -> str:
+def not_fit_message(cfg, e: Estimate, accepts: Accepts = None) -> str:
     s = e.setup
     what = overflow(e)
     head = f"{model_label(cfg.model)} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
@@ -203,7 +198,7 @@ def not_fit_message(cfg, e: Estimate) -> str:
         overrides, fitted = fix
         return (head + f" Fits with {' '.join(overrides)} (estimated {size(fitted.device_total)} GiB per rank, "
                        f"{size(fitted.host_total)} GiB host per node).")
-    best = smallest_fitting_change(s, cfg.batch.global_size)
+    best = smallest_fitting_change(s, cfg.batch.global_size, accepts)
     if best is None:
         return (head + " Nothing in the planner's grid fits either: add GPUs (cluster.nodes=...), shorten "
                        "sequences (trainer.max_length=...) or use larger devices." + qlora_hint(s, cfg))
@@ -258,10 +253,10 @@ def model_label(model_cfg) -> str:
     return f"model.{key}={model_cfg[key]}"
 
 
-def plan_for_run_dir(cfg, current: Estimate, overrides: Sequence[str]) -> dict:
+def plan_for_run_dir(cfg, current: Estimate, overrides: Sequence[str], accepts: Accepts = None) -> dict:
     """plan.json: the current config's estimate, the grid around it and the recommendation."""
     names = (cfg.cluster.name, display_name(cfg.model))
-    rows = grid(current.setup, cfg.batch.global_size)
+    rows = grid(current.setup, cfg.batch.global_size, accepts)
     times = times_for(cfg, rows + [current])
     return {**as_json(by_time(rows, times), current, names, overrides, times),
             "preflight": {"memory": preflight_mode(cfg), "verdict": current.verdict}}
@@ -430,35 +425,3 @@ def load(overrides: Sequence[str]):
     if problems:
         raise ConfigError(problems)
     return cfg, setup_from_config(cfg)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if argv is None:  # the command line, not a caller in a longer-lived process
-        pause_collection()
-    if "-h" in args or "--help" in args:
-        print(__doc__.strip())
-        return 0
-    try:
-        args, tokens = split_tokens(args)
-        overrides = [a for a in args if a not in FLAGS]
-        cfg, base = load(overrides)
-        rows, current = grid(base, cfg.batch.global_size), estimate(base)
-        times = times_for(cfg, rows + [current])
-    except ConfigError as err:
-        print(f"trl-ds plan: {err.render()}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    rows = by_time(rows, times)
-    names = (cfg.cluster.name, display_name(cfg.model))
-    runs = whole_runs(cfg, [("current", current), ("recommended", recommend(rows, times))], times, tokens)
-    if "--json" in args:
-        import json
-        print(json.dumps({**as_json(rows, current, names, overrides, times), "whole_run": runs_json(runs)}, indent=2))
-    else:
-        print(render(rows, current, names, overrides, times, only_fitting="--fits" in args, model_cfg=cfg.model))
-        print(render_runs(runs))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -41,9 +41,12 @@ def read_marker(checkpoint: str) -> dict:
         return json.load(f)
 
 
-def mark_complete(checkpoint: str, step: int, world_size: int, zero_stage: int) -> None:
-    _write_atomic(os.path.join(checkpoint, MARKER), {"step": step, "world_size": world_size,
-                                                     "zero_stage": zero_stage, "files": file_sizes(checkpoint)})
+def mark_complete(checkpoint: str, step: int, world_size: int, zero_stage: int,
+                  sub_group_size: Optional[int] = None) -> None:
+    """sub_group_size: ZeRO-3's optimizer sub-groups (rundir/universal.py sub_groups), None below stage 3."""
+    _write_atomic(os.path.join(checkpoint, MARKER), {"step": step, "world_size": world_size, "zero_stage": zero_stage,
+                                                     "sub_group_size": sub_group_size,
+                                                     "files": file_sizes(checkpoint)})
 
 
 def file_sizes(folder: str) -> Dict[str, int]:

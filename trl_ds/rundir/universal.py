@@ -1,5 +1,6 @@
-"""Resume on another cluster shape: a ZeRO checkpoint is partitioned by world size and stage, so one written by
-another shape is converted once to DeepSpeed's universal format, kept beside it, and loaded from there.
+"""Resume on another cluster shape: a ZeRO checkpoint is partitioned by world size and stage (and at stage 3 by the
+optimizer's sub-groups), so one written by another shape is converted once to DeepSpeed's universal format, kept
+beside it, and loaded from there.
 
 The converted folder sits inside the checkpoint (`global_stepN_universal`, named by `latest_universal`, which is
 where DeepSpeed's `load_universal` looks), with its own completion marker listing every file and its size. A
@@ -32,14 +33,31 @@ def convert_limit_s(source: str) -> int:
     return int(CONVERT_BASE_S + CONVERT_S_PER_GIB * gib)
 
 
-def shape_change(checkpoint: str, world_size: int, zero_stage: int) -> Optional[str]:
-    """How the checkpoint's shape differs from this launch's, in words; None when it loads as it is."""
+def sub_groups(cfg) -> Optional[int]:
+    """zero.sub_group_size where it partitions the checkpoint: ZeRO-3 saves its optimizer state per sub-group
+    (stage3.py _rigid_state_dict), so another size does not load as it is; stages 0-2 have no sub-groups."""
+    return cfg.zero.sub_group_size if cfg.zero.stage == 3 else None
+
+
+def shape_change(checkpoint: str, world_size: int, zero_stage: int, sub_group_size: Optional[int] = None
+                 ) -> Optional[str]:
+    """How the checkpoint's shape differs from this launch's, in words; None when it loads as it is. A marker
+    written before sub-groups were recorded (or below stage 3) is taken to have this launch's."""
     marker = read_marker(checkpoint)
-    saved = (marker["world_size"], marker.get("zero_stage", zero_stage))
-    if saved == (world_size, zero_stage):
+    now = (world_size, zero_stage, sub_group_size)
+    saved_sub_groups = marker.get("sub_group_size")
+    saved = (marker["world_size"], marker.get("zero_stage", zero_stage),
+             sub_group_size if saved_sub_groups is None else saved_sub_groups)
+    if saved == now:
         return None
-    return (f"written by world size {saved[0]} with ZeRO stage {saved[1]}; this launch has world size {world_size} "
-            f"with ZeRO stage {zero_stage}")
+    return f"written by {_shape(saved, now)}; this launch has {_shape(now, saved)}"
+
+
+def _shape(shape: tuple, other: tuple) -> str:
+    """`world size 2 with ZeRO stage 3`, and its sub-groups where both shapes have them and they differ."""
+    sub_groups_differ = None not in (shape[2], other[2]) and shape[2] != other[2]
+    return f"world size {shape[0]} with ZeRO stage {shape[1]}" + \
+        (f" and zero.sub_group_size={shape[2]}" if sub_groups_differ else "")
 
 
 def ensure_universal(checkpoint: str) -> tuple:

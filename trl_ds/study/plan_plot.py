@@ -6,20 +6,19 @@ is marked. Bars follow the table's order (fitting rows first, fastest first), at
 keeps the fitting ones. matplotlib is an optional extra (pip install 'trl_ds[report]').
 """
 import importlib.util
-import sys
 from typing import Dict, List, Optional, Sequence
 
 from trl_ds.config.model_source import display_name
-from trl_ds.errors import EXIT_USER_ERROR, ConfigError
+from trl_ds.errors import ConfigError
 from trl_ds.plan import planner
 from trl_ds.plan.grid import offload_name
 from trl_ds.plan.memory import Estimate, GiB
-from trl_ds.plan.runtime import split_tokens
 from trl_ds.study.plot import COLORS
 
 MAX_BARS = 30
 EXTRA_COLORS = {"reference": "#DA8BC3", "generation": "#CCB974"}
-INSTALL = "trl-ds plan: --plot needs matplotlib, which is not installed: pip install 'trl_ds[report]'"
+MISSING = "--plot needs matplotlib, which is not installed: pip install 'trl_ds[report]'"
+INSTALL = f"trl-ds plan: {MISSING}"
 
 
 def bar_label(e: Estimate) -> str:
@@ -75,36 +74,20 @@ def mark_best(ax, shown: Sequence[Estimate], best: Optional[Estimate], tops: Seq
     return marked
 
 
-def plan_rows(args: Sequence[str]):
-    """(rows in the table's order, the recommended one, the title) for the planner's overrides."""
-    rest, _tokens = split_tokens(list(args))
-    overrides = [a for a in rest if a not in planner.FLAGS]
-    cfg, base = planner.load(overrides)
-    rows, current = planner.grid(base, cfg.batch.global_size), planner.estimate(base)
-    times = planner.times_for(cfg, rows + [current])
-    rows = planner.by_time(rows, times)
-    best = planner.recommend(rows, times)
-    if "--fits" in args:
+def plot_rows(cfg, rows: Sequence[Estimate], best: Optional[Estimate], path: str, only_fitting: bool = False
+              ) -> Dict[str, List[float]]:
+    """Draw the plan's rows (the table's order; --fits: the fitting ones) and say where; returns the bars drawn."""
+    if only_fitting:
         rows = [e for e in rows if e.verdict == "fits"] or rows
     c = cfg.cluster
     title = (f"{display_name(cfg.model)} on {c.nodes} x {c.gpus_per_node} {c.gpu} at {c.gpu_memory_gb:g} GiB: "
              f"{min(len(rows), MAX_BARS)} of {len(rows)} configurations (fits first, fastest first)")
-    return rows, best, title
-
-
-def plot_main(args: Sequence[str], path: str) -> int:
-    """The plan's text as without --plot, then the picture."""
-    if importlib.util.find_spec("matplotlib") is None:
-        print(INSTALL, file=sys.stderr)
-        return EXIT_USER_ERROR
-    code = planner.main(list(args))
-    if code:
-        return code
-    try:
-        rows, best, title = plan_rows(args)
-    except ConfigError as err:  # already reported by the plan above
-        print(f"trl-ds plan: {err.render()}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    plot_plan(rows, best, path, title)
+    drawn = plot_plan(rows, best, path, title)
     print(f"trl-ds plan: wrote {path} ({min(len(rows), MAX_BARS)} configurations)")
-    return 0
+    return drawn
+
+
+def require_matplotlib() -> None:
+    """--plot without matplotlib: one line, before the plan is computed."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError([MISSING])

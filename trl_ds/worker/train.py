@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Optional
 
 from transformers import TrainerCallback
 
@@ -30,12 +31,13 @@ from trl_ds.rundir.layout import (
 )
 from trl_ds.rundir.lifeline import watch_launcher
 from trl_ds.rundir.resume import prepare_resume
-from trl_ds.rundir.universal import shape_change
+from trl_ds.rundir.universal import shape_change, sub_groups
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.cores import share_cores
 from trl_ds.worker.data import whole_global_batches
 from trl_ds.worker.gpu_cap import apply_gpu_cap
 from trl_ds.worker.measure import measure_rank
+from trl_ds.worker.own_steps import OwnAdamSteps
 from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, forget_other_ranks, summarize
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
@@ -76,9 +78,11 @@ def train(run_dir: str) -> int:
     resume_from, universal = choose_resume(cfg, run_dir, state) if cfg.resume == "auto" else (None, False)
     trainer = build_trainer(cfg, run_dir, load_universal=universal)
     trainer.train_dataset = whole_global_batches(trainer, state.num_processes)
-    trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage))
+    trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage, sub_groups(cfg)))
     trainer.add_callback(LiveMemory(run_dir, state.process_index))
     trainer.add_callback(TokenCount(trainer))
+    if universal and cfg.zero.stage == 3:  # DeepSpeed's stage-3 universal load shares one step among sub-groups
+        trainer.add_callback(OwnAdamSteps())
     started = time.time()
     result = trainer.train(resume_from_checkpoint=literal_path(resume_from, run_dir))
     wall = time.time() - started
@@ -141,23 +145,22 @@ def choose_resume(cfg, run_dir: str, state):
     """
     output_dir = os.path.join(run_dir, CHECKPOINT_DIR)
     if state.is_main_process:
-        for line in prepare_resume(output_dir, state.num_processes, cfg.zero.stage)[2]:
+        for line in prepare_resume(output_dir, state.num_processes, cfg.zero.stage, sub_groups(cfg))[2]:
             print(line, flush=True)
     state.wait_for_everyone()
     chosen = latest_complete(output_dir)
     if chosen and 0 < cfg.trainer.max_steps < step_of(chosen):  # the launcher refuses this; launch.sh run by hand
         raise ValueError(f"trainer.max_steps={cfg.trainer.max_steps} is below the newest checkpoint {chosen}: "
                          f"resuming would train past it. Relaunch with trainer.max_steps={step_of(chosen)} or more.")
-    return chosen, bool(chosen and shape_change(chosen, state.num_processes, cfg.zero.stage))
+    return chosen, bool(chosen and shape_change(chosen, state.num_processes, cfg.zero.stage, sub_groups(cfg)))
 
 
 class MarkComplete(TrainerCallback):
     """After every rank has saved a checkpoint, rank 0 marks it complete (its files and sizes) and rotates old ones."""
 
-    def __init__(self, keep_last: int, world_size: int, zero_stage: int):
+    def __init__(self, keep_last: int, world_size: int, zero_stage: int, sub_group_size: Optional[int]):
         self.keep_last = keep_last
-        self.world_size = world_size
-        self.zero_stage = zero_stage
+        self.shape = (world_size, zero_stage, sub_group_size)
 
     def on_save(self, args, state, control, **kwargs):
         import torch.distributed as dist
@@ -165,7 +168,7 @@ class MarkComplete(TrainerCallback):
         dist.barrier()  # every rank's shards are on disk before the marker says so
         if state.is_world_process_zero:
             checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            mark_complete(checkpoint, state.global_step, self.world_size, self.zero_stage)
+            mark_complete(checkpoint, state.global_step, *self.shape)
             rotate(args.output_dir, self.keep_last)
         dist.barrier()
 
