@@ -30,9 +30,9 @@ def main(argv) -> int:
     if CHECK_FLAG in argv:
         return check(cfg, run_dir)
     os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
+    from trl_ds.worker.records import forget_other_ranks
     from trl_ds.worker.script_hooks import Recorder, install
     from trl_ds.worker.train import init_distributed, mark_joined, prepare_tiny_model
-    from trl_ds.worker.records import forget_other_ranks
 
     state = init_distributed()
     mark_joined(run_dir, state)
