@@ -47,6 +47,7 @@ def test_the_script_run_is_recorded_like_a_worker_run(sft_script_run, tmp_path_f
         assert (run_dir / f"progress/rank_{rank}.json").exists()
     assert re.search(rf"trl_ds: step \d/{STEPS} \| epoch [\d.]+ \| loss \d\.\d{{4}} \|", out.stderr)  # live line
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [row for row in rows if "loss" in row]  # the last row is train()'s end-of-training summary
     assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
     assert all(row["samples_per_second"] > 0 for row in rows)
     assert (run_dir / "trainer" / "model.safetensors").exists()  # sft.py's own save, into the run dir
@@ -91,3 +92,54 @@ def test_a_script_failing_on_a_rank_names_the_rank_its_error_and_its_log(tmp_pat
     assert summary["log"].endswith("/attempt_0/1/stderr.log")  # torchrun's folder of global rank 1
     assert f"first failing rank's log: {summary['log']}" in out.stdout
     assert "raise RuntimeError('no data for this rank')" in open(summary["log"]).read()
+
+
+TRAIN_PY = '''"""A user's own script: HfArgumentParser, TRL's SFTTrainer, a callback of their own."""
+import os
+from dataclasses import dataclass
+
+from datasets import load_dataset
+from transformers import HfArgumentParser, TrainerCallback
+from trl import SFTConfig, SFTTrainer
+
+
+@dataclass
+class Paths:
+    data_file: str = "data/train.jsonl"  # inside the run dir
+
+
+class CountSteps(TrainerCallback):
+    def __init__(self):
+        self.steps = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps += 1
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            with open(os.path.join(args.output_dir, "my_steps.txt"), "w") as f:
+                f.write(str(self.steps))
+
+
+paths, args = HfArgumentParser((Paths, SFTConfig)).parse_args_into_dataclasses()
+run_dir = os.environ["TRL_DS_RUN_DIR"]
+data = load_dataset("json", data_files=os.path.join(run_dir, paths.data_file), split="train")
+trainer = SFTTrainer(model=os.path.join(run_dir, "model"), args=args, train_dataset=data, callbacks=[CountSteps()])
+trainer.train()
+'''
+
+
+def test_a_users_hf_argument_parser_script_trains_like_the_worker(tmp_path, tmp_path_factory):
+    """Its parser gets TrainingArguments flags only (no max_length: SFTConfig's 1024 truncates nothing the tiny
+    data holds, so the computation is the worker's), its own callback runs beside trl_ds's."""
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_PY)
+    run_dir = tmp_path / "run"
+    out = run_app([f"script={script}", "zero=stage2", f"trainer.max_steps={STEPS}",
+                   "script_args=[--data_file,data/train.jsonl]"], run_dir)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    worker_dir, _ = stage_run("stage2", tmp_path_factory)
+    assert losses(run_dir) == losses(worker_dir)
+    assert (run_dir / "trainer" / "my_steps.txt").read_text() == str(STEPS)
+    assert read_json(run_dir / "summary.json")["steps"] == STEPS
+    assert sorted(p.name for p in (run_dir / "memory").iterdir()) == ["rank_0.json", "rank_1.json"]
