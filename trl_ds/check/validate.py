@@ -19,6 +19,7 @@ from trl_ds.check.history import check_history
 from trl_ds.check.quantization import check_bitsandbytes_here, check_quantization
 from trl_ds.check.rendezvous import check_elastic_batch, check_rendezvous
 from trl_ds.check.reuse import check_run_dir
+from trl_ds.check.script import check_script
 from trl_ds.check.tensor_parallel import check_tensor_parallel, check_tensor_parallel_resume
 from trl_ds.check.trainer_rules import (
     check_eval,
@@ -289,4 +290,5 @@ RULES: List[Callable] = [
     check_rendezvous,
     *DEEPSPEED_RULES,
     check_argument_values,  # values with a closed set of choices, against transformers' and TRL's lists
+    check_script,
 ]

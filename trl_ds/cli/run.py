@@ -98,6 +98,13 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
     if cfg.dry_run:
         print_dry_run(cfg, prepared)
         return
+    if cfg.script:
+        from trl_ds.check.script import parser_verdict
+
+        refused = parser_verdict(cfg, run_dir)  # needs the run dir's files; spawns no rank
+        if refused:
+            _refuse(ConfigError(refused), run_dir, multirun, hydra_cfg)
+            return
     # Before ready_resume (minutes): a launch stopped there writes a summary.json naming it, which watch and report
     # compare with latest_launch (layout.py summary_is_latest)
     if summarizes_here(cfg):
@@ -124,8 +131,11 @@ LOCAL_PATH_KEYS = (("trainer", "dataset_name"), ("trainer", "eval_dataset_name")
 def resolve_local_paths(cfg) -> None:
     """A relative model or dataset path means the folder the user launched from, not the run dir the ranks run in
     (nor wherever launch.sh is run later): made absolute here, before the checks and the run dir's files."""
+    from trl_ds.config.script_target import is_file_target
     from trl_ds.config.values import is_local_path
 
+    if cfg.script and is_file_target(cfg.script):
+        cfg.script = os.path.abspath(os.path.expanduser(cfg.script))
     for group, key in LOCAL_PATH_KEYS:
         name = cfg[group].get(key)
         if isinstance(name, str) and name != "tiny" and is_local_path(name) \

@@ -425,6 +425,10 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     # auto: continue from the run dir's newest complete checkpoint if there is one; never: start over
     resume: str = "auto"
+    # A user's training script run on every rank instead of trl_ds's worker: a .py file or an importable module
+    # (trl.scripts.sft), with its own arguments (docs/scripts.md "Your own script").
+    script: Optional[str] = None
+    script_args: List[str] = field(default_factory=list)
 
 
 def register() -> None:

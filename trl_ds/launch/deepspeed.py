@@ -13,7 +13,7 @@ from trl_ds.rundir.layout import HOSTFILE, node_log_dir
 
 from .hostfile import Host, check_against_cluster, default_hosts, read_hostfile, select_slots
 from .shell_words import main_addr_word
-from .torchrun import WORKER_MODULE
+from .torchrun import rank_module
 
 # The runner strips each value and wraps it in double quotes for the remote shell when it holds other characters
 # than these; inside double quotes `"`, `$`, backquote and backslash would still be read by that shell.
@@ -80,7 +80,7 @@ def build_deepspeed_command(cfg, run_dir: str, node_rank: int, per_node: bool) -
         cmd += ["--launcher_args", launcher.launcher_args]
     # Rank logs are named by global rank; one folder per node (over ssh pdsh fills in each node's rank).
     log_dir = node_log_dir(run_dir, NODE_PLACEHOLDER if uses_ssh(cfg) else node_rank)
-    return cmd + ["--enable_each_rank_log", log_dir, "--module", WORKER_MODULE, run_dir]
+    return cmd + ["--enable_each_rank_log", log_dir, "--module", rank_module(cfg), run_dir]
 
 
 def build_deepspeed_commands(cfg, run_dir: str) -> List[List[str]]:

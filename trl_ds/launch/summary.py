@@ -39,7 +39,7 @@ def describe(cfg) -> str:
     where = offloads(cfg)
     return (f"{c.nodes} node(s) × {c.gpus_per_node} {value(c.device)} rank(s) = world {world_size(cfg)}, "
             f"ZeRO stage {cfg.zero.stage}, offload optimizer={where['optimizer']} param={where['param']}, "
-            f"{dtype(cfg)}, model {display_name(cfg.model)}")
+            f"{dtype(cfg)}, model {display_name(cfg.model)}" + (f", script {cfg.script}" if cfg.get("script") else ""))
 
 
 def print_dry_run(cfg, prepared) -> None:
@@ -141,6 +141,9 @@ def print_outcome(cfg, run_dir: str, s: Optional[dict] = None) -> None:
         print(f"  run dir: {run_dir}")
         return
     print(f"trl_ds: run {s['status']}: {describe(cfg)}")
+    if s.get("missing"):  # script=: a script that trained no transformers Trainer (worker/script.py)
+        print(f"  not recorded   {', '.join(s['missing'])}: {s['missing_why']}\n  run dir: {run_dir}")
+        return
     print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
     if s.get("eval_loss") is not None:
         print(f"  eval loss      {s['eval_loss']:.4f} at step {s['eval_step']} ({s['evaluations']} evaluations)")

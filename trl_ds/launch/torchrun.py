@@ -19,6 +19,12 @@ from trl_ds.rundir.layout import node_log_dir
 from .shell_words import local_addr_word, main_addr_word
 
 WORKER_MODULE = "trl_ds.worker.train"
+SCRIPT_MODULE = "trl_ds.worker.script"  # script=: prepares the rank, then runs the user's script (worker/script.py)
+
+
+def rank_module(cfg) -> str:
+    """What each rank runs: trl_ds's worker, or the bootstrap of the user's script; either reads only the run dir."""
+    return SCRIPT_MODULE if cfg.get("script") else WORKER_MODULE
 
 
 def build_torchrun_command(cfg, run_dir: str, node_rank: int) -> List[str]:
@@ -42,7 +48,7 @@ def build_torchrun_command(cfg, run_dir: str, node_rank: int) -> List[str]:
         cmd += ["--node_rank", str(node_rank), "--master_addr", main_addr_word(c.master_addr),
                 "--master_port", str(c.master_port), "--rdzv_conf", f"timeout={timeout}"]
     cmd += ["--max_restarts", str(launcher.max_restarts)]
-    return cmd + ["--log_dir", node_log_dir(run_dir, node_rank), "--redirects", "3", "-m", WORKER_MODULE, run_dir]
+    return cmd + ["--log_dir", node_log_dir(run_dir, node_rank), "--redirects", "3", "-m", rank_module(cfg), run_dir]
 
 
 def build_node_commands(cfg, run_dir: str) -> List[List[str]]:

@@ -1,0 +1,123 @@
+"""A user's script on a rank: `python -m trl_ds.worker.script <run dir>`, started by torchrun or the deepspeed launcher
+in place of trl_ds.worker.train (config key `script=`).
+
+It prepares the process as the worker does (the process group, the tiny model), wraps transformers' classes so the
+script's trainers record into the run dir (worker/script_hooks.py), then runs the script unchanged as __main__ with
+the arguments its parser expects (worker/script_argv.py).
+
+`--check <run dir>` (the launcher, before spawning ranks): run the script only up to its argument parser, with the
+same arguments, and print the parser's verdict: exit 0 once it parsed, 2 with one line when it refused.
+"""
+import os
+import runpy
+import sys
+
+from trl_ds.config.script_target import is_file_target, read_parser_kind, source_file
+from trl_ds.python_path import this_python_first
+from trl_ds.rundir.layout import SUMMARY, load_run_config, write_json
+from trl_ds.rundir.lifeline import LAUNCH_ID, watch_launcher
+from trl_ds.short_lived import skip_final_collection
+from trl_ds.worker.script_argv import script_argv
+
+RUN_DIR_ENV = "TRL_DS_RUN_DIR"  # for scripts that want to find the run dir's files themselves
+CHECK_FLAG = "--check"
+
+
+def main(argv) -> int:
+    run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank") and a != CHECK_FLAG][0])
+    cfg = load_run_config(run_dir)
+    os.environ[RUN_DIR_ENV] = run_dir
+    if CHECK_FLAG in argv:
+        return check(cfg, run_dir)
+    os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
+    from trl_ds.worker.records import forget_other_ranks
+    from trl_ds.worker.script_hooks import Recorder, install
+    from trl_ds.worker.train import init_distributed, mark_joined, prepare_tiny_model
+
+    state = init_distributed()
+    mark_joined(run_dir, state)
+    if state.is_main_process:
+        forget_other_ranks(run_dir, state.num_processes)
+    if cfg.model.name_or_path is None:
+        prepare_tiny_model(cfg, run_dir, state)
+    recorder = Recorder(cfg, run_dir, state)
+    install(recorder)
+    run_script(cfg, run_dir)
+    if recorder.trained == 0 and state.is_main_process:
+        write_json(os.path.join(run_dir, SUMMARY), untrained_summary(cfg, run_dir))
+    return 0
+
+
+def run_script(cfg, run_dir: str) -> None:
+    path = source_file(cfg.script)
+    sys.argv = [path, *script_argv(read_parser_kind(path), run_dir, list(cfg.script_args))]
+    if is_file_target(cfg.script):
+        sys.path.insert(0, os.path.dirname(path))  # as `python train.py` puts the script's folder first
+        runpy.run_path(path, run_name="__main__")
+    else:
+        runpy.run_module(cfg.script, run_name="__main__", alter_sys=True)
+
+
+def untrained_summary(cfg, run_dir: str) -> dict:
+    """The script ended without training a transformers Trainer: nothing the recording hooks could see."""
+    return {"status": "completed", "script": cfg.script, "trainers_trained": 0, "run_dir": run_dir,
+            "launch_id": os.environ.get(LAUNCH_ID),
+            "missing": ["metrics.jsonl", "memory/rank_K.json", "final_loss", "samples_per_second"],
+            "missing_why": "the script trained no transformers Trainer, which is where trl_ds records"}
+
+
+class Parsed(BaseException):
+    """Raised once the parser returned: the check stops the script there (BaseException: its own `except Exception`
+    cannot swallow it)."""
+
+
+def check(cfg, run_dir: str) -> int:
+    stop_after_parsing()
+    try:
+        run_script(cfg, run_dir)
+    except Parsed:
+        return 0
+    except SystemExit as done:  # argparse printed its own "error: ..." line on stderr
+        return 2 if done.code else 0
+    except Exception as err:  # the parser's ValueError (unknown arguments), or the dataclasses' own checks
+        text = str(err).strip()
+        print(f"{type(err).__name__}: {text.splitlines()[-1] if text else ''}", file=sys.stderr)
+        return 2
+    print("the script ended without calling its argument parser", file=sys.stderr)
+    return 0
+
+
+def stop_after_parsing() -> None:
+    """Every way HfArgumentParser and TrlParser return arguments raises Parsed once they have; a Trainer being built
+    raises it too (a script that parses some other way never trains here)."""
+    import transformers
+    from trl import TrlParser
+
+    def stopping(original, inner_ok=False):
+        def call(self, *args, **kwargs):
+            outer = not getattr(self, "_trl_ds_parsing", False)
+            self._trl_ds_parsing = True  # TrlParser's own call of parse_args_into_dataclasses is not the end
+            try:
+                original(self, *args, **kwargs)
+            finally:
+                self._trl_ds_parsing = not outer
+            if outer or not inner_ok:
+                raise Parsed
+        return call
+
+    parser = transformers.HfArgumentParser
+    for name in ("parse_args_into_dataclasses", "parse_dict", "parse_json_file", "parse_yaml_file"):
+        setattr(parser, name, stopping(getattr(parser, name), inner_ok=True))
+    TrlParser.parse_args_and_config = stopping(TrlParser.parse_args_and_config)
+
+    def no_trainer(self, *args, **kwargs):
+        raise Parsed
+
+    transformers.Trainer.__init__ = no_trainer
+
+
+if __name__ == "__main__":
+    if CHECK_FLAG not in sys.argv:
+        watch_launcher()  # never outlive the launch: a SIGKILLed launcher ends its ranks within a second
+    skip_final_collection()
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,93 @@
+"""What trl_ds adds to a user's script on a rank, without editing it: two wraps of transformers' classes.
+
+- TrainingArguments.__post_init__: `accelerator_config.use_configured_state`, so the trainer adopts the process
+  group the bootstrap joined (on CPU accelerate would otherwise count one process per rank; worker/train.py).
+- Trainer.__init__ / Trainer.train: every Trainer the script builds (SFTTrainer, DPOTrainer, ... are Trainers) gets
+  the worker's recording callbacks (metrics.jsonl, progress/rank_K.json, checkpoint markers), and each finished
+  train() writes memory/rank_K.json and, on rank 0, summary.json, exactly as the worker does.
+"""
+import functools
+import json
+import os
+import time
+
+from trl_ds.config.topology import topology
+from trl_ds.rundir.layout import METRICS, SUMMARY, memory_file, write_json
+from trl_ds.worker.measure import measure_rank
+from trl_ds.worker.records import LiveMemory, MetricsLogger, summarize
+
+
+class Recorder:
+    """The trainers this rank trained, for the summary of a script that trained none."""
+
+    def __init__(self, cfg, run_dir: str, state):
+        self.cfg, self.run_dir, self.state = cfg, run_dir, state
+        self.trained = 0
+
+    def callbacks(self):
+        from trl_ds.worker.train import MarkComplete
+
+        return [MetricsLogger(os.path.join(self.run_dir, METRICS), topology(self.cfg).shares_samples),
+                LiveMemory(self.run_dir, self.state.process_index),
+                MarkComplete(self.cfg.checkpoint.keep_last, self.state.num_processes, self.cfg.zero.stage)]
+
+    def record(self, trainer, result, wall: float) -> None:
+        """After train() returns: before the script saves (a ZeRO-3 save gathers weights) or ends the process group."""
+        state = self.state
+        self.trained += 1
+        write_json(os.path.join(self.run_dir, memory_file(state.process_index)), measure_rank(trainer,
+                                                                                             state.process_index))
+        if state.is_main_process:
+            summary = summarize(self.run_dir, trainer, result.metrics, wall, state)
+            write_json(os.path.join(self.run_dir, SUMMARY), {**summary, "script": self.cfg.script,
+                                                             "trainers_trained": self.trained})
+
+
+def install(recorder: Recorder) -> None:
+    import transformers
+
+    use_configured_state(transformers.TrainingArguments)
+    record_trainers(transformers.Trainer, recorder)
+
+
+def use_configured_state(cls) -> None:
+    original = cls.__post_init__
+
+    @functools.wraps(original)
+    def post_init(self):
+        self.accelerator_config = with_configured_state(self.accelerator_config)
+        original(self)
+
+    cls.__post_init__ = post_init
+
+
+def with_configured_state(config):
+    """accelerator_config in any form TrainingArguments takes (None, a dict, a JSON file, the object), plus the flag."""
+    if config is None:
+        return {"use_configured_state": True}
+    if isinstance(config, str):
+        with open(config) as f:
+            config = json.load(f)
+    if isinstance(config, dict):
+        return {**config, "use_configured_state": True}
+    config.use_configured_state = True
+    return config
+
+
+def record_trainers(cls, recorder: Recorder) -> None:
+    original_init, original_train = cls.__init__, cls.train
+
+    @functools.wraps(original_init)
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        for callback in recorder.callbacks():
+            self.add_callback(callback)
+
+    @functools.wraps(original_train)
+    def train(self, *args, **kwargs):
+        started = time.time()
+        result = original_train(self, *args, **kwargs)
+        recorder.record(self, result, time.time() - started)
+        return result
+
+    cls.__init__, cls.train = init, train
