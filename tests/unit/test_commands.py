@@ -12,7 +12,7 @@ from tests.conftest import REPO
 # What a newcomer reads in `trl-ds --help` and each command's usage line: written here, not read from trl_ds.
 EXPECTED = {
     "run": "trl_ds: one checked, resolved DeepSpeed + TRL run",
-    "plan": "`trl-ds plan [--json] [--fits] [overrides]`",
+    "plan": "`trl-ds plan [--json] [--fits] [--tokens N] [overrides]`",
     "fit": "usage: trl-ds fit",
     "watch": "usage: trl-ds watch",
     "report": "usage: trl-ds report",

@@ -39,4 +39,6 @@ def test_export_rejects_a_mistake_with_exit_2(tmp_path):
     assert "offload.param=cpu needs zero=stage3" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "x").exists()
     typo = export(["--dir", str(tmp_path / "x"), "zero.stagee=3"])
-    assert typo.returncode == 2 and "Could not override 'zero.stagee'" in typo.stderr
+    assert typo.returncode == 2 and typo.stderr == ("trl-ds export: zero.stagee=3: zero has no key stagee (checked: "
+                                                    "trl_ds's keys and DeepSpeed's zero_optimization). Did you mean "
+                                                    "zero.stage?\n")

@@ -130,11 +130,16 @@ def test_the_gpu_modes_dpo_and_grpo_runs_pass_trl_ds_checks_on_their_data(traine
         assert 8 % prepared.trainer_args["num_generations"] == 0  # TRL's rule: the batch holds whole groups
 
 
-def test_every_fit_case_of_the_gpu_study_passes_trl_ds_fit_checks(tmp_path):
-    """What would end a case before its engine: the overrides fit_boundary.py gives `trl-ds fit`."""
+def test_every_fit_case_of_the_gpu_study_passes_trl_ds_fit_checks(tmp_path, monkeypatch):
+    """What would end a case before its engine: the overrides fit_boundary.py gives `trl-ds fit`. The study runs on a
+    machine with one GPU; this one has none, so fit's machine check is given that GPU count and every other check
+    runs as there."""
     import fit_boundary
 
+    from trl_ds.check import validate
     from trl_ds.cli import fit as fit_cli
+
+    monkeypatch.setattr(validate, "count_gpus", lambda: 1)
 
     mode = fit_boundary.gpu_mode()
     check = fit_boundary.FitCheck(str(tmp_path / "out"), str(tmp_path / "work"), mode, time.time())

@@ -279,7 +279,10 @@ def count_gpus() -> int:
     """GPUs visible here, without importing torch (nvidia-smi answers in milliseconds)."""
     if not shutil.which("nvidia-smi"):
         return 0
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    try:  # a wedged driver can stall nvidia-smi: after 10 s count none (the GPU-count line then says 0)
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return 0
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
 
 
