@@ -5,6 +5,7 @@ green by skipping.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +50,9 @@ def run_app(args, run_dir, module="trl_ds", timeout=900, env=None):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         pytest.fail(f"{' '.join(cmd)} ran past {timeout} s; rank logs:\n{log_tails(Path(run_dir))}")
+    except BaseException:  # the test's own time limit (pytest-timeout) or ^C: its ranks go too
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
@@ -76,6 +80,27 @@ def test_hosts(tmp_path_factory):
     hosts = TestHosts(tmp_path_factory.mktemp("test_hosts")).start()
     yield hosts
     hosts.stop()
+
+
+def copy_op_cache(dest: Path, ops=("deepspeed_shm_comm",)) -> Path:
+    """The user's built DeepSpeed ops, copied with their mtimes (so nothing rebuilds) into torch's default layout under
+    dest (XDG_CACHE_HOME=dest), without a lock: tests lock and clear the copy, never the user's cache.
+    Returns the copy's <py+device> folder (TORCH_EXTENSIONS_DIR for the same op folders)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    for op in ops:
+        real = Path(_get_build_directory(op, verbose=False))
+        require((real / f"{op}.so").exists(), f"DeepSpeed op {op} is not built (trl-ds build-ops {op})")
+        tag = dest / "torch_extensions" / real.parent.name
+        shutil.copytree(real, tag / op, ignore=shutil.ignore_patterns("lock", "lock.*"), dirs_exist_ok=True)
+    return tag
+
+
+@pytest.fixture(autouse=True)
+def no_user_op_cache(request, monkeypatch, tmp_path_factory):
+    """Tests that load no op see an empty extensions folder: a lock in the user's cache changes no expectation."""
+    if request.node.get_closest_marker("integration") is None:
+        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path_factory.getbasetemp() / "no_op_cache"))
 
 
 def pytest_collection_modifyitems(items):
