@@ -11,6 +11,7 @@ from torch.utils.cpp_extension import _get_build_directory
 
 from trl_ds import op_locks
 from trl_ds.check.validate import clear_op_locks
+from trl_ds.launch.env_probe import lock_state
 
 
 def op_folder(root, op="deepspeed_shm_comm"):
@@ -111,3 +112,12 @@ def test_the_launch_preflight_removes_a_left_lock_and_keeps_a_held_one(tmp_path,
                                            f"loading the op left it)\n")
     finally:
         assert holder.release() == 0
+
+
+def test_trl_ds_env_names_a_locks_holder_or_says_nobody_holds_it(tmp_path):
+    lock = op_folder(tmp_path) / "lock"
+    holder = LockHolder(lock, cwd=tmp_path)
+    assert lock_state(str(lock)) == f"held by pid {holder.pid} ({holder_command(lock)}), loading or building the op"
+    holder.kill()
+    assert lock_state(str(lock)) == ("no process holds it (a killed load left it); the next trl_ds command that loads "
+                                     "the op removes it")
