@@ -1,6 +1,6 @@
 """Runs beside torch's op locks on a shared machine (issue 41), on a copy of the built ops (conftest.copy_op_cache), so
-the user's own cache is never locked: torch's default folder (under XDG_CACHE_HOME) and TORCH_EXTENSIONS_DIR, which
-name the same op folders here. `trl-ds calibrate` and `trl-ds check-equivalence` beside a left lock: in
+the user's own cache is never locked: torch's default folder (under a HOME of the test's own) and TORCH_EXTENSIONS_DIR,
+which name the same op folders here. `trl-ds calibrate` and `trl-ds check-equivalence` beside a left lock: in
 test_calibration.py and test_equivalence.py, sharing their runs."""
 import json
 import time
@@ -17,9 +17,12 @@ WAITING = "trl_ds: waiting for torch's op lock"
 
 @pytest.fixture
 def ops(tmp_path):
-    """(env for torch's default folder, env for TORCH_EXTENSIONS_DIR, the op's lock): one op folder for both."""
-    tag = copy_op_cache(tmp_path / "cache", (OP,))
-    return {"XDG_CACHE_HOME": str(tmp_path / "cache")}, {"TORCH_EXTENSIONS_DIR": str(tag)}, tag / OP / "lock"
+    """(env for torch's default folder, env for TORCH_EXTENSIONS_DIR, the op's lock): one op folder for both.
+    The default folder is ~/.cache/torch_extensions/<py+device>/ under a HOME of the test's own."""
+    cache = tmp_path / "home" / ".cache"
+    tag = copy_op_cache(cache, (OP,))
+    default = {"HOME": str(cache.parent), "XDG_CACHE_HOME": str(cache)}
+    return default, {"TORCH_EXTENSIONS_DIR": str(tag)}, tag / OP / "lock"
 
 
 def rank_logs(run_dir):
@@ -58,9 +61,9 @@ def test_two_trainings_beside_a_held_lock_both_train_and_the_lock_stays_its_hold
 
 
 def test_a_lock_left_before_a_launch_is_removed_by_its_preflight(tmp_path, ops):
-    default, _, lock = ops
+    _, explicit, lock = ops
     stale_lock(lock, cwd=tmp_path)
-    out = run_app(["trainer.max_steps=1"], tmp_path / "run", timeout=240, env=default)
+    out = run_app(["trainer.max_steps=1"], tmp_path / "run", timeout=240, env=explicit)
     assert out.returncode == 0, out.stderr[-3000:]
     first = out.stderr.splitlines()[0]
     assert first == f"trl_ds: removed {lock}: no process holds it (a process killed while loading the op left it)"
@@ -68,10 +71,10 @@ def test_a_lock_left_before_a_launch_is_removed_by_its_preflight(tmp_path, ops):
 
 
 def test_a_holder_killed_while_the_ranks_wait_is_cleared_by_a_rank(tmp_path, ops):
-    _, explicit, lock = ops
+    default, _, lock = ops
     holder = LockHolder(lock, cwd=tmp_path)
     with ThreadPoolExecutor(1) as pool:
-        done = pool.submit(run_app, ["trainer.max_steps=1"], tmp_path / "run", timeout=420, env=explicit)
+        done = pool.submit(run_app, ["trainer.max_steps=1"], tmp_path / "run", timeout=420, env=default)
         wait_until_ranks_wait([tmp_path / "run"])
         holder.kill()
         out = done.result()
