@@ -82,25 +82,49 @@ def test_hosts(tmp_path_factory):
     hosts.stop()
 
 
+def torch_default_tag() -> str:
+    """The <py+device> level of torch's default extensions folder (cpp_extension._get_build_directory)."""
+    import torch
+
+    device = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+    return f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_{device}"
+
+
+USER_OPS = os.environ.get("TORCH_EXTENSIONS_DIR")  # the user's, before own_op_cache replaces it
+
+
+def user_op_folder(op: str) -> Path:
+    """Where the user's built op is: $TORCH_EXTENSIONS_DIR/<op>, else torch's default folder."""
+    if USER_OPS:
+        return Path(USER_OPS) / op
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(get_default_build_root()) / torch_default_tag() / op
+
+
 def copy_op_cache(dest: Path, ops=("deepspeed_shm_comm",)) -> Path:
     """The user's built DeepSpeed ops, copied with their mtimes (so nothing rebuilds) into torch's default layout under
-    dest (XDG_CACHE_HOME=dest), without a lock: tests lock and clear the copy, never the user's cache.
-    Returns the copy's <py+device> folder (TORCH_EXTENSIONS_DIR for the same op folders)."""
-    from torch.utils.cpp_extension import _get_build_directory
-
+    dest (XDG_CACHE_HOME=dest), without a lock. Returns the copy's <py+device> folder (TORCH_EXTENSIONS_DIR for the
+    same op folders)."""
+    tag = dest / "torch_extensions" / torch_default_tag()
     for op in ops:
-        real = Path(_get_build_directory(op, verbose=False))
+        real = user_op_folder(op)
         require((real / f"{op}.so").exists(), f"DeepSpeed op {op} is not built (trl-ds build-ops {op})")
-        tag = dest / "torch_extensions" / real.parent.name
         shutil.copytree(real, tag / op, ignore=shutil.ignore_patterns("lock", "lock.*"), dirs_exist_ok=True)
     return tag
 
 
-@pytest.fixture(autouse=True)
-def no_user_op_cache(request, monkeypatch, tmp_path_factory):
-    """Tests that load no op see an empty extensions folder: a lock in the user's cache changes no expectation."""
-    if request.node.get_closest_marker("integration") is None:
-        monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path_factory.getbasetemp() / "no_op_cache"))
+@pytest.fixture(scope="session", autouse=True)
+def own_op_cache(tmp_path_factory):
+    """Every test (and every process it starts) loads DeepSpeed's ops from a copy of the user's built ones, without
+    their locks: no test waits on, removes or depends on a lock in the user's cache, or locks it for someone else."""
+    from trl_ds.launch.build_ops import BUILDERS
+
+    built = [op for op in BUILDERS if (user_op_folder(op) / f"{op}.so").exists()]
+    tag = copy_op_cache(tmp_path_factory.mktemp("op_cache"), built)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", str(tag))
+        yield tag
 
 
 def pytest_collection_modifyitems(items):

@@ -29,6 +29,7 @@ def test_equal_length_sequences(tmp_path, monkeypatch):
     cache = tmp_path / "home" / ".cache"
     lock = copy_op_cache(cache) / "deepspeed_shm_comm" / "lock"
     stale_lock(lock, cwd=tmp_path)
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")  # conftest's own_op_cache
     monkeypatch.setenv("HOME", str(cache.parent))
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     data = tmp_path / "equal.jsonl"

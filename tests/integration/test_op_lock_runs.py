@@ -16,9 +16,10 @@ WAITING = "trl_ds: waiting for torch's op lock"
 
 
 @pytest.fixture
-def ops(tmp_path):
+def ops(tmp_path, monkeypatch):
     """(env for torch's default folder, env for TORCH_EXTENSIONS_DIR, the op's lock): one op folder for both.
     The default folder is ~/.cache/torch_extensions/<py+device>/ under a HOME of the test's own."""
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")  # conftest's own_op_cache
     cache = tmp_path / "home" / ".cache"
     tag = copy_op_cache(cache, (OP,))
     default = {"HOME": str(cache.parent), "XDG_CACHE_HOME": str(cache)}
