@@ -97,9 +97,10 @@ def user_op_folder(op: str) -> Path:
     """Where the user's built op is: $TORCH_EXTENSIONS_DIR/<op>, else torch's default folder."""
     if USER_OPS:
         return Path(USER_OPS) / op
-    from torch.utils.cpp_extension import get_default_build_root
-
-    return Path(get_default_build_root()) / torch_default_tag() / op
+    # torch's get_default_build_root, without importing cpp_extension (it imports setuptools, whose vendored
+    # packages then join sys.path and show in importlib.metadata: tests/unit/test_env.py)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(os.path.realpath(os.path.join(cache, "torch_extensions"))) / torch_default_tag() / op
 
 
 def copy_op_cache(dest: Path, ops=("deepspeed_shm_comm",)) -> Path:

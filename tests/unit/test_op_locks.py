@@ -2,12 +2,12 @@
 process in the op folder) is held, never removed; one whose holder was killed is recognised and removed within
 seconds; a wait on a live holder has a limit and names it; locks are found where torch keeps the op folders."""
 import os
+import subprocess
 import sys
 import threading
 import time
 
 from lock_holder import FILE_BATON, SCRIPT, LockHolder, stale_lock
-from torch.utils.cpp_extension import _get_build_directory
 
 from trl_ds import op_locks
 from trl_ds.check.validate import clear_op_locks
@@ -86,6 +86,15 @@ def test_a_wait_on_a_live_holder_ends_at_its_limit_naming_the_holder(tmp_path):
         assert holder.release() == 0
 
 
+def torch_build_directory(op: str, env: dict) -> str:
+    """torch's own answer (cpp_extension._get_build_directory), asked in a process of its own: importing cpp_extension
+    here would put setuptools' vendored packages on this process's path."""
+    code = f"from torch.utils.cpp_extension import _get_build_directory as d; print(d({op!r}, False))"
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME")} | env
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def test_locks_are_found_where_torch_keeps_the_op_folders(tmp_path, monkeypatch):
     """torch's _get_build_directory: $TORCH_EXTENSIONS_DIR/<op> when set (no <py+device> level), else
     $XDG_CACHE_HOME/torch_extensions/<py+device>/<op>."""
@@ -93,7 +102,7 @@ def test_locks_are_found_where_torch_keeps_the_op_folders(tmp_path, monkeypatch)
         monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
         for key, path in env.items():
             monkeypatch.setenv(key, path)
-        folder = _get_build_directory("cpu_adam", verbose=False)  # torch makes the folder
+        folder = torch_build_directory("cpu_adam", env)  # torch makes the folder
         open(os.path.join(folder, "lock"), "w").close()
         assert op_locks.lock_files(["cpu_adam", "async_io"]) == [os.path.join(folder, "lock")]
         assert op_locks.lock_files(["async_io"]) == []
