@@ -303,10 +303,10 @@ def wait_all(procs: dict, deadline: float) -> dict:
 def clear_build_locks(*ops: str) -> None:
     """A build killed with its run leaves torch's lock behind, on which every later load of the op would wait
     forever; a lock that another process's build still holds stays."""
-    from trl_ds.launch.build_ops import stale_locks
+    from trl_ds.op_locks import clear_if_stale, lock_files
 
-    for lock in stale_locks(ops):
-        os.remove(lock)
+    for lock in lock_files(ops):
+        clear_if_stale(lock)
 
 
 def model_folder(check: Check, key: str) -> str:

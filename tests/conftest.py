@@ -5,6 +5,7 @@ green by skipping.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +50,9 @@ def run_app(args, run_dir, module="trl_ds", timeout=900, env=None):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         pytest.fail(f"{' '.join(cmd)} ran past {timeout} s; rank logs:\n{log_tails(Path(run_dir))}")
+    except BaseException:  # the test's own time limit (pytest-timeout) or ^C: its ranks go too
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
@@ -76,6 +80,52 @@ def test_hosts(tmp_path_factory):
     hosts = TestHosts(tmp_path_factory.mktemp("test_hosts")).start()
     yield hosts
     hosts.stop()
+
+
+def torch_default_tag() -> str:
+    """The <py+device> level of torch's default extensions folder (cpp_extension._get_build_directory)."""
+    import torch
+
+    device = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+    return f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}_{device}"
+
+
+USER_OPS = os.environ.get("TORCH_EXTENSIONS_DIR")  # the user's, before own_op_cache replaces it
+
+
+def user_op_folder(op: str) -> Path:
+    """Where the user's built op is: $TORCH_EXTENSIONS_DIR/<op>, else torch's default folder."""
+    if USER_OPS:
+        return Path(USER_OPS) / op
+    # torch's get_default_build_root, without importing cpp_extension (it imports setuptools, whose vendored
+    # packages then join sys.path and show in importlib.metadata: tests/unit/test_env.py)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(os.path.realpath(os.path.join(cache, "torch_extensions"))) / torch_default_tag() / op
+
+
+def copy_op_cache(dest: Path, ops=("deepspeed_shm_comm",)) -> Path:
+    """The user's built DeepSpeed ops, copied with their mtimes (so nothing rebuilds) into torch's default layout under
+    dest (XDG_CACHE_HOME=dest), without a lock. Returns the copy's <py+device> folder (TORCH_EXTENSIONS_DIR for the
+    same op folders)."""
+    tag = dest / "torch_extensions" / torch_default_tag()
+    for op in ops:
+        real = user_op_folder(op)
+        require((real / f"{op}.so").exists(), f"DeepSpeed op {op} is not built (trl-ds build-ops {op})")
+        shutil.copytree(real, tag / op, ignore=shutil.ignore_patterns("lock", "lock.*"), dirs_exist_ok=True)
+    return tag
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_op_cache(tmp_path_factory):
+    """Every test (and every process it starts) loads DeepSpeed's ops from a copy of the user's built ones, without
+    their locks: no test waits on, removes or depends on a lock in the user's cache, or locks it for someone else."""
+    from trl_ds.launch.build_ops import BUILDERS
+
+    built = [op for op in BUILDERS if (user_op_folder(op) / f"{op}.so").exists()]
+    tag = copy_op_cache(tmp_path_factory.mktemp("op_cache"), built)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", str(tag))
+        yield tag
 
 
 def pytest_collection_modifyitems(items):

@@ -16,7 +16,8 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, require, run_app
+from conftest import REPO, copy_op_cache, require, run_app
+from lock_holder import stale_lock
 
 from trl_ds.plan.steptime import Hardware
 from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap
@@ -32,10 +33,17 @@ STEPS = 12  # 7 steady-state gaps after 4 warm-up steps; the study's 20 give the
 
 @pytest.fixture(scope="module")
 def hardware_file(tmp_path_factory):
+    """Measured beside a lock that a killed process left on DeepSpeed's shm_comm op (in a copy of the built ops, by
+    TORCH_EXTENSIONS_DIR): one of calibrate's ranks removes it, saying so, and the op loads (issue 41)."""
     path = tmp_path_factory.mktemp("calibrate") / "hardware.yaml"
+    lock = copy_op_cache(path.parent / "cache") / "deepspeed_shm_comm" / "lock"
+    stale_lock(lock, cwd=path.parent)
     out = subprocess.run([sys.executable, "-m", "trl_ds.study.calibrate", "--out", str(path), "--nvme-path",
-                          str(path.parent)], cwd=REPO, capture_output=True, text=True, timeout=300)
+                          str(path.parent)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TORCH_EXTENSIONS_DIR": str(lock.parent.parent)})
     assert out.returncode == 0, out.stderr
+    removed = f"trl_ds: removed {lock}: no process holds it (a process killed while loading the op left it)"
+    assert out.stderr.count(removed) == 1 and not lock.exists(), out.stderr
     return path
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from typing import Callable, List, Optional, Tuple
 
@@ -34,12 +35,12 @@ from trl_ds.config.batch import Batch, resolve_batch
 from trl_ds.config.values import data_parallel_world, dtype, is_local_path, micro_batch, offloads, value
 from trl_ds.config.zero_offload import zero_offload_problems
 from trl_ds.errors import ConfigError
-from trl_ds.launch.build_ops import stale_locks
 from trl_ds.launch.deepspeed import check_deepspeed_launcher
 from trl_ds.launch.gpu_count import partition_gpu_problems, ranks_run_here
 from trl_ds.launch.hostfile import HOST_NAME
 from trl_ds.launch.script import ENV_NAME
 from trl_ds.launch.slurm import check_slurm
+from trl_ds.op_locks import clear_if_stale, cleared_line, lock_files
 from trl_ds.rundir.layout import nvme_path
 
 LIBAIO_HEADER = "/usr/include/libaio.h"
@@ -236,18 +237,19 @@ def check_machine(cfg, run_dir: str) -> List[str]:
                             f"{'' if have else ' on a GPU machine'}, or cluster=local to train on CPU.")
     if "nvme" in offloads(cfg).values():
         problems += check_nvme(nvme_path(cfg, run_dir))
-    return problems + check_build_locks(cfg)
+    clear_op_locks(cfg)
+    return problems
 
 
-def check_build_locks(cfg) -> List[str]:
-    """A killed JIT build leaves torch's lock file, and every run needing that op then waits on it without end."""
+def clear_op_locks(cfg) -> None:
+    """A process killed while loading an op leaves torch's lock: removed here, named before anything spawns. One that
+    a live process holds is not a problem: the ranks wait for it, with a limit (trl_ds/op_locks.py)."""
     where = offloads(cfg)
     ops = (["cpu_adam"] if set(where.values()) != {"none"} else []) + (["async_io"] if "nvme" in where.values() else [])
     ops += ["deepspeed_shm_comm"] if value(cfg.cluster.device) == "cpu" else []  # DeepSpeed's CPU collectives
-    run = ", ".join(f"offload.{kind}={place}" for kind, place in where.items())
-    return [f"{lock} is left by a killed build of a DeepSpeed op (no build is running); this run ({run}) would wait "
-            f"on it forever. Run `trl-ds build-ops` (it clears the lock and builds the op)."
-            for lock in stale_locks(ops)]
+    for lock in lock_files(ops):
+        if clear_if_stale(lock):
+            print(cleared_line(lock), file=sys.stderr, flush=True)
 
 
 def check_nvme(path: str) -> List[str]:

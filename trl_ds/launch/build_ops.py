@@ -1,50 +1,25 @@
 """`trl-ds build-ops`: JIT-build, once and one at a time, the DeepSpeed ops that offloaded runs need.
 
 A run that needs an op which is not yet built compiles it inside its ranks, after they spawned: cpu_adam and
-async_io take minutes on 2 cores (8.5 min for a cold ZeRO-3 + NVMe run here), and a build that is killed leaves
-torch's lock file behind, on which every later run waits forever without a word. Building ahead, in one process,
-turns that wait into a visible setup step with a time per op, and clears locks that no build holds.
+async_io take minutes on 2 cores (8.5 min for a cold ZeRO-3 + NVMe run here). Building ahead, in one process, turns
+that wait into a visible setup step with a time per op. A lock that no process holds (a killed build or load left it)
+is removed first; one a live process holds is waited on (trl_ds/op_locks.py).
 `make test` runs it before the suite; on a cluster, run it once per node image.
 """
 import argparse
 import contextlib
-import glob
 import os
 import sys
 import time
 from typing import List, Optional
 
 from trl_ds.launch import spawn_env
+from trl_ds.op_locks import bound_op_lock_waits, clear_if_stale
 
 # Accelerator builder names for the ops trl_ds's offload paths JIT-build (the accelerator maps them to its own
 # implementation; ops it lacks, such as the shared-memory CPU collectives on a GPU, are skipped).
 BUILDERS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "pin_memory": "PinMemoryBuilder",
             "cpu_adam": "CPUAdamBuilder", "async_io": "AsyncIOBuilder"}
-
-
-def held_by_a_build(folder: str) -> bool:
-    """A build runs with its folder as working directory (torch runs ninja there)."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if os.path.realpath(os.readlink(f"/proc/{pid}/cwd")).startswith(os.path.realpath(folder)):
-                return True
-    return False
-
-
-def stale_locks(ops) -> List[str]:
-    """Build locks of these ops that no build holds, in torch's extensions folder (found without importing torch)."""
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
-    locks = [lock for op in ops for lock in glob.glob(os.path.join(root, "*", op, "lock"))]
-    return [lock for lock in locks if not held_by_a_build(os.path.dirname(lock))]
-
-
-def clear_stale_lock(folder: str) -> bool:
-    """Remove torch's build lock when no build holds it (a killed build leaves it; later loads then wait forever)."""
-    lock = os.path.join(folder, "lock")
-    if os.path.exists(lock) and not held_by_a_build(folder):
-        os.remove(lock)
-        return True
-    return False
 
 
 def build(name: str) -> Optional[str]:
@@ -56,7 +31,7 @@ def build(name: str) -> Optional[str]:
     if builder is None or not builder.is_compatible(verbose=False):
         return None
     folder = _get_build_directory(builder.name, verbose=False)
-    note = "cleared a stale build lock; " if clear_stale_lock(folder) else ""
+    note = "cleared a stale build lock; " if clear_if_stale(os.path.join(folder, "lock")) else ""
     library = os.path.join(folder, f"{builder.name}.so")
     before = os.path.getmtime(library) if os.path.isfile(library) else None
     builder.load(verbose=False)
@@ -73,6 +48,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     unknown = [name for name in names if name not in BUILDERS]
     if unknown:
         parser.error(f"unknown op {', '.join(unknown)}; choose from {', '.join(BUILDERS)}")  # exits 2
+    bound_op_lock_waits()  # a lock a live process holds is waited on (with a limit), never removed
     for name in names:
         started = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed and ninja log to stdout

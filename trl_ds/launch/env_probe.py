@@ -6,6 +6,8 @@ a just-in-time build is already cached in the torch extensions folder, so the fi
 import os
 from typing import Dict, List
 
+from trl_ds.op_locks import command_of, holders, unseen_reason
+
 # The ops trl_ds uses: cpu_adam (offload.optimizer=cpu), async_io (offload=nvme), fused_adam (GPU Adam).
 OPS = ("cpu_adam", "async_io", "fused_adam")
 
@@ -48,7 +50,7 @@ def deepspeed_ops() -> Dict[str, Dict]:
         report[name] = {"installed": bool(installed_ops.get(name)),
                         "cached": os.path.isfile(os.path.join(folder, f"{name}.so")),
                         "compatible": bool(builder and probe_is_compatible(builder, False)),
-                        # torch's build lock: a build in progress, or left by a killed one (then every run waits)
+                        # torch's lock: a process loading or building the op, or left by a killed one
                         "locked": os.path.exists(os.path.join(folder, "lock"))}
     return report
 
@@ -60,6 +62,15 @@ def jit_folder(name: str) -> str:
     return _get_build_directory(name, verbose=False)
 
 
+def lock_state(lock: str) -> str:
+    pids = sorted(holders(lock))
+    if pids:
+        return f"held by pid {', '.join(map(str, pids))} ({command_of(pids[0])}), loading or building the op"
+    reason = unseen_reason(lock) if os.path.exists(lock) else None
+    return (f"no process here holds it, but {reason}" if reason else
+            "no process holds it (a killed load left it); the next trl_ds command that loads the op removes it")
+
+
 def format_probe(p: Dict) -> List[str]:
     devices = "; ".join(f"{d['index']}: {d['name']} {d['memory_gb']} GiB" for d in p["devices"]) or "none"
     lines = [f"torch {p['torch']} (CUDA {p['cuda'] or 'none'}); devices: {devices}",
@@ -69,6 +80,6 @@ def format_probe(p: Dict) -> List[str]:
         flags = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in op.items() if k != "locked")
         lines.append(f"  {name:<10} {flags}")
         if op["locked"]:
-            lines.append(f"    build lock {os.path.join(jit_folder(name), 'lock')} exists: a build is running, or a "
-                         f"killed one left it and every run will wait on it; delete it if no build is running")
+            lock = os.path.join(jit_folder(name), "lock")
+            lines.append(f"    lock {lock}: {lock_state(lock)}")
     return lines

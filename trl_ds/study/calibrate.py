@@ -24,6 +24,7 @@ import yaml
 
 from trl_ds.config.schema import ZeroConfig
 from trl_ds.launch import spawn_env
+from trl_ds.op_locks import bound_op_lock_waits
 from trl_ds.rundir.deepspeed_config import ZERO_1_2, ZERO_3, ZERO_COMMON
 
 GB = 1e9
@@ -124,6 +125,7 @@ def _collective_worker(rank: int, world: int, port: int, device: str, out: str) 
     import torch
     import torch.distributed as dist
 
+    bound_op_lock_waits()  # a spawned rank loads DeepSpeed's shm_comm op
     torch.set_num_threads(max((os.cpu_count() or 1) // world, 1))
     backend = "nccl" if device == "cuda" else "gloo"
     if device == "cuda":
@@ -281,6 +283,7 @@ def main(argv=None) -> int:
     # DeepSpeed's JIT ops with the ninja every launch uses (the venv's): another ninja rebuilds them from scratch
     # (trl_ds/launch/build_ops.py); the ZeRO micro-steps load shm_comm, --deepspeed-adam cpu_adam
     os.environ["PATH"] = spawn_env()["PATH"]
+    bound_op_lock_waits()
     start = time.perf_counter()
     numbers = measure(args.ranks, args.nvme_path, args.deepspeed_adam)
     write(numbers, args.out, time.perf_counter() - start)

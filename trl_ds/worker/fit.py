@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from trl_ds.op_locks import bound_op_lock_waits
 from trl_ds.rundir.layout import load_run_config, read_json, write_json
 
 FIT_FILE = "fit.json"  # in the run dir: every trial so far and, at the end, the answer
@@ -60,6 +61,7 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--simulate-oom-above", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     run_dir = os.path.abspath(args.run_dir)
+    bound_op_lock_waits()  # the engine loads DeepSpeed's ops: a lock left behind is cleared, a held one waited on
     path = os.path.join(run_dir, FIT_FILE)
     record = read_json(path) if os.path.exists(path) else {"start": args.start, "limit": args.limit,
                                                             "steps": args.steps, "trials": [], "engine_builds": 0}

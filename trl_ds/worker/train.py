@@ -13,6 +13,7 @@ from typing import Optional
 from transformers import TrainerCallback
 
 from trl_ds.config.topology import topology
+from trl_ds.op_locks import bound_op_lock_waits
 from trl_ds.python_path import this_python_first
 from trl_ds.rundir.checkpoint import checkpoints, latest_complete, mark_complete, rotate, step_of
 from trl_ds.rundir.disk_space import full_disk_line, is_disk_full
@@ -50,6 +51,7 @@ class DiskFullError(OSError):
 def main(argv) -> int:
     run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank")][0])
     os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
+    bound_op_lock_waits()  # DeepSpeed's ops load in this rank: a lock left behind is cleared, a held one waited on
     try:
         return train(run_dir)
     except DiskFullError:  # already named by what was being written

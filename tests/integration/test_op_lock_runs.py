@@ -1,0 +1,85 @@
+"""Runs beside torch's op locks on a shared machine (issue 41), on a copy of the built ops (conftest.copy_op_cache), so
+the user's own cache is never locked: torch's default folder (under a HOME of the test's own) and TORCH_EXTENSIONS_DIR,
+which name the same op folders here. `trl-ds calibrate` and `trl-ds check-equivalence` beside a left lock: in
+test_calibration.py and test_equivalence.py, sharing their runs."""
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import copy_op_cache, run_app
+from lock_holder import LockHolder, stale_lock
+
+pytestmark = pytest.mark.integration
+OP = "deepspeed_shm_comm"  # every CPU run loads it (DeepSpeed's shared-memory collectives)
+WAITING = "trl_ds: waiting for torch's op lock"
+
+
+@pytest.fixture
+def ops(tmp_path, monkeypatch):
+    """(env for torch's default folder, env for TORCH_EXTENSIONS_DIR, the op's lock): one op folder for both.
+    The default folder is ~/.cache/torch_extensions/<py+device>/ under a HOME of the test's own."""
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")  # conftest's own_op_cache
+    cache = tmp_path / "home" / ".cache"
+    tag = copy_op_cache(cache, (OP,))
+    default = {"HOME": str(cache.parent), "XDG_CACHE_HOME": str(cache)}
+    return default, {"TORCH_EXTENSIONS_DIR": str(tag)}, tag / OP / "lock"
+
+
+def rank_logs(run_dir):
+    return sorted(run_dir.glob("logs/node_0/*/attempt_0/*/stderr.log"))
+
+
+def wait_until_ranks_wait(run_dirs, ranks=2, limit_s=240):
+    """Until every rank of every run says it waits for the lock (trl_ds names a wait after 5 s)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        logs = [log for run_dir in run_dirs for log in rank_logs(run_dir)]
+        if len(logs) == ranks * len(run_dirs) and all(WAITING in log.read_text() for log in logs):
+            return
+        time.sleep(0.5)
+    pytest.fail(f"the ranks of {run_dirs} never waited for the lock within {limit_s} s")
+
+
+def losses(run_dir):
+    with open(run_dir / "metrics.jsonl") as f:
+        return [record["loss"] for record in map(json.loads, f) if "loss" in record]
+
+
+def test_two_trainings_beside_a_held_lock_both_train_and_the_lock_stays_its_holders(tmp_path, ops):
+    default, explicit, lock = ops
+    holder = LockHolder(lock, cwd=tmp_path)  # as torch's loader holds it: no process in the op folder
+    runs = {tmp_path / "a": default, tmp_path / "b": explicit}
+    with ThreadPoolExecutor(2) as pool:
+        done = {run: pool.submit(run_app, ["trainer.max_steps=2"], run, timeout=420, env=env)
+                for run, env in runs.items()}
+        wait_until_ranks_wait(list(runs))
+        assert holder.release() == 0  # its own lock was still there: neither run removed it
+        for run, future in done.items():
+            out = future.result()
+            assert out.returncode == 0, out.stderr[-3000:]
+            assert "removed" not in out.stderr and len(losses(run)) == 2
+
+
+def test_a_lock_left_before_a_launch_is_removed_by_its_preflight(tmp_path, ops):
+    _, explicit, lock = ops
+    stale_lock(lock, cwd=tmp_path)
+    out = run_app(["trainer.max_steps=1"], tmp_path / "run", timeout=240, env=explicit)
+    assert out.returncode == 0, out.stderr[-3000:]
+    first = out.stderr.splitlines()[0]
+    assert first == f"trl_ds: removed {lock}: no process holds it (a process killed while loading the op left it)"
+    assert not lock.exists() and len(losses(tmp_path / "run")) == 1
+
+
+def test_a_holder_killed_while_the_ranks_wait_is_cleared_by_a_rank(tmp_path, ops):
+    default, _, lock = ops
+    holder = LockHolder(lock, cwd=tmp_path)
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(run_app, ["trainer.max_steps=1"], tmp_path / "run", timeout=420, env=default)
+        wait_until_ranks_wait([tmp_path / "run"])
+        holder.kill()
+        out = done.result()
+    assert out.returncode == 0, out.stderr[-3000:]
+    removed = [log for log in rank_logs(tmp_path / "run") if f"trl_ds: removed {lock}: no process holds it" in
+               log.read_text()]
+    assert len(removed) == 1 and len(losses(tmp_path / "run")) == 1

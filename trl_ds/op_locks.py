@@ -1,0 +1,198 @@
+"""torch's JIT op locks on a shared machine: who holds one, clearing one that nobody holds, and a wait with a limit.
+
+torch's loader (`cpp_extension._jit_compile`) takes `<op folder>/lock` in every new process on its first load of an
+op, built or not: a `FileBaton`, an empty file created with O_EXCL whose descriptor stays open until the release
+closes and removes it. The file names no owner, but its holder has it open, so a process holding it shows in
+/proc/<pid>/fd; a lock that no process has open was left by a killed one. Other loaders poll for the file to go, without
+a limit. `bound_op_lock_waits()` gives trl_ds's own processes (ranks, calibrate, build-ops) a wait that removes a lock
+nobody holds and loads the op again through torch, and that ends after LIMIT_S naming the lock and its holder.
+Imports nothing of trl_ds.
+"""
+import glob
+import os
+import sys
+import time
+from typing import List, Optional, Set
+
+LIMIT_S = 1200  # a cold build of one op takes 1-5 min on 2 cores; a holder slower than this is named, not waited on
+NOTICE_S = 5.0  # a wait this long is named: loading a built op holds the lock about a second
+RECHECK_S = 1.0  # a holder closes the lock, then removes it: one seen unheld twice this far apart was left behind
+NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs", "9p",
+              "fuse.sshfs", "fuse.glusterfs", "fuse.ceph", "afs"}
+
+
+class OpLockTimeout(RuntimeError):
+    """A lock a live process (or one this machine cannot see) held for longer than LIMIT_S."""
+
+
+def extensions_root() -> str:
+    """torch's `_get_build_directory`: $TORCH_EXTENSIONS_DIR/<op>, else <cache>/torch_extensions/<py+device>/<op>."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return os.environ["TORCH_EXTENSIONS_DIR"]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")  # torch._appdirs.user_cache_dir
+    return os.path.join(cache, "torch_extensions")
+
+
+def lock_files(ops) -> List[str]:
+    """The existing locks of these ops (without importing torch: every <py+device> folder of the default root)."""
+    root = extensions_root()
+    pattern = "{}" if os.environ.get("TORCH_EXTENSIONS_DIR") else os.path.join("*", "{}")
+    return sorted(lock for op in ops for lock in glob.glob(os.path.join(root, pattern.format(op), "lock")))
+
+
+def holders(lock: str) -> Set[int]:
+    """The pids of this machine's processes that have the lock file open (torch's holder keeps it open)."""
+    target = safe_stat(lock)
+    if target is None:
+        return set()
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or another user's process (see unseen_reason)
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if (st.st_ino, st.st_dev) == (target.st_ino, target.st_dev):
+                found.add(int(pid))
+                break
+    return found
+
+
+def unseen_reason(lock: str) -> Optional[str]:
+    """Why a holder of this lock might not show in this machine's /proc; None when every possible holder would."""
+    path = os.path.realpath(lock)
+    with open("/proc/self/mounts") as f:
+        mounts = [line.split()[1:3] for line in f]
+    point, kind = max(((p, k) for p, k in mounts if path == p or path.startswith(p.rstrip("/") + "/")),
+                      key=lambda m: len(m[0]), default=("/", ""))
+    if kind in NETWORK_FS:
+        return f"it is on a shared file system ({kind} at {point}): a process on another host may hold it"
+    if os.getuid() != 0 and getattr(safe_stat(lock), "st_uid", os.getuid()) != os.getuid():
+        return "another user made it, and that user's processes are hidden from this one"
+    return None
+
+
+def judge(lock: str) -> str:
+    """'held' (a process has it open, or one may where this machine cannot see), 'stale', or 'gone'."""
+    first = signature(lock)
+    if first is None:
+        return "gone"
+    if holders(lock) or unseen_reason(lock):
+        return "held"
+    time.sleep(RECHECK_S)
+    if signature(lock) != first:
+        return "gone" if signature(lock) is None else "held"  # released, or taken again
+    return "held" if holders(lock) else "stale"
+
+
+def safe_stat(path: str):
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+def signature(lock: str):
+    st = safe_stat(lock)
+    return None if st is None else (st.st_ino, st.st_mtime_ns)
+
+
+def clear_if_stale(lock: str) -> bool:
+    """Remove the lock when no process holds it. It is renamed first and checked to be the file judged, so a lock
+    taken again in between is put back, not lost."""
+    judged = signature(lock)
+    if judge(lock) != "stale":
+        return False
+    aside = f"{lock}.stale.{os.getpid()}"
+    try:
+        os.rename(lock, aside)
+    except FileNotFoundError:
+        return False
+    if signature(aside) != judged:  # a new holder's lock: give it back unless yet another was taken meanwhile
+        try:
+            os.link(aside, lock)
+        except FileExistsError:
+            pass
+        os.remove(aside)
+        return False
+    os.remove(aside)
+    return True
+
+
+def cleared_line(lock: str) -> str:
+    return f"trl_ds: removed {lock}: no process holds it (a process killed while loading the op left it)"
+
+
+def wait_for(lock: str, poll_s: float = 0.1, limit_s: float = LIMIT_S, notice_s: float = NOTICE_S) -> bool:
+    """Wait while a live process holds the lock (named after notice_s); True when it was left behind and this wait
+    removed it."""
+    started = checked = time.monotonic()
+    named = False
+    while os.path.exists(lock):
+        now = time.monotonic()
+        if now - checked >= RECHECK_S:
+            checked = now
+            if clear_if_stale(lock):
+                print(cleared_line(lock), file=sys.stderr, flush=True)
+                return True
+        if now - started > limit_s:
+            raise OpLockTimeout(timeout_line(lock, limit_s))
+        if not named and now - started >= notice_s:
+            named = True
+            print(f"trl_ds: waiting for torch's op lock {lock}, {holder_words(lock)}: it is loading or building the "
+                  f"op (at most {limit_s:.0f} s)", file=sys.stderr, flush=True)
+        time.sleep(poll_s)
+    return False
+
+
+def holder_words(lock: str) -> str:
+    pids = sorted(holders(lock))
+    if pids:
+        return f"held by pid {', '.join(map(str, pids))} ({command_of(pids[0])})"
+    return f"held where this machine cannot see: {unseen_reason(lock)}"
+
+
+def timeout_line(lock: str, limit_s: float) -> str:
+    return (f"waited {limit_s:.0f} s for torch's op lock {lock}, {holder_words(lock)}. A build of a DeepSpeed op takes "
+            f"minutes; if that process is stuck, stop it, or delete the lock if nothing is building the op.")
+
+
+def command_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return " ".join(f.read().replace(b"\0", b" ").decode(errors="replace").split())[:120] or "?"
+    except OSError:
+        return "?"
+
+
+class _Cleared(Exception):
+    """Raised out of torch's wait when the lock it waited on was left behind: the load starts over."""
+
+
+def bound_op_lock_waits() -> None:
+    """In this process, torch's op loads wait with `wait_for`: a lock left behind is removed and the op loaded again
+    (built if the killed process left it half built); a live holder is waited on for at most LIMIT_S."""
+    from torch.utils import cpp_extension, file_baton
+
+    if getattr(cpp_extension._jit_compile, "trl_ds", False):
+        return
+    original = cpp_extension._jit_compile
+
+    def wait(baton):
+        if wait_for(baton.lock_file_path, baton.wait_seconds):
+            raise _Cleared()
+
+    def jit_compile(name, *args, **kwargs):
+        while True:
+            try:
+                return original(name, *args, **kwargs)
+            except _Cleared:  # forget the version torch recorded, so the retry runs ninja (a no-op when built)
+                cpp_extension.JIT_EXTENSION_VERSIONER.entries.pop(name, None)
+
+    jit_compile.trl_ds = True
+    file_baton.FileBaton.wait = wait
+    cpp_extension._jit_compile = jit_compile
