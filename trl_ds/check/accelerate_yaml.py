@@ -8,10 +8,8 @@ the cluster's world, so a num_processes unlike it is refused with the numbers.
 import os
 from typing import Any, Dict, List, Sequence, Tuple
 
-import yaml
-
 from trl_ds.check.deepspeed_json import ds_settings
-from trl_ds.check.imported import Mapping, apply, read_mapping, show
+from trl_ds.check.imported import Mapping, apply, load_yaml, read_mapping, show
 from trl_ds.config.values import world_size
 from trl_ds.plan.params import architecture
 
@@ -126,16 +124,9 @@ def apply_accelerate(cfg, command_line: Sequence[str]) -> Tuple[List[str], List[
     if not path:
         return [], []
     where = f"launcher.from_accelerate={path}"
-    conf, problems = read_mapping(path, where, "an accelerate config YAML file", _load)
+    conf, problems = read_mapping(path, where, "an accelerate config YAML file", load_yaml)
     folder = os.path.dirname(os.path.abspath(os.path.expanduser(path)))
     mappings, notes, refused = accelerate_settings(conf, folder, lambda: architecture(cfg.model).hidden_size)
     lines, not_set = apply(cfg, where, mappings, notes, command_line)
     refused += world_problem(conf, world_size(cfg))
     return lines, problems + [f"{where}: {p}" for p in refused] + not_set
-
-
-def _load(f) -> Any:
-    try:
-        return yaml.safe_load(f)
-    except yaml.YAMLError as err:
-        raise ValueError(f"not YAML: {str(err).splitlines()[0]}") from None

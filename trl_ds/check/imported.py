@@ -80,6 +80,15 @@ def _set(cfg, key: str, value: Any) -> None:
         OmegaConf.update(cfg, key, value, merge=False)
 
 
+def load_yaml(f) -> Any:
+    """A YAML file for read_mapping: its syntax errors as ValueError, as json.load's are."""
+    import yaml
+    try:
+        return yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        raise ValueError(f"not YAML: {str(err).splitlines()[0]}") from None
+
+
 def read_mapping(path: str, where: str, kind: str, loader) -> Tuple[dict, List[str]]:
     """The file's top-level mapping, or ({}, [the one-line problem]); loader parses an open file."""
     full = os.path.expanduser(path)

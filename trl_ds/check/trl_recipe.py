@@ -7,9 +7,7 @@ command line win over the recipe's (check/imported.py).
 import dataclasses
 from typing import Any, Dict, List, Sequence, Tuple
 
-import yaml
-
-from trl_ds.check.imported import Mapping, apply, read_mapping, show
+from trl_ds.check.imported import Mapping, apply, load_yaml, read_mapping, show
 from trl_ds.check.trl_arguments import OWNED
 from trl_ds.config.schema import TrainerConfig
 
@@ -123,14 +121,7 @@ def apply_recipe(cfg, command_line: Sequence[str]) -> Tuple[List[str], List[str]
     if not path:
         return [], []
     where = f"trainer.from_trl_config={path}"
-    recipe, problems = read_mapping(path, where, "a `trl <cmd> --config` YAML file", _load)
+    recipe, problems = read_mapping(path, where, "a `trl <cmd> --config` YAML file", load_yaml)
     mappings, notes, refused = recipe_settings(recipe)
     lines, not_set = apply(cfg, where, mappings, notes, command_line)
     return lines, problems + [f"{where}: {p}" for p in refused] + not_set
-
-
-def _load(f) -> Any:
-    try:
-        return yaml.safe_load(f)
-    except yaml.YAMLError as err:
-        raise ValueError(f"not YAML: {str(err).splitlines()[0]}") from None
