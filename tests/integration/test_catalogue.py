@@ -10,8 +10,11 @@ CATALOGUE = [
     ("unknown-zero-option", ["zero=stage5"], "Could not find 'zero/stage5'"),
     ("unknown-model", ["model=llama4-400b"], "Could not find 'model/llama4-400b'"),
     ("unknown-precision", ["precision=fp8"], "Could not find 'precision/fp8'"),
-    ("misspelled-offload-key", ["offload.parm=cpu"], "Key 'parm' not in 'OffloadConfig'"),
-    ("misspelled-trainer-key", ["trainer.learning_rat=1e-4"], "Key 'learning_rat' not in 'TrainerConfig'"),
+    ("misspelled-offload-key", ["offload.parm=cpu"], "offload.parm=cpu: offload has no key parm (checked: trl_ds's "
+                                                     "keys and DeepSpeed's offload_optimizer / offload_param). Did "
+                                                     "you mean offload.param?"),
+    ("misspelled-trainer-key", ["trainer.learning_rat=1e-4"], "trainer.learning_rat=0.0001: trainer has no key "
+                                                              "learning_rat. Did you mean trainer.learning_rate?"),
     ("int-type", ["trainer.max_steps=ten"], "Value 'ten' of type 'str' could not be converted to Integer"),
     ("float-type", ["trainer.learning_rate=abc"], "Value 'abc' of type 'str' could not be converted to Float"),
     ("bool-type", ["zero.overlap_comm=maybe"], "Value 'maybe' is not a valid bool"),
@@ -89,7 +92,7 @@ def test_mistake_is_caught_before_launch(overrides, message, tmp_path):
     out = run_app(overrides, run_dir)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert message in out.stderr
-    assert "Traceback" not in out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr and "To append to your config" not in out.stderr
     assert not run_dir.exists()  # nothing written, so nothing spawned
 
 
