@@ -35,6 +35,24 @@ def test_model_config_fields_in_trainer_args_move_onto_peft_keys(compose_cfg):
                      "  trainer.args.bnb_4bit_quant_storage=float32 → peft.bnb_4bit_quant_storage=float32"]
 
 
+def test_the_issues_opening_command_builds_a_qlora_run_dir(tmp_path):
+    """`python -m trl_ds peft=lora +trainer.args.load_in_4bit=true` through build() as a dry run makes it: the field
+    is mapped and printed, trainer.yaml asks TRL for a 4-bit base with LoRA, and the plan holds the 4-bit bytes by
+    hand: 979,456 of parameters (tests/unit/test_qlora_plan.py) and, without double quantization (TRL's default
+    use_bnb_nested_quant=false), an fp32 absmax per 64 elements and the 16-value fp32 code per weight: 4 × 786,432
+    / 64 + 28 × 64 = 50,944."""
+    from trl_ds.cli.app import build
+    from trl_ds.config.compose import compose
+
+    overrides = ["peft=lora", "+trainer.args.load_in_4bit=true", "model.intermediate_size=384"]
+    prepared = build(compose(overrides), str(tmp_path / "run"), launching=False, command_line=overrides)
+    assert prepared.recipe_text == ("trl_ds: TRL's ModelConfig quantization fields:\n"
+                                    "  trainer.args.load_in_4bit=true → peft.load_in_4bit=true")
+    assert {k: prepared.trainer_args[k] for k in ("use_peft", "load_in_4bit", "use_bnb_nested_quant")} == {
+        "use_peft": True, "load_in_4bit": True, "use_bnb_nested_quant": False}
+    assert prepared.plan["current"]["after_step_bytes"]["params"] == {"device": 979_456 + 4 * 786_432 // 64 + 28 * 64}
+
+
 def test_a_peft_key_on_the_command_line_wins_and_a_bad_value_is_named(compose_cfg):
     overrides = ["peft=qlora", "peft.bnb_4bit_use_double_quant=false", "+trainer.args.use_bnb_nested_quant=true",
                  "+trainer.args.bnb_4bit_quant_type=nf5"]
