@@ -44,7 +44,7 @@ def gpu_mode(gpu_memory_gb: int) -> Mode:
               "trainer.max_length=512", "trainer.per_device_train_batch_size=8", "trainer.max_steps=8",
               "peft=qlora"]
     return Mode("qlora-gpu", {LLAMA: LLAMA}, [(LLAMA, 3, "none")], common, {"fused_adam": "FusedAdamBuilder"},
-                "h200-141gb", **limits(run_timeout=120, start_deadline=150, hard_end=240), prep_timeout=120,
+                "h200-141gb", **limits(run_timeout=120, start_deadline=170, hard_end=260), prep_timeout=120,
                 packages=(*PACKAGES, "bitsandbytes"))
 
 
