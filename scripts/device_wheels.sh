@@ -20,6 +20,9 @@ PURE=(transformers trl datasets peft hydra-core omegaconf dill hjson pydantic an
       typing-extensions fsspec)
 PER_PYTHON=(multiprocess)      # a py312 wheel
 BINARY=(pydantic-core regex)   # cp312 manylinux wheels; regex: transformers checks its version at import
+# py3 manylinux, slimmed to the library the GPU's torch loads (scripts/slim_wheel.py): for scripts/qlora_check.py
+SLIM=(bitsandbytes)
+BNB_KEEP=(libbitsandbytes_cuda130.so libbitsandbytes_cpu.so)
 BUILT=(deepspeed antlr4-python3-runtime)
 
 version() { "$PY" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$1"; }
@@ -41,7 +44,7 @@ drop_other_versions() {  # two versions of one package stop the whole install th
 
 mkdir -p "$DEST"
 download=()
-for name in "${PURE[@]}" "${PER_PYTHON[@]}" "${BINARY[@]}"; do
+for name in "${PURE[@]}" "${PER_PYTHON[@]}" "${BINARY[@]}" "${SLIM[@]}"; do
   v=$(version "$name")
   drop_other_versions "$name" "$v"
   have "$name" "$v" || download+=("$name==$v")
@@ -49,7 +52,8 @@ done
 if [ ${#download[@]} -gt 0 ]; then
   echo "downloading: ${download[*]}"
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 \
     -d "$DEST" "${download[@]}" 2>&1 | grep -v "^WARNING: Location" || true
 fi
 for name in "${BUILT[@]}"; do
@@ -62,14 +66,18 @@ for name in "${BUILT[@]}"; do
   fi
 done
 
+for f in "$DEST"/bitsandbytes-*.whl; do
+  if [ -e "$f" ]; then "$PY" scripts/slim_wheel.py "$f" libbitsandbytes_ "${BNB_KEEP[@]}"; fi
+done
+
 missing=0
-for name in "${PURE[@]}" "${PER_PYTHON[@]}" "${BINARY[@]}" "${BUILT[@]}"; do
+for name in "${PURE[@]}" "${PER_PYTHON[@]}" "${BINARY[@]}" "${SLIM[@]}" "${BUILT[@]}"; do
   v=$(version "$name")
   if ! have "$name" "$v"; then echo "MISSING: $name $v" >&2; missing=1; fi
 done
 for f in "$DEST"/*.whl; do  # a built wheel must be pure Python: nothing compiled here would run there
   case "$f" in
-    *-none-any.whl|*-cp312-*manylinux*.whl) ;;
+    *-none-any.whl|*-cp312-*manylinux*.whl|*-py3-none-manylinux*_x86_64.whl) ;;
     *) echo "NOT FOR PYTHON 3.12 x86-64: $f" >&2; missing=1 ;;
   esac
 done

@@ -50,6 +50,7 @@ class Mode:
     start_deadline: int  # no run starts after this many seconds since the check began
     hard_end: int  # whatever still runs is killed then
     prep_timeout: int  # op builds and model folders
+    packages: tuple = PACKAGES  # what the environment probe imports (an import failure stops the check)
 
 
 def gpu_mode(gpu_memory_gb: int) -> Mode:
@@ -252,7 +253,7 @@ def prepare(check: Check, py: str) -> bool:
     """Probe the environment, build the ops and the model folders, all at once, each within the prep deadline.
     False when the environment cannot run trl_ds."""
     env_log = os.path.join(check.work, "logs", "env.log")
-    jobs = {("env", "probe"): (start([py, "-c", ENV_PROBE % (PACKAGES,)], env_log), env_log, time.time())}
+    jobs = {("env", "probe"): (start([py, "-c", ENV_PROBE % (check.mode.packages,)], env_log), env_log, time.time())}
     for op, builder in check.mode.ops.items():
         log = os.path.join(check.work, "logs", f"build_{op}.log")
         jobs[("ops", op)] = (start([py, "-c", BUILD_OP, builder], log), log, time.time())
@@ -487,7 +488,8 @@ def memory_comparison(current: dict, mem: Optional[dict]) -> dict:
            "estimated_model_states_bytes": total(current["after_step_bytes"]),
            "estimated_device_model_states_bytes": sum(current["after_step_bytes"].get(k, {}).get("device", 0)
                                                        for k in current["after_step_bytes"]),
-           "estimated_terms_bytes": current["device_bytes"], "verdict": current["verdict"]}
+           "estimated_terms_bytes": current["device_bytes"], "verdict": current["verdict"],
+           "estimated_quantized_load_bytes": current["device_bytes"].get("quantized_load", 0)}
     if not mem:
         return out
     states = mem["model_states"]

@@ -6,23 +6,25 @@
 #   bash scripts/gpu_check.sh OUT --cpu-smoke    # here: the same pipeline on one CPU rank, tiny model
 #   bash scripts/gpu_check.sh "$OUT" --fit       # there: the fit-boundary study instead (scripts/fit_boundary.py)
 #   bash scripts/gpu_check.sh OUT --cpu-smoke --fit
+#   bash scripts/gpu_check.sh "$OUT" --qlora     # there: QLoRA's GPU-only questions instead (scripts/qlora_check.py)
 #
 # Installs .whl/*.whl into a temporary site folder (GPU mode), puts it and this repo on PYTHONPATH, and runs
-# `scripts/gpu_check.py`, or with --fit `scripts/fit_boundary.py` (see their docstrings for the checks and the files
-# written under OUT). Each is one time box of its own: one per call.
+# `scripts/gpu_check.py`, or with --fit `scripts/fit_boundary.py`, or with --qlora `scripts/qlora_check.py` (see
+# their docstrings for the checks and the files written under OUT). Each is one time box of its own: one per call.
 # PY: the interpreter (there: python3; here: .venv/bin/python). RUN_TIMEOUT, DEADLINE, HARD_END: seconds (per run;
 # no run starts after DEADLINE; everything is killed at HARD_END), counted from this script's start. WORK: the
 # folder for run dirs and model folders (default /tmp/trl_ds_gpu_check).
 set -uo pipefail
 export GPU_CHECK_STARTED=$(date +%s)
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-USAGE="usage: bash scripts/gpu_check.sh OUT [--cpu-smoke] [--fit]"
+USAGE="usage: bash scripts/gpu_check.sh OUT [--cpu-smoke] [--fit | --qlora]"
 OUT=${1:?$USAGE}
 MODE= SCRIPT=gpu_check.py
 for arg in "${@:2}"; do
   case $arg in
     --cpu-smoke) MODE=--cpu-smoke ;;
     --fit) SCRIPT=fit_boundary.py ;;
+    --qlora) SCRIPT=qlora_check.py ;;
     *) echo "gpu_check.sh: unknown argument '$arg'; $USAGE" >&2; exit 2 ;;
   esac
 done

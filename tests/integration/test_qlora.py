@@ -3,7 +3,7 @@ quantization stored in fp32 (the training dtype), LoRA adapters on q/k/v/o.
 
 Two short runs, shared by every test here: the tiny Llama at ZeRO-2 with a checkpoint every 2 steps (then resumed
 to 6 steps in the same run dir), and the tiny model as a Qwen2 (q/k/v biases beside the packed weights) at ZeRO-3
-with every tensor partitioned and the packed weights stored in uint8.
+with every tensor partitioned, the packed weights stored in uint8 and the adapters' optimizer offloaded to the CPU.
 The tiny FFN is 384 wide: bitsandbytes' CPU forward without gradients needs whole blocks of 64 (check/quantization.py).
 """
 import json
@@ -16,10 +16,11 @@ pytestmark = pytest.mark.integration
 
 QLORA = ["peft=qlora", "model.intermediate_size=384", "trainer.max_steps=4"]
 # qwen2 at ZeRO-3: every tensor partitioned (threshold 0) and gathered per module, the packed weights stored in uint8
-# beside fp32 biases and bf16 adapters (DeepSpeed 0.19.8 all-gathers grouped by dtype; check/quantization.py)
+# beside fp32 biases and bf16 adapters (DeepSpeed 0.19.8 all-gathers grouped by dtype; check/quantization.py), and
+# DeepSpeedCPUAdam stepping the adapters' fp32 master partition on the host (offload=cpu)
 RUNS = {"llama-stage2": [*QLORA, "zero=stage2", "checkpoint.every_steps=2"],
-        "qwen2-stage3": [*QLORA, "zero=stage3", "model.model_type=qwen2", "peft.bnb_4bit_quant_storage=uint8",
-                         "zero.stage3_param_persistence_threshold=0"]}
+        "qwen2-stage3-offload": [*QLORA, "zero=stage3", "offload=cpu", "model.model_type=qwen2",
+                                 "peft.bnb_4bit_quant_storage=uint8", "zero.stage3_param_persistence_threshold=0"]}
 KINDS = ("params", "gradients", "optimizer")
 _done = {}
 
@@ -71,6 +72,21 @@ def test_measured_bytes_equal_the_plans_within_1_percent(name, tmp_path_factory)
         assert measured["params"] == 979_456 + 43_072
 
 
+def test_with_optimizer_offload_the_adapters_states_are_on_the_host_as_planned(tmp_path_factory):
+    """offload=cpu over a 4-bit base: the 28,672 adapters' fp32 master and Adam moments (12 B each, DeepSpeedCPUAdam)
+    sit on the host, 14,336 per rank at ZeRO-3 over 2 ranks; the host column counts them with the fp32 gradient
+    partition DeepSpeed keeps beside them (4 B each), per node, and nothing of the optimizer on the device."""
+    run_dir, _ = run("qwen2-stage3-offload", tmp_path_factory)
+    current = read_json(run_dir / "plan.json")["current"]
+    assert current["after_step_bytes"]["optimizer"] == {"host": 12 * 14_336}
+    assert current["device_bytes"]["optimizer"] == 0
+    assert current["host_bytes"]["model_states"] == 2 * (12 + 4) * 14_336
+    for rank in (0, 1):
+        memory = read_json(run_dir / "memory" / f"rank_{rank}.json")
+        assert memory["optimizer_class"] == "DeepSpeedCPUAdam"
+        assert memory["model_states"]["optimizer"] == {"cpu": 12 * 14_336}
+
+
 @pytest.mark.parametrize("name", list(RUNS))
 def test_saved_adapters_reload_on_the_4bit_base_with_the_engines_logits(name, tmp_path_factory):
     """final_model/ holds the adapters only; PEFT loads them onto the base model quantized by bitsandbytes with the
@@ -86,7 +102,7 @@ def test_saved_adapters_reload_on_the_4bit_base_with_the_engines_logits(name, tm
     adapter = load_file(final / "adapter_model.safetensors")
     assert len(adapter) == 4 * 4 * 2 and all(v.abs().sum() > 0 for v in adapter.values())
     assert not (final / "model.safetensors").exists()
-    storage = torch.uint8 if name == "qwen2-stage3" else torch.float32
+    storage = torch.uint8 if name.startswith("qwen2") else torch.float32
     bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                              bnb_4bit_compute_dtype=torch.float32, bnb_4bit_quant_storage=storage)
     base = AutoModelForCausalLM.from_pretrained(run_dir / "model", quantization_config=bnb, dtype=torch.float32)

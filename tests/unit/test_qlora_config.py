@@ -1,6 +1,8 @@
 """peft=qlora asked for by name, TRL's ModelConfig quantization fields (trainer.args, a recipe) moved onto peft.*,
 and what the run dir hands a rank: trainer.yaml's ModelConfig fields, which TRL's own parser and
 get_quantization_config turn into the BitsAndBytesConfig the worker loads with."""
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -8,6 +10,8 @@ from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.config.batch import resolve_batch
 from trl_ds.config.quantization import map_model_config_fields
 from trl_ds.rundir.trainer_config import build_trainer_args
+
+IMPORTED = Path(__file__).resolve().parents[1] / "data" / "imported"
 
 
 def test_peft_qlora_is_lora_over_a_4bit_nf4_double_quantized_base(compose_cfg):
@@ -31,6 +35,24 @@ def test_model_config_fields_in_trainer_args_move_onto_peft_keys(compose_cfg):
                      "  trainer.args.bnb_4bit_quant_storage=float32 → peft.bnb_4bit_quant_storage=float32"]
 
 
+def test_the_issues_opening_command_builds_a_qlora_run_dir(tmp_path):
+    """`python -m trl_ds peft=lora +trainer.args.load_in_4bit=true` through build() as a dry run makes it: the field
+    is mapped and printed, trainer.yaml asks TRL for a 4-bit base with LoRA, and the plan holds the 4-bit bytes by
+    hand: 979,456 of parameters (tests/unit/test_qlora_plan.py) and, without double quantization (TRL's default
+    use_bnb_nested_quant=false), an fp32 absmax per 64 elements and the 16-value fp32 code per weight: 4 × 786,432
+    / 64 + 28 × 64 = 50,944."""
+    from trl_ds.cli.app import build
+    from trl_ds.config.compose import compose
+
+    overrides = ["peft=lora", "+trainer.args.load_in_4bit=true", "model.intermediate_size=384"]
+    prepared = build(compose(overrides), str(tmp_path / "run"), launching=False, command_line=overrides)
+    assert prepared.recipe_text == ("trl_ds: TRL's ModelConfig quantization fields:\n"
+                                    "  trainer.args.load_in_4bit=true → peft.load_in_4bit=true")
+    assert {k: prepared.trainer_args[k] for k in ("use_peft", "load_in_4bit", "use_bnb_nested_quant")} == {
+        "use_peft": True, "load_in_4bit": True, "use_bnb_nested_quant": False}
+    assert prepared.plan["current"]["after_step_bytes"]["params"] == {"device": 979_456 + 4 * 786_432 // 64 + 28 * 64}
+
+
 def test_a_peft_key_on_the_command_line_wins_and_a_bad_value_is_named(compose_cfg):
     overrides = ["peft=qlora", "peft.bnb_4bit_use_double_quant=false", "+trainer.args.use_bnb_nested_quant=true",
                  "+trainer.args.bnb_4bit_quant_type=nf5"]
@@ -44,21 +66,36 @@ def test_a_peft_key_on_the_command_line_wins_and_a_bad_value_is_named(compose_cf
     assert "nf5" in problems[0] and "nf4" in problems[0] and "fp4" in problems[0]  # OmegaConf's enum message
 
 
-def test_the_alignment_handbook_qlora_recipes_model_arguments_import(compose_cfg, tmp_path):
-    """recipes/zephyr-7b-beta/sft/config_qlora.yaml's ModelConfig part (huggingface/alignment-handbook): use_peft,
-    lora_* and load_in_4bit, through the recipe importer and the ModelConfig mapping, as a launch runs them."""
-    recipe = tmp_path / "config_qlora.yaml"
-    recipe.write_text(yaml.safe_dump({"load_in_4bit": True, "use_peft": True, "lora_r": 16, "lora_alpha": 16,
-                                      "lora_dropout": 0.05, "lora_target_modules": [
-                                          "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                          "down_proj"]}))
+def test_the_alignment_handbook_qlora_recipe_imports_its_model_arguments(compose_cfg, tmp_path):
+    """recipes/zephyr-7b-beta/sft/config_qlora.yaml (huggingface/alignment-handbook), verbatim, through the recipe
+    importer and the ModelConfig mapping in build()'s order: its ModelConfig part (load_in_4bit, use_peft, lora_*,
+    torch_dtype) lands on peft.* and precision, and trainer.yaml's quantization fields are what TRL's own parser reads
+    from the recipe (its ModelConfig defaults: nf4, no nested quantization, the dtype), the storage excepted (trl_ds
+    stores in the training dtype, as PEFT's ZeRO-3 guide sets it). Refused are two TrainingArguments fields
+    transformers 5 removed, not the QLoRA."""
+    from transformers import HfArgumentParser
+    from trl import ModelConfig
+
+    recipe = IMPORTED / "alignment_handbook_zephyr_sft_config_qlora.yaml"
     cfg = compose_cfg([f"trainer.from_trl_config={recipe}"])
     _, recipe_problems = apply_recipe(cfg, [])
     lines, problems = map_model_config_fields(cfg, [])
-    assert recipe_problems == problems == []
-    assert (cfg.peft.name.value, cfg.peft.r, cfg.peft.load_in_4bit, len(cfg.peft.target_modules)) == (
-        "lora", 16, True, 7)
-    assert "  trainer.args.load_in_4bit=true → peft.load_in_4bit=true" in lines
+    assert [p.split(": ")[1] for p in recipe_problems] == ["overwrite_output_dir", "warmup_ratio"] and problems == []
+    assert lines == ["trl_ds: TRL's ModelConfig quantization fields:",
+                     "  trainer.args.load_in_4bit=true → peft.load_in_4bit=true"]
+    assert (cfg.peft.name.value, cfg.peft.r, cfg.peft.lora_alpha, cfg.peft.lora_dropout, list(cfg.peft.target_modules),
+            cfg.precision.dtype.value) == ("lora", 16, 16, 0.05, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                  "up_proj", "down_proj"], "bf16")
+    fields = yaml.safe_load(recipe.read_text())
+    model_fields = {k: v for k, v in fields.items() if k in ("model_name_or_path", "load_in_4bit", "use_peft")}
+    # the recipe's torch_dtype is ModelConfig.dtype since transformers 5 renamed it (the importer maps it so too)
+    trl = HfArgumentParser(ModelConfig).parse_dict({**model_fields, "dtype": fields["torch_dtype"]})[0]
+    args = build_trainer_args(cfg, resolve_batch(4, 2, None, None), str(tmp_path))
+    assert {k: args[k] for k in ("load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "dtype")} == {
+        "load_in_4bit": trl.load_in_4bit, "bnb_4bit_quant_type": trl.bnb_4bit_quant_type,
+        "use_bnb_nested_quant": trl.use_bnb_nested_quant, "dtype": trl.dtype} == {
+        "load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "use_bnb_nested_quant": False, "dtype": "bfloat16"}
+    assert args["bnb_4bit_quant_storage"] == "bfloat16" and trl.bnb_4bit_quant_storage is None
 
 
 def test_trainer_yaml_carries_modelconfig_names_that_trls_parser_turns_into_the_bnb_config(compose_cfg, tmp_path):

@@ -92,6 +92,23 @@ def test_a_config_that_fits_nowhere_names_qlora_and_the_grid_never_quantizes(com
     assert all(e.setup.quant_bits == 0 for e in grid(s))
     message = not_fit_message(cfg, estimate(s))
     assert "The smallest change that fits: zero=stage3 offload=nvme" in message
+    # at ZeRO-2: a quantized base loads one tensor at a time (2.9 GiB of the 24 GiB of host RAM here), where a
+    # 16-bit one materialises 4 B per parameter (45 GiB)
     assert message.endswith("A 4-bit base with LoRA adapters would fit (it trains adapters over a frozen base): "
-                            "peft=qlora zero=stage3 trainer.gradient_checkpointing=true (estimated 11.8 GiB per "
-                            "rank).")
+                            "peft=qlora trainer.gradient_checkpointing=true (estimated 9.5 GiB per rank).")
+
+
+@pytest.mark.parametrize("extra", [[], ["zero=stage3"], ["offload=cpu"]])
+def test_host_ram_at_a_quantized_load_is_one_tensor_per_rank(extra, compose_cfg):
+    """transformers builds a quantized base on the meta device and loads it tensor by tensor straight onto the GPU
+    (modeling_utils.py get_init_context, quantizer_bnb_4bit.py update_device_map, core_model_loading.py
+    convert_and_load_state_dict_in_model: no thread pool while quantizing on the fly): per rank one tensor in host
+    RAM, at most Llama 3 8B's largest, its 128,256 × 4,096 embedding, counted in fp32 as DeepSpeed's estimators count
+    a load, × 8 ranks × DeepSpeed's 1.5. Not the whole 16-bit model's 4 B per parameter per rank (359 GiB here), at
+    ZeRO-2 or ZeRO-3, and above the adapters' offloaded optimizer states."""
+    base = ["model=llama3-8b", "cluster=1x8", "zero=stage2", "precision=bf16", *extra]
+    qlora = estimate(setup_from_config(compose_cfg([*base, "peft=qlora"])))
+    assert qlora.host["model_states"] == int(4 * 128_256 * 4_096 * 8 * 1.5) == 25_216_155_648
+    lora = estimate(setup_from_config(compose_cfg([*base, "peft=lora"])))
+    if not extra:
+        assert lora.host["model_states"] == int(4 * (8_030_261_248 + 6_815_744) * 8 * 1.5)  # whole, fp32, per rank

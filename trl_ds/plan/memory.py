@@ -377,11 +377,14 @@ def model_states(s: Setup):
 def host_model_states(s: Setup, per_rank_host: int) -> int:
     """Per node, × DeepSpeed's 1.5, with its zero.Init convention: stages 0-2 load the whole model in fp32 on every
     rank first (the larger of that and the offloaded states counts); ZeRO-3 loads one module at a time, so only the
-    offloaded states count once there are any. NVMe-offloaded states are on disk, not here."""
+    offloaded states count once there are any; a quantized base loads one tensor at a time at every stage.
+    NVMe-offloaded states are on disk, not here."""
     on_cpu = per_rank_host * s.gpus_per_node if "nvme" not in (s.optimizer_offload, s.param_offload) else 0
     if s.judged_on_host:  # CPU ranks: exact bytes, no pinned buffers; the ranks' own training RAM dominates loading
         return on_cpu
-    if s.stage == 3:
+    if s.quant_bits:
+        peak = max(quantized_load_host(s), on_cpu)
+    elif s.stage == 3:
         peak = on_cpu or LOAD_BYTES_PER_PARAM * s.counts.largest_module * s.gpus_per_node
     else:
         # the reference model (below ZeRO-3) is loaded in the policy's dtype while the policy is still on the host
@@ -389,6 +392,15 @@ def host_model_states(s: Setup, per_rank_host: int) -> int:
         loaded = max(s.total_params, s.loaded_params)
         peak = max(LOAD_BYTES_PER_PARAM * loaded * s.gpus_per_node + reference, on_cpu)
     return int(peak * HOST_BUFFER_FACTOR)
+
+
+def quantized_load_host(s: Setup) -> int:
+    """Per node, a base bitsandbytes quantizes at load, at every stage: transformers builds it on the meta device
+    (modeling_utils.py get_init_context), bitsandbytes' quantizer maps it whole onto the rank's GPU
+    (quantizer_bnb_4bit.py / _8bit.py update_device_map), and convert_and_load_state_dict_in_model reads the
+    checkpoint's mmapped tensors one at a time, with no thread pool while quantizing on the fly, each moved to the GPU
+    and quantized there: one tensor in host RAM per rank, at most the largest module's."""
+    return LOAD_BYTES_PER_PARAM * s.counts.largest_module * s.gpus_per_node
 
 
 def nvme_bytes(s: Setup) -> int:
