@@ -175,3 +175,15 @@ def test_fields_an_older_trl_had_are_named_with_their_replacement(tmp_path):
                     f"{where}: warmup_ratio: 0.1: the installed TRL has no warmup_ratio: transformers 5 removed it; "
                     f"warmup_steps takes a fraction below 1: write warmup_steps: 0.1"):
         assert message in out.stderr, out.stderr
+
+
+def test_a_multi_line_recipe_value_is_named_on_one_line(tmp_path):
+    """alignment-handbook recipes carry a chat_template of many lines (a handbook field, not TRL's): the refusal
+    stays one line, the template's start shown with its line breaks as \\n."""
+    template = "{% for message in messages %}\n{{ message['content'] }}\n{% endfor %}" * 5
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"chat_template": template}))
+    out = run_app([f"trainer.from_trl_config={recipe}", "dry_run=true"], tmp_path / "run")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "chat_template={% for message in messages %}\\n{{ message['content'] }}\\n{% endfor %}" in out.stderr
+    assert f"... ({len(template)} characters): trainer=sft has no argument chat_template" in out.stderr

@@ -41,12 +41,18 @@ def given_by_name(key: str, given: Sequence[str]) -> bool:
     return any(key == g or key.startswith(g + ".") for g in given)
 
 
+SHOWN_CHARS = 200  # a recipe's chat_template runs to kilobytes over many lines: a message line shows its start
+
+
 def show(x: Any) -> str:
+    """A file's value as one short line of override syntax."""
     if isinstance(x, bool):
         return str(x).lower()
     if isinstance(x, (list, tuple)):
         return f"[{','.join(map(show, x))}]"
-    return "null" if x is None else str(x)
+    text = "null" if x is None else str(x)
+    flat = text.replace("\n", "\\n")
+    return f"{flat[:SHOWN_CHARS]}... ({len(text)} characters)" if len(flat) > SHOWN_CHARS else flat
 
 
 def line(m: Mapping) -> str:

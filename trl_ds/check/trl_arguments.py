@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from trl_ds.check.imported import show
 from trl_ds.config.quantization import MODEL_CONFIG_FIELDS
 from trl_ds.config.values import value
 
@@ -148,16 +149,16 @@ def check_arguments(trainer: str, args: Dict[str, Any], trainer_keys, where: str
     parser = "/".join(PARSER_CLASSES[trainer])
     problems = []
     for name, given in args.items():
-        shown = f"{where}.{name}={_show(given)}"
+        shown = f"{where}.{name}={show(given)}"
         if name in trainer_keys:
-            problems.append(f"{shown}: trl_ds sets {name} from trainer.{name}. Use trainer.{name}={_show(given)} "
+            problems.append(f"{shown}: trl_ds sets {name} from trainer.{name}. Use trainer.{name}={show(given)} "
                             f"instead.")
         elif name in OWNED:
-            use = OWNED[name].format(value=_show(given))
+            use = OWNED[name].format(value=show(given))
             problems.append(f"{shown}: trl_ds sets {name} itself. Use {use} instead.")
         elif name in MAPPED:
             problems.append(f"{shown}: trl_ds reads it as peft.{MAPPED[name]}. Use peft.{MAPPED[name]}="
-                            f"{_show(given)} instead (with peft=lora or peft=qlora).")
+                            f"{show(given)} instead (with peft=lora or peft=qlora).")
         elif name not in fields:
             problems.append(f"{shown}: trainer={trainer} has no argument {name} (checked against {parser})."
                             + _elsewhere(trainer, name) + _closest(name, fields))
@@ -179,17 +180,9 @@ def _closest(name: str, fields) -> str:
     return f" Closest: {', '.join(close)}." if close else ""
 
 
-def _show(x: Any) -> str:
-    if isinstance(x, bool):
-        return str(x).lower()
-    if isinstance(x, (list, tuple)):
-        return f"[{','.join(map(_show, x))}]"
-    return "null" if x is None else str(x)
-
-
 def check_model_arguments(cfg) -> List[str]:
     """ModelConfig's LoRA options that only TRL's get_peft_config reads: with peft=none nothing would."""
     args = cfg.trainer.args or {}
     peft = value(cfg.peft.name)
-    return [f"trainer.args.{name}={_show(args[name])} shapes the LoRA adapters, and peft=none here: nothing would "
+    return [f"trainer.args.{name}={show(args[name])} shapes the LoRA adapters, and peft=none here: nothing would "
             f"read it. Add peft=lora, or remove it." for name in PEFT_ONLY if name in args and peft == "none"]
