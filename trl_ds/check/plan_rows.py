@@ -1,6 +1,6 @@
 """The planner's grid through the launch's own checks: a row stands for the user's config with the row's ZeRO stage,
-offload, ratio, micro-batch, checkpointing, tp and sp sizes, and it is planned only when check/validate.py accepts
-that config. So
+offload, ratio, micro-batch, checkpointing, tp and sp sizes and 16-bit options, and it is planned only when
+check/validate.py accepts that config. So
 neither `trl-ds plan`'s run: line, plan.json's recommendation nor a refusal's "smallest change" names a config the
 launch refuses (one source of truth: the rules themselves, not a copy of them in the planner).
 """
@@ -28,6 +28,7 @@ def apply_setup(cfg, s: Setup) -> None:
     cfg.trainer.gradient_checkpointing = s.gradient_checkpointing
     if (s.tp_size, s.sp_size) != (topology(cfg).tp_size, topology(cfg).sp_size):  # tp=auto / sp=auto rows
         set_sizes(cfg, s.tp_size, s.sp_size)
+    cfg.precision.bf16_master_weights_and_grads, cfg.precision.bf16_optimizer_states = s.bf16_master, s.bf16_states
 
 
 def config_problems(cfg) -> List[str]:
@@ -56,8 +57,8 @@ class RowCheck:
         return not self.problems(s)
 
     def problems(self, s: Setup) -> List[str]:
-        key = (s.tp_size, s.sp_size, s.stage, s.optimizer_offload, s.param_offload, partial_ratio(s),
-               s.sub_group_size, s.micro_batch)
+        key = (s.tp_size, s.sp_size, s.bf16_master, s.bf16_states, s.stage, s.optimizer_offload, s.param_offload,
+               partial_ratio(s), s.sub_group_size, s.micro_batch)
         if key not in self.found:
             apply_setup(self.cfg, s)
             if key[:-1] not in self.rules:

@@ -50,7 +50,7 @@ def plan_config(cfg, base: Setup) -> Tuple[List[Estimate], Estimate, Times]:
     if problems:
         raise ConfigError(problems)
     accepts, ratios = RowCheck(cfg), bool(cfg.offload.get("auto", False))
-    rows = [e for _, _, b in bases(cfg) for e in grid(b, cfg.batch.global_size, accepts, ratios)]  # tp/sp=auto: each
+    rows = [e for b in bases(cfg) for e in grid(b, cfg.batch.global_size, accepts, ratios)]  # tp/sp=auto...: each
     current = estimate(base)
     return rows, current, times_for(cfg, rows + [current])
 

@@ -342,6 +342,8 @@ class PrecisionConfig:
     # (4 B instead of 8; needs bf16_master_weights_and_grads).
     bf16_master_weights_and_grads: bool = False
     bf16_optimizer_states: bool = False
+    # true: auto-fit and the plan grid try the two options above (fp32, bf16 master, both bf16) where bf16 is in force
+    bf16_optimizer_auto: bool = False
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Callable, List, Optional, Tuple
 from trl_ds.config.values import checkpointing, micro_batch
 from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
-from trl_ds.plan.dimensions import SP, TP, auto_groups, bases, set_sizes
+from trl_ds.plan.dimensions import OPT16, SP, TP, auto_groups, bases, opt16_label, set_sizes
 from trl_ds.plan.grid import OFFLOADS, micro_batches, offload_name, setups, with_ratios
 from trl_ds.plan.memory import Estimate, Setup, estimate
 from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio
@@ -28,6 +28,7 @@ from trl_ds.plan.planner import size, speed_key
 from trl_ds.plan.steptime import StepTime, accumulation_for, hardware_from_config, step_time
 
 SHOWN = 5  # candidates printed
+TIE = 0.005  # a runner-up within 0.5 % per sample is called as fast: the tie-break (planner.speed_key) decided
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Candidate:
         parts = [f"zero=stage{s.stage}", f"offload={label(s, offload_name(s))}"]
         parts += [f"tp={s.tp_size}"] if TP in self.auto else []
         parts += [f"sp={s.sp_size}"] if SP in self.auto else []
+        parts += [f"bf16-opt={opt16_label(s)}"] if OPT16 in self.auto else []
         parts += [f"micro={s.micro_batch}"] if MICRO in self.auto else []
         parts += [f"ckpt={'yes' if s.gradient_checkpointing else 'no'}"] if CHECKPOINTING in self.auto else []
         return " ".join(parts)
@@ -76,7 +78,7 @@ def candidates(cfg, auto: Optional[List[str]] = None, accepts: Optional[Callable
     sample) first, those that fit before the rest."""
     auto = auto_choices(cfg) if auto is None else auto
     hw, out = hardware_from_config(cfg), []
-    for _, _, base in bases(cfg):  # one per tp × sp pair tried (tp=auto, sp=auto), else the config's own
+    for base in bases(cfg):  # one per tp × sp pair and 16-bit option tried, else the config's own
         for setup in search(cfg, base, auto):
             if not bf16_allows(setup) or (accepts is not None and not accepts(setup)):  # the check would refuse it
                 continue
@@ -105,8 +107,12 @@ def why(winner: Candidate, ranked: List[Candidate]) -> str:
         saved = {k: other.time.terms[k] - v for k, v in winner.time.terms.items()}
         term = max(saved, key=saved.get)
         gain = 1 - winner.time.per_sample / other.time.per_sample
-        parts.append(f"{gain:.0%} faster than {other.label()}, mostly {term} ({other.time.terms[term]:.3g} s -> "
-                     f"{winner.time.terms[term]:.3g} s)")
+        if gain < TIE:
+            parts.append(f"as fast as {other.label()} by the estimate, and first on the tie-break (fp32 optimizer "
+                         f"side, then less offload, no recomputation, no ZeRO-3, the larger micro-batch)")
+        else:
+            parts.append(f"{gain:.0%} faster than {other.label()}, mostly {term} ({other.time.terms[term]:.3g} s -> "
+                         f"{winner.time.terms[term]:.3g} s)")
     faster = [c.label() for c in ranked if not c.fits and c.time.per_sample < winner.time.per_sample]
     if faster:
         more = f" and {len(faster) - 3} more" if len(faster) > 3 else ""
@@ -117,7 +123,8 @@ def why(winner: Candidate, ranked: List[Candidate]) -> str:
 def differences(a: Setup, b: Setup) -> str:
     """The choices two candidates differ in, `name a vs b`."""
     pairs = {"zero": (a.stage, b.stage), "offload": (label(a, offload_name(a)), label(b, offload_name(b))),
-             "tp": (a.tp_size, b.tp_size), "sp": (a.sp_size, b.sp_size), "micro": (a.micro_batch, b.micro_batch),
+             "tp": (a.tp_size, b.tp_size), "sp": (a.sp_size, b.sp_size), "bf16-opt": (opt16_label(a), opt16_label(b)),
+             "micro": (a.micro_batch, b.micro_batch),
              "ckpt": (a.gradient_checkpointing, b.gradient_checkpointing)}
     return ", ".join(f"{name} {x} vs {y}" for name, (x, y) in pairs.items() if x != y)
 
@@ -156,12 +163,17 @@ def apply(cfg, winner: Candidate) -> None:
     if TP in winner.auto or SP in winner.auto:
         set_sizes(cfg, s.tp_size, s.sp_size)
         cfg.tp.auto = cfg.sp.auto = False
+    if OPT16 in winner.auto:
+        p = cfg.precision
+        p.bf16_master_weights_and_grads, p.bf16_optimizer_states = s.bf16_master, s.bf16_states
+        p.bf16_optimizer_auto = False
 
 
 def row(c: Candidate) -> dict:
     s = c.estimate.setup
     return {"zero_stage": s.stage, "offload": offload_name(s), "offload_ratio": partial_ratio(s),
-            "tp_size": s.tp_size, "sp_size": s.sp_size,
+            "tp_size": s.tp_size, "sp_size": s.sp_size, "bf16_master_weights_and_grads": s.bf16_master,
+            "bf16_optimizer_states": s.bf16_states,
             "micro_batch": s.micro_batch,
             "gradient_checkpointing": s.gradient_checkpointing, "device_total_bytes": c.estimate.device_total,
             "host_total_bytes": c.estimate.host_total, "verdict": c.estimate.verdict,

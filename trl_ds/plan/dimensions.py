@@ -1,20 +1,27 @@
 """The dimensions auto-fit and the plan grid vary beyond stage × offload × checkpointing × micro-batch, when asked:
-the tensor-parallel size (`tp=auto`: none, or AutoTP over 2, 4, ... ranks), the Ulysses size (`sp=auto`) and the
-offload ratio (`offload=auto`). Each tp × sp pair is a base Setup of its own (AutoTP changes the layers a rank holds,
-Ulysses its tokens), counted from a copy of the config with that pair set, as a typed override would set it.
+the tensor-parallel size (`tp=auto`: none, or AutoTP over 2, 4, ... ranks), the Ulysses size (`sp=auto`), the
+offload ratio (`offload=auto`) and, under bf16, 16-bit master weights and optimizer states
+(`precision.bf16_optimizer_auto=true`: fp32 master and moments, bf16 master with fp32 moments, or both bf16; asked
+for apart from the rest since they change the numerics: a bf16 master weight rounds away updates below 2^-8 of it).
+Each tp × sp pair is a base Setup of its own (AutoTP changes the layers a rank holds, Ulysses its tokens), counted
+from a copy of the config with that pair set, as a typed override would set it.
 
 Sizes tried: every divisor of the world from 2 up, within one node (a group across nodes would put each layer's
 collectives on the network). Which of them the launch accepts (heads divisible by tp, no ZeRO-3 under AutoTP, no tp
 with sp, sft only, ...) is the launch's check's answer (trl_ds/check/plan_rows.py RowCheck), never a copy here.
 """
 import copy
-from typing import Iterator, List, Tuple
+from dataclasses import replace
+from typing import Iterator, List
 
 from trl_ds.config.topology import topology
-from trl_ds.config.values import value
+from trl_ds.config.values import dtype, value
 from trl_ds.plan.memory import Setup, setup_from_config
 
-TP, SP = "tp", "sp"  # the auto choices' names (auto-fit's labels and plan.json)
+TP, SP, OPT16 = "tp", "sp", "precision.bf16_optimizer_auto"  # the auto choices' names (labels and plan.json)
+# (bf16_master_weights_and_grads, bf16_optimizer_states) pairs DeepSpeed has (check/deepspeed_features.py)
+OPT16_PAIRS = ((False, False), (True, False), (True, True))
+OPT16_LABELS = {(False, False): "fp32", (True, False): "master", (True, True): "all"}
 
 
 def is_auto(cfg, group: str) -> bool:
@@ -38,10 +45,18 @@ def set_sizes(cfg, tp: int, sp: int) -> None:
         cfg.sp.name, cfg.sp.size = "none", 1
 
 
-def bases(cfg) -> Iterator[Tuple[int, int, Setup]]:
-    """(tp, sp, base Setup) for each pair tried; the config's own Setup when neither group is `auto`."""
+def bases(cfg) -> Iterator[Setup]:
+    """A base Setup for each tp × sp pair and 16-bit option tried; the config's own Setup when none is `auto`."""
+    for base in split_bases(cfg):
+        if opt16_auto(cfg):
+            yield from (replace(base, bf16_master=master, bf16_states=states) for master, states in OPT16_PAIRS)
+        else:
+            yield base
+
+
+def split_bases(cfg) -> Iterator[Setup]:
     if not (is_auto(cfg, TP) or is_auto(cfg, SP)):
-        yield topology(cfg).tp_size, topology(cfg).sp_size, setup_from_config(cfg)
+        yield setup_from_config(cfg)
         return
     for tp in sizes(cfg, TP):
         for sp in sizes(cfg, SP):
@@ -49,9 +64,18 @@ def bases(cfg) -> Iterator[Tuple[int, int, Setup]]:
                 continue  # the check refuses AutoTP with Ulysses; no need to count the pair
             pair = copy.deepcopy(cfg)
             set_sizes(pair, tp, sp)
-            yield tp, sp, setup_from_config(pair)
+            yield setup_from_config(pair)
+
+
+def opt16_auto(cfg) -> bool:
+    """precision.bf16_optimizer_auto=true under bf16 (the options exist only in DeepSpeed's bf16 block)."""
+    return bool(cfg.precision.get("bf16_optimizer_auto", False)) and dtype(cfg) == "bf16"
+
+
+def opt16_label(s: Setup) -> str:
+    return OPT16_LABELS.get((s.bf16_master, s.bf16_states), "states")
 
 
 def auto_groups(cfg) -> List[str]:
-    """tp and sp, where `auto`."""
-    return [group for group in (TP, SP) if is_auto(cfg, group)]
+    """tp, sp and the 16-bit options, where `auto`."""
+    return [group for group in (TP, SP) if is_auto(cfg, group)] + ([OPT16] if opt16_auto(cfg) else [])

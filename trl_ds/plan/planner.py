@@ -17,6 +17,7 @@ from trl_ds.config.schema import PeftConfig
 from trl_ds.config.values import elastic_min_nodes, value
 from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
+from trl_ds.plan.dimensions import opt16_label
 from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups, with_ratios
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
 from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio, ratio_overrides
@@ -27,7 +28,8 @@ from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
 # name -> (offload.optimizer, offload.param), slowest last; the override that selects each
 GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.param=", "offload.ratio=",
              "trainer.gradient_checkpointing=", "trainer.per_device_train_batch_size=", "tp=", "tp.size=", "sp=",
-             "sp.size=")
+             "sp.size=", "precision.bf16_master_weights_and_grads=", "precision.bf16_optimizer_states=",
+             "precision.bf16_optimizer_auto=")
 NOT_FOR_RUNNING = ("dry_run=", "preflight.")  # dropped from the recommended run command
 COLUMNS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
 # The trainer's own columns (trl_ds/plan/trainers.py), shown for the trainers that can hold them; plan.json has all.
@@ -54,10 +56,12 @@ def grid(base: Setup, global_size: Optional[int] = None, accepts: Accepts = None
 
 def speed_key(e: Estimate) -> Tuple:
     """Smaller is expected to be faster: offload traffic first, then recomputation, then ZeRO-3's parameter
-    all-gathers, then a larger micro-batch; stages 0-2 move the same bytes, so the one with most headroom wins."""
+    all-gathers, then a larger micro-batch; stages 0-2 move the same bytes, so the one with most headroom wins.
+    Before all of them, fp32 master weights and moments: a 16-bit option that is not faster changes the numerics
+    for nothing (the step-time model charges Adam the same bytes either way)."""
     s = e.setup
-    return (list(OFFLOADS).index(offload_name(s)), s.gradient_checkpointing, s.stage == 3, -s.micro_batch,
-            e.device_total)
+    return (s.bf16_master + s.bf16_states, list(OFFLOADS).index(offload_name(s)), s.gradient_checkpointing,
+            s.stage == 3, -s.micro_batch, e.device_total)
 
 
 Times = Dict[Setup, StepTime]  # each row's estimated step time (trl_ds/plan/steptime.py)
@@ -109,10 +113,13 @@ def grid_overrides(s: Setup) -> List[str]:
 
 
 def split_overrides(s: Setup) -> List[str]:
-    """tp=autotp tp.size=N and sp=ulysses sp.size=N where a row splits layers or sequences; none at size 1 (the
-    defaults, which also replace a typed tp=auto / sp=auto)."""
+    """tp=autotp tp.size=N and sp=ulysses sp.size=N where a row splits layers or sequences, and the 16-bit options a
+    row has on; none at size 1 or off (the defaults, which also replace a typed tp=auto, sp=auto or
+    precision.bf16_optimizer_auto=true)."""
+    opt16 = (["precision.bf16_master_weights_and_grads=true"] if s.bf16_master else []) + \
+        (["precision.bf16_optimizer_states=true"] if s.bf16_states else [])
     return (["tp=autotp", f"tp.size={s.tp_size}"] if s.tp_size > 1 else []) + \
-        (["sp=ulysses", f"sp.size={s.sp_size}"] if s.sp_size > 1 else [])
+        (["sp=ulysses", f"sp.size={s.sp_size}"] if s.sp_size > 1 else []) + opt16
 
 
 def run_command(s: Setup, user_overrides: Sequence[str]) -> str:
@@ -283,11 +290,13 @@ def table_unit(rows: Sequence[Estimate]) -> Tuple[int, str]:
     return (GiB, "GiB") if max(e.device_total for e in rows) >= GiB else (MiB, "MiB")
 
 
-VARIED = {"tp": lambda s: str(s.tp_size), "sp": lambda s: str(s.sp_size), "ratio": lambda s: f"{partial_ratio(s):g}"}
+VARIED = {"tp": lambda s: str(s.tp_size), "sp": lambda s: str(s.sp_size), "ratio": lambda s: f"{partial_ratio(s):g}",
+          "bf16-opt": opt16_label}
 
 
 def varied(rows: Sequence[Estimate]) -> Dict[str, Callable[[Setup], str]]:
-    """The tp, sp and ratio columns, each where the rows differ in it (tp=auto, sp=auto, offload=auto)."""
+    """The tp, sp, ratio and 16-bit option columns, each where the rows differ in it (tp=auto, sp=auto,
+    offload=auto, precision.bf16_optimizer_auto=true)."""
     return {name: shown for name, shown in VARIED.items() if len({shown(e.setup) for e in rows}) > 1}
 
 
@@ -371,6 +380,7 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, mode
 def summary_line(e: Estimate) -> str:
     s = e.setup
     split = (f" tp={s.tp_size}" if s.tp_size > 1 else "") + (f" sp={s.sp_size}" if s.sp_size > 1 else "")
+    split += f" bf16-opt={opt16_label(s)}" if s.bf16_master or s.bf16_states else ""
     return (f"zero=stage{s.stage} offload={offload_shown(s)}{split} ckpt={'yes' if s.gradient_checkpointing else 'no'} "
             f"micro={s.micro_batch}: {size(e.device_total)} GiB per rank, {size(e.host_total)} GiB host per node, "
             f"{e.verdict}")
