@@ -297,7 +297,10 @@ VARIED = {"tp": lambda s: str(s.tp_size), "sp": lambda s: str(s.sp_size), "ratio
 def varied(rows: Sequence[Estimate]) -> Dict[str, Callable[[Setup], str]]:
     """The tp, sp, ratio and 16-bit option columns, each where the rows differ in it (tp=auto, sp=auto,
     offload=auto, precision.bf16_optimizer_auto=true)."""
-    return {name: shown for name, shown in VARIED.items() if len({shown(e.setup) for e in rows}) > 1}
+    out = {name: shown for name, shown in VARIED.items() if len({shown(e.setup) for e in rows}) > 1}
+    if len({partial_ratio(e.setup) for e in rows} - {1.0}) < 2:  # one typed ratio: shown as opt-cpu@0.5, as before
+        out.pop("ratio", None)
+    return out
 
 
 def render_table(rows: Sequence[Estimate], times: Times) -> str:
