@@ -59,9 +59,7 @@ def split_bases(cfg) -> Iterator[Setup]:
         yield setup_from_config(cfg)
         return
     for tp in sizes(cfg, TP):
-        for sp in sizes(cfg, SP):
-            if tp > 1 and sp > 1:
-                continue  # the check refuses AutoTP with Ulysses; no need to count the pair
+        for sp in sizes(cfg, SP):  # AutoTP with Ulysses too: the launch's check, not this loop, refuses them
             pair = copy.deepcopy(cfg)
             set_sizes(pair, tp, sp)
             yield setup_from_config(pair)
