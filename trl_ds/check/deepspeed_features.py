@@ -47,6 +47,10 @@ def _coarse_split(cfg) -> List[str]:
 
 def check_bf16_options(cfg) -> List[str]:
     p, stage, device = cfg.precision, cfg.zero.stage, offloads(cfg)["optimizer"]
+    if p.get("bf16_optimizer_auto", False) and dtype(cfg) != "bf16":  # under bf16 auto-fit has replaced it
+        return [f"precision.bf16_optimizer_auto=true needs precision=bf16 (precision in force: {dtype(cfg)}): the "
+                f"16-bit optimizer options live in DeepSpeed's bf16 block. Use precision=bf16 on a GPU cluster, or "
+                f"remove precision.bf16_optimizer_auto=true."]
     chosen = [k for k in ("bf16_master_weights_and_grads", "bf16_optimizer_states") if p[k]]
     if not chosen:
         return []

@@ -1,5 +1,6 @@
 """The planner's grid through the launch's own checks: a row stands for the user's config with the row's ZeRO stage,
-offload, ratio, micro-batch and checkpointing, and it is planned only when check/validate.py accepts that config. So
+offload, ratio, micro-batch, checkpointing, tp and sp sizes and 16-bit options, and it is planned only when
+check/validate.py accepts that config. So
 neither `trl-ds plan`'s run: line, plan.json's recommendation nor a refusal's "smallest change" names a config the
 launch refuses (one source of truth: the rules themselves, not a copy of them in the planner).
 """
@@ -8,7 +9,9 @@ from typing import Dict, List, Tuple
 
 from trl_ds.check.deepspeed_rules import deepspeed_problems
 from trl_ds.check.validate import batch_problems, rule_problems
+from trl_ds.config.topology import topology
 from trl_ds.config.values import micro_batch
+from trl_ds.plan.dimensions import set_sizes
 from trl_ds.plan.memory import Setup
 from trl_ds.plan.optimizer_places import partial_ratio
 
@@ -23,6 +26,9 @@ def apply_setup(cfg, s: Setup) -> None:
     cfg.zero.sub_group_size = s.sub_group_size
     cfg.trainer.per_device_train_batch_size = s.micro_batch
     cfg.trainer.gradient_checkpointing = s.gradient_checkpointing
+    if (s.tp_size, s.sp_size) != (topology(cfg).tp_size, topology(cfg).sp_size):  # tp=auto / sp=auto rows
+        set_sizes(cfg, s.tp_size, s.sp_size)
+    cfg.precision.bf16_master_weights_and_grads, cfg.precision.bf16_optimizer_states = s.bf16_master, s.bf16_states
 
 
 def config_problems(cfg) -> List[str]:
@@ -39,8 +45,8 @@ def config_problems(cfg) -> List[str]:
 
 class RowCheck:
     """`accepts(setup)`: whether the launch's check (dry-run level: no run dir, nothing of this machine) accepts the
-    config `setup` stands for. The rules run once per stage × offload × ratio (no rule reads the micro-batch or
-    checkpointing), the batch rules and DeepSpeed's verdict once per micro-batch too."""
+    config `setup` stands for. The rules run once per tp × sp × stage × offload × ratio (no rule reads the micro-batch
+    or checkpointing), the batch rules and DeepSpeed's verdict once per micro-batch too."""
 
     def __init__(self, cfg):
         self.cfg = copy.deepcopy(cfg)  # the caller's config is left as it is
@@ -51,7 +57,8 @@ class RowCheck:
         return not self.problems(s)
 
     def problems(self, s: Setup) -> List[str]:
-        key = (s.stage, s.optimizer_offload, s.param_offload, partial_ratio(s), s.sub_group_size, s.micro_batch)
+        key = (s.tp_size, s.sp_size, s.bf16_master, s.bf16_states, s.stage, s.optimizer_offload, s.param_offload,
+               partial_ratio(s), s.sub_group_size, s.micro_batch)
         if key not in self.found:
             apply_setup(self.cfg, s)
             if key[:-1] not in self.rules:

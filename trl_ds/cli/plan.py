@@ -13,9 +13,11 @@
     trl-ds plan --plot plan.png model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24
 
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
-micro-batch around it. The config goes through the launch's own check first (a config the launch refuses is refused
-here, with the same lines and exit code 2), and so does every row: the table, the recommendation and its run: line
-hold only configs the launch accepts (trl_ds/check/plan_rows.py), and so do --need's and --plot's.
+micro-batch around it, and with tp=auto / sp=auto / offload=auto the tp size, the sp size and the partial offload
+ratios too (each a column of the table where the rows differ in it). The config goes through the launch's own
+check first (a config the launch refuses is refused here, with the same lines and exit code 2), and so does every
+row: the table, the recommendation and its run: line hold only configs the launch accepts
+(trl_ds/check/plan_rows.py), and so do --need's and --plot's.
 """
 import json
 import sys
@@ -25,6 +27,7 @@ from trl_ds.check.plan_rows import RowCheck, config_problems
 from trl_ds.config.model_source import display_name
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan import need as need_mod
+from trl_ds.plan.dimensions import bases
 from trl_ds.plan.memory import Estimate, Setup, estimate
 from trl_ds.plan.params import describe_count
 from trl_ds.plan.planner import Times, as_json, by_time, grid, load, recommend, render, times_for
@@ -46,7 +49,9 @@ def plan_config(cfg, base: Setup) -> Tuple[List[Estimate], Estimate, Times]:
     problems = config_problems(cfg)
     if problems:
         raise ConfigError(problems)
-    rows, current = grid(base, cfg.batch.global_size, RowCheck(cfg)), estimate(base)
+    accepts, ratios = RowCheck(cfg), bool(cfg.offload.get("auto", False))
+    rows = [e for b in bases(cfg) for e in grid(b, cfg.batch.global_size, accepts, ratios)]  # tp/sp=auto...: each
+    current = estimate(base)
     return rows, current, times_for(cfg, rows + [current])
 
 

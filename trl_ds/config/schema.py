@@ -304,6 +304,7 @@ class SequenceParallelConfig:
     """sp=ulysses: ranks that share one sequence, each holding size-th of its tokens (attention all-to-all)."""
     name: SequenceParallelName = SequenceParallelName.none
     size: int = 1  # ranks per sequence-parallel group; the data-parallel world is world / size
+    auto: bool = False  # sp=auto: trl_ds.plan.autofit tries none and each size that divides the world in a node
     attn_implementation: str = "sdpa"  # sdpa, flash_attention_2 or flash_attention_3 (eager is not supported)
 
 
@@ -312,6 +313,7 @@ class TensorParallelConfig:
     """tp=autotp: ranks that split each layer's attention and MLP weights (trl_ds/check/tensor_parallel.py)."""
     name: TensorParallelName = TensorParallelName.none
     size: int = 1  # ranks per tensor-parallel group (DeepSpeed's autotp_size); data-parallel world / size
+    auto: bool = False  # tp=auto: trl_ds.plan.autofit tries none and each size that divides the world in a node
 
 
 @dataclass
@@ -340,6 +342,8 @@ class PrecisionConfig:
     # (4 B instead of 8; needs bf16_master_weights_and_grads).
     bf16_master_weights_and_grads: bool = False
     bf16_optimizer_states: bool = False
+    # true: auto-fit and the plan grid try the two options above (fp32, bf16 master, both bf16) where bf16 is in force
+    bf16_optimizer_auto: bool = False
 
 
 @dataclass

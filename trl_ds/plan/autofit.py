@@ -5,28 +5,32 @@ says fit, then carry on exactly as if the user had typed it.
     python -m trl_ds model=llama3-70b cluster=1x8 zero=auto offload=auto dry_run=true
 
 Candidates are the planner's valid ZeRO stage × offload pairs, × its micro-batches that divide batch.global_size
-over the data-parallel ranks, × checkpointing off/on; only the `auto` choices vary. A micro-batch chosen this way
-holds the global batch fixed, so it needs batch.global_size. Memory: trl_ds/plan/memory.py; time:
-trl_ds/plan/steptime.py. Ties are broken by the planner's speed heuristic, then by the candidate's order, so the choice
-is deterministic.
+over the data-parallel ranks, × checkpointing off/on, × the tp and sp sizes and 16-bit optimizer options of
+`tp=auto`, `sp=auto` and `precision.bf16_optimizer_auto=true` (trl_ds/plan/dimensions.py); only the `auto` choices
+vary. The text names the runner-up and, under tp/sp=auto, the fastest at another size, each against the winner.
+A micro-batch chosen this way holds the global batch fixed, so it needs batch.global_size. Memory:
+trl_ds/plan/memory.py; time: trl_ds/plan/steptime.py. Ties are broken by the planner's speed heuristic, then by the
+candidate's order, so the choice is deterministic.
 
 With `offload=auto` at ZeRO-3, CPU optimizer offload is also tried as a partial offload (offload.ratio in
 optimizer_places.RATIOS, with zero.sub_group_size set to about ten sub-groups per rank so the split is close to the
 ratio): when the GPU has room for part of the optimizer, the device steps that part at HBM speed instead of CPU Adam's.
 """
 from dataclasses import dataclass, replace
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from trl_ds.config.values import checkpointing, micro_batch
 from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
-from trl_ds.plan.grid import OFFLOADS, micro_batches, offload_name, setups
-from trl_ds.plan.memory import Estimate, Setup, estimate, setup_from_config
-from trl_ds.plan.optimizer_places import RATIOS, auto_sub_group_size, bf16_allows, label, partial_ratio
+from trl_ds.plan.dimensions import OPT16, SP, TP, auto_groups, bases, opt16_label, set_sizes
+from trl_ds.plan.grid import OFFLOADS, micro_batches, offload_name, setups, with_ratios
+from trl_ds.plan.memory import Estimate, Setup, estimate
+from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio
 from trl_ds.plan.planner import size, speed_key
 from trl_ds.plan.steptime import StepTime, accumulation_for, hardware_from_config, step_time
 
 SHOWN = 5  # candidates printed
+TIE = 0.005  # a runner-up within 0.5 % per sample is called as fast: the tie-break (planner.speed_key) decided
 
 
 @dataclass
@@ -42,6 +46,9 @@ class Candidate:
     def label(self) -> str:
         s = self.estimate.setup
         parts = [f"zero=stage{s.stage}", f"offload={label(s, offload_name(s))}"]
+        parts += [f"tp={s.tp_size}"] if TP in self.auto else []
+        parts += [f"sp={s.sp_size}"] if SP in self.auto else []
+        parts += [f"bf16-opt={opt16_label(s)}"] if OPT16 in self.auto else []
         parts += [f"micro={s.micro_batch}"] if MICRO in self.auto else []
         parts += [f"ckpt={'yes' if s.gradient_checkpointing else 'no'}"] if CHECKPOINTING in self.auto else []
         return " ".join(parts)
@@ -54,7 +61,7 @@ def auto_choices(cfg) -> List[str]:
     """The overrides left `auto`, in the order they are reported."""
     flags = {"zero": cfg.zero.get("auto", False), "offload": cfg.offload.get("auto", False),
              MICRO: micro_batch(cfg) is None, CHECKPOINTING: checkpointing(cfg) is None}
-    return [name for name, is_auto in flags.items() if is_auto]
+    return [name for name, is_auto in flags.items() if is_auto] + auto_groups(cfg)
 
 
 def check_micro_auto(cfg) -> None:
@@ -72,34 +79,25 @@ def candidates(cfg, auto: Optional[List[str]] = None, accepts: Optional[Callable
     """Every valid combination the `auto` choices allow (and `accepts`, the launch's check, accepts), fastest (per
     sample) first, those that fit before the rest."""
     auto = auto_choices(cfg) if auto is None else auto
-    base = setup_from_config(cfg)
+    hw, out = hardware_from_config(cfg), []
+    for base in bases(cfg):  # one per tp × sp pair and 16-bit option tried, else the config's own
+        for setup in search(cfg, base, auto):
+            if not bf16_allows(setup) or (accepts is not None and not accepts(setup)):  # the check would refuse it
+                continue
+            e = estimate(setup)
+            accumulation = accumulation_for(setup, cfg.batch.global_size, cfg.trainer.gradient_accumulation_steps)
+            out.append(Candidate(e, step_time(setup, hw, accumulation), tuple(auto)))
+    return sorted(out, key=lambda c: (not c.fits, c.time.per_sample, speed_key(c.estimate)))
+
+
+def search(cfg, base: Setup, auto: List[str]):
+    """The grid points around `base` that the `auto` choices vary."""
     stages = range(4) if "zero" in auto else [base.stage]
     names = list(OFFLOADS) if "offload" in auto else [offload_name(base)]
     micros = micro_batches(base, cfg.batch.global_size) if MICRO in auto else [base.micro_batch]
     ckpts = (False, True) if CHECKPOINTING in auto else (base.gradient_checkpointing,)
-    hw = hardware_from_config(cfg)
-    out = []
     grid = setups(base, micros, stages=stages, offloads=names, checkpointing=ckpts)
-    for setup in (with_ratios(grid) if "offload" in auto else grid):
-        if not bf16_allows(setup) or (accepts is not None and not accepts(setup)):  # the check would refuse it
-            continue
-        e = estimate(setup)
-        accumulation = accumulation_for(setup, cfg.batch.global_size, cfg.trainer.gradient_accumulation_steps)
-        out.append(Candidate(e, step_time(setup, hw, accumulation), tuple(auto)))
-    return sorted(out, key=lambda c: (not c.fits, c.time.per_sample, speed_key(c.estimate)))
-
-
-def with_ratios(grid):
-    """Each ZeRO-3 optimizer-only CPU offload, then the same with each partial ratio."""
-    for setup in grid:
-        yield setup
-        if setup.stage == 3 and (setup.optimizer_offload, setup.param_offload) == ("cpu", "none"):
-            for ratio in RATIOS:
-                yield partial(setup, ratio)
-
-
-def partial(setup: Setup, ratio: float) -> Setup:
-    return replace(setup, offload_ratio=ratio, sub_group_size=auto_sub_group_size(setup))
+    return with_ratios(grid) if "offload" in auto else grid
 
 
 def why(winner: Candidate, ranked: List[Candidate]) -> str:
@@ -111,13 +109,47 @@ def why(winner: Candidate, ranked: List[Candidate]) -> str:
         saved = {k: other.time.terms[k] - v for k, v in winner.time.terms.items()}
         term = max(saved, key=saved.get)
         gain = 1 - winner.time.per_sample / other.time.per_sample
-        parts.append(f"{gain:.0%} faster than {other.label()}, mostly {term} ({other.time.terms[term]:.3g} s -> "
-                     f"{winner.time.terms[term]:.3g} s)")
+        if gain < TIE:
+            parts.append(f"as fast as {other.label()} by the estimate, and first on the tie-break (fp32 optimizer "
+                         f"side, then less offload, no recomputation, no ZeRO-3, the larger micro-batch)")
+        else:
+            parts.append(f"{gain:.0%} faster than {other.label()}, mostly {term} ({other.time.terms[term]:.3g} s -> "
+                         f"{winner.time.terms[term]:.3g} s)")
     faster = [c.label() for c in ranked if not c.fits and c.time.per_sample < winner.time.per_sample]
     if faster:
         more = f" and {len(faster) - 3} more" if len(faster) > 3 else ""
         parts.append(f"faster but does not fit: {', '.join(faster[:3])}{more}")
     return "; ".join(parts)
+
+
+def differences(a: Setup, b: Setup) -> str:
+    """The choices two candidates differ in, `name a vs b`."""
+    pairs = {"zero": (a.stage, b.stage), "offload": (label(a, offload_name(a)), label(b, offload_name(b))),
+             "tp": (a.tp_size, b.tp_size), "sp": (a.sp_size, b.sp_size), "bf16-opt": (opt16_label(a), opt16_label(b)),
+             "micro": (a.micro_batch, b.micro_batch),
+             "ckpt": (a.gradient_checkpointing, b.gradient_checkpointing)}
+    return ", ".join(f"{name} {x} vs {y}" for name, (x, y) in pairs.items() if x != y)
+
+
+def rivals(winner: Candidate, ranked: List[Candidate]) -> List[Tuple[str, Candidate]]:
+    """The runner-up that fits and, for tp=auto / sp=auto, the fastest that fits at another size than the
+    winner's (so a split is shown against the best without it, and the other way round)."""
+    fitting = [c for c in ranked if c.fits]
+    out = [("runner-up", fitting[1])] if len(fitting) > 1 else []
+    s = winner.estimate.setup
+    for group, size_of in ((TP, "tp_size"), (SP, "sp_size")):
+        other = next((c for c in fitting if getattr(c.estimate.setup, size_of) != getattr(s, size_of)), None)
+        if group in winner.auto and other is not None and all(other is not c for _, c in out):
+            out.append((f"fastest at another {group} size", other))
+    return out
+
+
+def versus(winner: Candidate, ranked: List[Candidate]) -> List[str]:
+    """One line per rival: its time and memory against the winner's, and what differs."""
+    w = winner.estimate
+    return [f"{name}: {c.label()}: {c.time.seconds:.3g} s/step ({c.time.per_sample / winner.time.per_sample - 1:+.0%}"
+            f" per sample), {size(c.estimate.device_total)} vs {size(w.device_total)} GiB per rank; "
+            f"{differences(c.estimate.setup, w.setup)}" for name, c in rivals(winner, ranked)]
 
 
 def apply(cfg, winner: Candidate) -> None:
@@ -130,11 +162,20 @@ def apply(cfg, winner: Candidate) -> None:
         cfg.zero.sub_group_size = s.sub_group_size
     cfg.trainer.per_device_train_batch_size = s.micro_batch
     cfg.trainer.gradient_checkpointing = s.gradient_checkpointing
+    if TP in winner.auto or SP in winner.auto:
+        set_sizes(cfg, s.tp_size, s.sp_size)
+        cfg.tp.auto = cfg.sp.auto = False
+    if OPT16 in winner.auto:
+        p = cfg.precision
+        p.bf16_master_weights_and_grads, p.bf16_optimizer_states = s.bf16_master, s.bf16_states
+        p.bf16_optimizer_auto = False
 
 
 def row(c: Candidate) -> dict:
     s = c.estimate.setup
     return {"zero_stage": s.stage, "offload": offload_name(s), "offload_ratio": partial_ratio(s),
+            "tp_size": s.tp_size, "sp_size": s.sp_size, "bf16_master_weights_and_grads": s.bf16_master,
+            "bf16_optimizer_states": s.bf16_states,
             "micro_batch": s.micro_batch,
             "gradient_checkpointing": s.gradient_checkpointing, "device_total_bytes": c.estimate.device_total,
             "host_total_bytes": c.estimate.host_total, "verdict": c.estimate.verdict,
@@ -147,7 +188,7 @@ def render(ranked: List[Candidate], winner: Candidate, reason: str) -> str:
     for i, c in enumerate(ranked[:SHOWN], 1):
         lines.append(f"  {i}. {c.label():<{width}} {size(c.estimate.device_total):>7} {size(c.estimate.host_total):>7} "
                      f"{c.time.seconds:>9.3g}  {c.estimate.verdict}")
-    lines += [f"  chosen: {winner.label()}", f"  why: {reason}"]
+    lines += [f"  chosen: {winner.label()}", f"  why: {reason}", *(f"  {line}" for line in versus(winner, ranked))]
     return "\n".join(lines)
 
 
@@ -185,5 +226,6 @@ def resolve(cfg, check: Optional[Callable] = None) -> Optional[dict]:
     winner = ranked[0]
     reason = why(winner, ranked)
     apply(cfg, winner)
-    return {"choices": auto, "winner": row(winner), "reason": reason, "ranking": [row(c) for c in ranked],
+    return {"choices": auto, "winner": row(winner), "reason": reason, "versus": versus(winner, ranked),
+            "ranking": [row(c) for c in ranked],
             "text": render(ranked, winner, reason)}

@@ -1,4 +1,5 @@
-"""The grid of training configurations: ZeRO stage × offload × micro-batch × gradient checkpointing.
+"""The grid of training configurations: ZeRO stage × offload × micro-batch × gradient checkpointing, and the
+partial offload ratios (offload=auto).
 
 The planner tabulates all of it; auto-fit searches the part its `auto` choices leave open. Both skip what the
 checks would reject (config/zero_offload.py).
@@ -8,6 +9,7 @@ from typing import Iterable, Iterator, List, Optional
 
 from trl_ds.config.zero_offload import zero_offload_problems
 from trl_ds.plan.memory import Setup
+from trl_ds.plan.optimizer_places import RATIOS, auto_sub_group_size
 
 # The offload settings the grid tries, by the name the planner shows: (optimizer device, parameter device).
 OFFLOADS = {"none": ("none", "none"), "opt-cpu": ("cpu", "none"), "opt+param-cpu": ("cpu", "cpu"),
@@ -52,3 +54,16 @@ def setups(base: Setup, micros: Iterable[int], stages: Iterable[int] = STAGES, o
                 for micro in micros:
                     yield replace(base, stage=stage, optimizer_offload=optimizer, param_offload=param,
                                   gradient_checkpointing=ckpt, micro_batch=micro)
+
+
+def with_ratios(grid: Iterable[Setup]) -> Iterator[Setup]:
+    """Each ZeRO-3 optimizer-only CPU offload, then the same with each partial ratio (offload=auto)."""
+    for setup in grid:
+        yield setup
+        if setup.stage == 3 and (setup.optimizer_offload, setup.param_offload) == ("cpu", "none"):
+            for ratio in RATIOS:
+                yield partial(setup, ratio)
+
+
+def partial(setup: Setup, ratio: float) -> Setup:
+    return replace(setup, offload_ratio=ratio, sub_group_size=auto_sub_group_size(setup))

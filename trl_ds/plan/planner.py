@@ -17,7 +17,8 @@ from trl_ds.config.schema import PeftConfig
 from trl_ds.config.values import elastic_min_nodes, value
 from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
-from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups
+from trl_ds.plan.dimensions import opt16_label
+from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups, with_ratios
 from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
 from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio, ratio_overrides
 from trl_ds.plan.params import describe_count, linear_shapes
@@ -26,7 +27,9 @@ from trl_ds.plan.steptime import StepTime, hardware_from_config, time_rows
 
 # name -> (offload.optimizer, offload.param), slowest last; the override that selects each
 GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.param=", "offload.ratio=",
-             "trainer.gradient_checkpointing=", "trainer.per_device_train_batch_size=")
+             "trainer.gradient_checkpointing=", "trainer.per_device_train_batch_size=", "tp=", "tp.size=", "sp=",
+             "sp.size=", "precision.bf16_master_weights_and_grads=", "precision.bf16_optimizer_states=",
+             "precision.bf16_optimizer_auto=")
 NOT_FOR_RUNNING = ("dry_run=", "preflight.")  # dropped from the recommended run command
 COLUMNS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
 # The trainer's own columns (trl_ds/plan/trainers.py), shown for the trainers that can hold them; plan.json has all.
@@ -41,19 +44,24 @@ def columns(s: Setup) -> Tuple[str, ...]:
 Accepts = Optional[Callable[[Setup], bool]]  # the launch's check of a row (trl_ds/check/plan_rows.py RowCheck)
 
 
-def grid(base: Setup, global_size: Optional[int] = None, accepts: Accepts = None) -> List[Estimate]:
-    """Every valid stage × offload × checkpointing × micro-batch around `base`, estimated (those DeepSpeed accepts
-    with the bf16 options in force, and those `accepts`, the launch's check, accepts)."""
-    return [estimate(s) for s in setups(base, micro_batches(base, global_size))
+def grid(base: Setup, global_size: Optional[int] = None, accepts: Accepts = None, ratios: bool = False
+         ) -> List[Estimate]:
+    """Every valid stage × offload × checkpointing × micro-batch around `base` (× the partial offload ratios with
+    `ratios`, as offload=auto tries them), estimated: those DeepSpeed accepts with the bf16 options in force, and
+    those `accepts`, the launch's check, accepts."""
+    points = setups(base, micro_batches(base, global_size))
+    return [estimate(s) for s in (with_ratios(points) if ratios else points)
             if bf16_allows(s) and (accepts is None or accepts(s))]
 
 
 def speed_key(e: Estimate) -> Tuple:
     """Smaller is expected to be faster: offload traffic first, then recomputation, then ZeRO-3's parameter
-    all-gathers, then a larger micro-batch; stages 0-2 move the same bytes, so the one with most headroom wins."""
+    all-gathers, then a larger micro-batch; stages 0-2 move the same bytes, so the one with most headroom wins.
+    Before all of them, fp32 master weights and moments: a 16-bit option that is not faster changes the numerics
+    for nothing (the step-time model charges Adam the same bytes either way)."""
     s = e.setup
-    return (list(OFFLOADS).index(offload_name(s)), s.gradient_checkpointing, s.stage == 3, -s.micro_batch,
-            e.device_total)
+    return (s.bf16_master + s.bf16_states, list(OFFLOADS).index(offload_name(s)), s.gradient_checkpointing,
+            s.stage == 3, -s.micro_batch, e.device_total)
 
 
 Times = Dict[Setup, StepTime]  # each row's estimated step time (trl_ds/plan/steptime.py)
@@ -101,7 +109,17 @@ def time_reason(best: Estimate, rows: Sequence[Estimate], times: Times) -> str:
 def grid_overrides(s: Setup) -> List[str]:
     return [f"zero=stage{s.stage}", *OFFLOAD_OVERRIDES[offload_name(s)], *ratio_overrides(s),
             f"trainer.gradient_checkpointing={str(s.gradient_checkpointing).lower()}",
-            f"trainer.per_device_train_batch_size={s.micro_batch}"]
+            f"trainer.per_device_train_batch_size={s.micro_batch}", *split_overrides(s)]
+
+
+def split_overrides(s: Setup) -> List[str]:
+    """tp=autotp tp.size=N and sp=ulysses sp.size=N where a row splits layers or sequences, and the 16-bit options a
+    row has on; none at size 1 or off (the defaults, which also replace a typed tp=auto, sp=auto or
+    precision.bf16_optimizer_auto=true)."""
+    opt16 = (["precision.bf16_master_weights_and_grads=true"] if s.bf16_master else []) + \
+        (["precision.bf16_optimizer_states=true"] if s.bf16_states else [])
+    return (["tp=autotp", f"tp.size={s.tp_size}"] if s.tp_size > 1 else []) + \
+        (["sp=ulysses", f"sp.size={s.sp_size}"] if s.sp_size > 1 else []) + opt16
 
 
 def run_command(s: Setup, user_overrides: Sequence[str]) -> str:
@@ -272,11 +290,26 @@ def table_unit(rows: Sequence[Estimate]) -> Tuple[int, str]:
     return (GiB, "GiB") if max(e.device_total for e in rows) >= GiB else (MiB, "MiB")
 
 
+VARIED = {"tp": lambda s: str(s.tp_size), "sp": lambda s: str(s.sp_size), "ratio": lambda s: f"{partial_ratio(s):g}",
+          "bf16-opt": opt16_label}
+
+
+def varied(rows: Sequence[Estimate]) -> Dict[str, Callable[[Setup], str]]:
+    """The tp, sp, ratio and 16-bit option columns, each where the rows differ in it (tp=auto, sp=auto,
+    offload=auto, precision.bf16_optimizer_auto=true)."""
+    out = {name: shown for name, shown in VARIED.items() if len({shown(e.setup) for e in rows}) > 1}
+    if len({partial_ratio(e.setup) for e in rows} - {1.0}) < 2:  # one typed ratio: shown as opt-cpu@0.5, as before
+        out.pop("ratio", None)
+    return out
+
+
 def render_table(rows: Sequence[Estimate], times: Times) -> str:
-    unit, shown = table_unit(rows)[0], columns(rows[0].setup)
-    head = ["zero", "offload", "ckpt", "micro", *shown, "per-rank", "host/node", "nvme/node", "s/step", "s/sample",
-            "verdict"]
-    lines = [[str(e.setup.stage), offload_shown(e.setup), "yes" if e.setup.gradient_checkpointing else "no",
+    unit, shown, extra = table_unit(rows)[0], columns(rows[0].setup), varied(rows)
+    offload = offload_name if "ratio" in extra else offload_shown  # the ratio has its own column
+    head = ["zero", "offload", *extra, "ckpt", "micro", *shown, "per-rank", "host/node", "nvme/node", "s/step",
+            "s/sample", "verdict"]
+    lines = [[str(e.setup.stage), offload(e.setup), *(f(e.setup) for f in extra.values()),
+              "yes" if e.setup.gradient_checkpointing else "no",
               str(e.setup.micro_batch), *(size(e.device[k], unit) for k in shown), size(e.device_total, unit),
               size(e.host_total, unit), size(e.nvme, unit), seconds(times[e.setup]),
               f"{times[e.setup].per_sample:.3g}", e.verdict] for e in rows]
@@ -349,7 +382,9 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, mode
 
 def summary_line(e: Estimate) -> str:
     s = e.setup
-    return (f"zero=stage{s.stage} offload={offload_shown(s)} ckpt={'yes' if s.gradient_checkpointing else 'no'} "
+    split = (f" tp={s.tp_size}" if s.tp_size > 1 else "") + (f" sp={s.sp_size}" if s.sp_size > 1 else "")
+    split += f" bf16-opt={opt16_label(s)}" if s.bf16_master or s.bf16_states else ""
+    return (f"zero=stage{s.stage} offload={offload_shown(s)}{split} ckpt={'yes' if s.gradient_checkpointing else 'no'} "
             f"micro={s.micro_batch}: {size(e.device_total)} GiB per rank, {size(e.host_total)} GiB host per node, "
             f"{e.verdict}")
 
@@ -406,7 +441,8 @@ def trainer_json(s: Setup) -> dict:
 def row_json(e: Estimate, times: Times) -> dict:
     s, t = e.setup, times[e.setup]
     return {"zero_stage": s.stage, "offload": offload_name(s), "offload_optimizer": s.optimizer_offload,
-            "offload_param": s.param_offload, "offload_ratio": partial_ratio(s),
+            "offload_param": s.param_offload, "offload_ratio": partial_ratio(s), "tp_size": s.tp_size,
+            "sp_size": s.sp_size,
             "precision": {"bf16_master_weights_and_grads": s.bf16_master, "bf16_optimizer_states": s.bf16_states},
             "gradient_checkpointing": s.gradient_checkpointing,
             "micro_batch": s.micro_batch, "device_bytes": dict(e.device), "device_total_bytes": e.device_total,

@@ -24,7 +24,8 @@ Terms per optimizer step, each in `StepTime.terms`:
   α-β model); ZeRO-3 issues three per gathered module per micro-step. Overlap: with overlap_comm DeepSpeed hides
   stage 2's reductions behind backward and stage 3's prefetched gathers behind the whole micro-step, up to
   comm_overlap of them (zero/stage_1_and_2.py IPG buckets, zero/partitioned_param_coordinator.py prefetch).
-  Gradients and updated parameters are Ψ_t (trainable); ZeRO-3's parameter gathers move all Ψ.
+  Gradients and updated parameters are Ψ_t (trainable); ZeRO-3's parameter gathers move all Ψ. AutoTP's all-reduces
+  (plan/tensor_parallel.py) and Ulysses' all-to-alls (plan/sequence_parallel.py) are added, unhidden.
 - optimizer: on the device, Adam streams 28 B per parameter of its partition (fp32 param, grad, two moments read;
   param and moments written) over hbm_gbps; offloaded, DeepSpeedCPUAdam updates the node's partition (Ψ / nodes) at
   cpu_adam_mparams_per_s (Ψ_t / nodes; ZeRO-Offload, Ren et al. 2021, sec. 4.2); a partial offload (offload.ratio)
@@ -74,6 +75,7 @@ from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
 from trl_ds.plan.memory import Setup
 from trl_ds.plan.optimizer_places import offloaded_fraction
+from trl_ds.plan.sequence_parallel import all_to_all_seconds
 from trl_ds.plan.tensor_parallel import allreduce_seconds
 
 ADAM_BYTES_PER_PARAM = 28  # fp32 param, grad, exp_avg, exp_avg_sq read; param and both moments written
@@ -264,10 +266,17 @@ def tensor_parallel_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
                                             hw.collective_latency_us or 0.0)
 
 
+def sequence_parallel_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
+    """sp=ulysses's all-to-alls (trl_ds/plan/sequence_parallel.py), within a node unless the group spans nodes."""
+    gbps = hw.intra_node_gbps if s.sp_size <= s.gpus_per_node else hw.inter_node_gbps
+    return accumulation * all_to_all_seconds(s.arch, s.sp_size, s.tokens, s.width, s.gradient_checkpointing, gbps,
+                                             hw.collective_latency_us or 0.0)
+
+
 def step_time(s: Setup, hw: Hardware, accumulation: int = 1) -> StepTime:
     compute = compute_seconds(s, hw, accumulation)
     terms = {"compute": compute, "communication": communication_seconds(s, hw, accumulation, compute)
-             + tensor_parallel_seconds(s, hw, accumulation),
+             + tensor_parallel_seconds(s, hw, accumulation) + sequence_parallel_seconds(s, hw, accumulation),
              "optimizer": optimizer_seconds(s, hw), "offload": offload_seconds(s, hw, accumulation),
              "zero": zero_seconds(s, hw, accumulation), "overhead": accumulation * hw.micro_step_overhead_ms * 1e-3,
              "reference": reference_seconds(s, hw, accumulation),
