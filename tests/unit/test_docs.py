@@ -95,13 +95,15 @@ def test_readme_memory_study_arithmetic(tmp_path, stage, bytes_per_param):
 
 def documented_launches():
     """`python -m trl_ds ...` lines in the pages' code blocks that are not samples: the commands users copy.
-    Left out: sweeps (-m), lines continued or holding placeholders (<...>, $VAR, N, the reader's paths and recipes)."""
+    Left out: sweeps (-m), lines continued or holding placeholders (<...>, $VAR, N, the reader's paths), and the files
+    a user brings (recipes, DeepSpeed JSONs, accelerate configs: tests/unit/test_deepspeed_json.py and its siblings)."""
     found = []
     for page in render_docs.pages():
         text = render_docs.MARKER.sub("", page.read_text())
         for line in re.findall(r"^(?:    )?(python -m trl_ds [^#\n]*)", text, flags=re.M):
             line = line.strip()
-            reader_specific = r" -m |\\$|<|\$|=N\b|/models/|/local_nvme|dry_run=|from_trl_config="
+            reader_specific = (r" -m |\\$|<|\$|=N\b|/models/|/local_nvme|dry_run=|from_trl_config=|from_file=|"
+                               r"from_accelerate=")
             if not re.search(reader_specific, line[len("python -m trl_ds"):]):
                 found.append((page.relative_to(REPO), line))
     return found
