@@ -19,12 +19,23 @@ from trl_ds.config.compose import compose
 from trl_ds.errors import ConfigError
 
 IMPORTED = Path(__file__).resolve().parents[1] / "data" / "imported"
-JSONS = sorted(p.name for p in IMPORTED.glob("*.json"))
+# Files refused before launch, each pinned with its exact lines (test_llamafactory_alst_..., test_llamafactory_fp8_...).
+REFUSED = {"llamafactory_ds_z3_alst_config.json", "llamafactory_ds_z3_fp8_config.json"}
+JSONS = sorted(p.name for p in IMPORTED.glob("*.json") if p.name not in REFUSED)
+# Files that fix bf16 on: trl_ds trains CPU ranks in fp32, so these resolve on an 8-GPU node (cluster=1x8).
+GPU_ONLY = {n for n in JSONS if json.loads((IMPORTED / n).read_text()).get("bf16", {}).get("enabled") is True}
 TINY_HIDDEN = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf/model/tiny.yaml").read_text())["hidden_size"]
 # Where trl_ds's ds_config.json differs from transformers' on purpose (docs/interop.md, "Deliberate differences").
 DELIBERATE = {
     "scheduler": "trl_ds writes no scheduler block: transformers builds trainer.lr_scheduler_type's scheduler",
     "optimizer.params.torch_adam": "trl_ds picks torch's AdamW on CPU ranks without offload (FusedAdam cannot build)",
+    "train_batch_size (tp)": "with tensor_parallel trl_ds writes none: transformers fills micro × accumulation × the "
+                             "whole world, DeepSpeed divides the world by autotp_size (docs/parallelism.md)",
+    "zero_optimization (stage 3)": "allgather_bucket_size and round_robin_gradients: DeepSpeed's engine passes them "
+                                   "to the stage 1/2 optimizer only (runtime/engine.py); trl_ds writes none at stage 3",
+    "zero_optimization (tp)": "stage3_gather_16bit_weights_on_model_save: true with tensor_parallel at any stage, so "
+                              "accelerate gathers the TP shards into final_model/ (docs/parallelism.md)",
+    "_comment": "a comment: DeepSpeed reads no key starting with _; trl_ds writes none",
     "zero_optimization (stage 0)": "DeepSpeed reads no ZeRO key but stage at stage 0; trl_ds writes none",
     "fp16 (off)": "the loss-scaling keys of a disabled fp16 block: DeepSpeed reads none of them, trl_ds writes "
                   "{\"enabled\": false} only",
@@ -77,11 +88,20 @@ def flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
+STAGE12 = ("allgather_bucket_size", "round_robin_gradients")
+
+
 def deliberate(key: str, theirs: dict) -> bool:
     if key.startswith("fp16.") and key != "fp16.enabled" and not theirs["fp16"]["enabled"]:
         return True  # DELIBERATE["fp16 (off)"]
     if key.startswith("zero_optimization.") and theirs["zero_optimization"]["stage"] == 0:
         return key != "zero_optimization.stage"  # DELIBERATE["zero_optimization (stage 0)"]
+    if key.startswith("_"):
+        return True  # DELIBERATE["_comment"]
+    if key.split(".")[-1] in STAGE12 and theirs["zero_optimization"]["stage"] == 3:
+        return True  # DELIBERATE["zero_optimization (stage 3)"]
+    if key == "train_batch_size" and "tensor_parallel" in theirs:
+        return True  # DELIBERATE["train_batch_size (tp)"]
     return any(key == d or key.startswith(d + ".") for d in DELIBERATE)
 
 
@@ -92,9 +112,11 @@ def ours(tmp_path, name: str, *overrides: str):
 
 @functools.lru_cache(maxsize=None)
 def both(name: str):
-    """(trl_ds's ds_config.json, transformers' resolution) of one file, for the tiny model on 2 ranks, 10 steps."""
-    prepared = ours(Path(tempfile.mkdtemp()), name)
-    theirs = transformers_resolution(IMPORTED / name, prepared.trainer_args, world=2, steps=10)
+    """(trl_ds's ds_config.json, transformers' resolution) of one file, for the tiny model on 2 ranks (8 GPUs for a
+    fixed bf16), 10 steps."""
+    gpu = name in GPU_ONLY
+    prepared = ours(Path(tempfile.mkdtemp()), name, *(["cluster=1x8"] if gpu else []))
+    theirs = transformers_resolution(IMPORTED / name, prepared.trainer_args, world=8 if gpu else 2, steps=10)
     return prepared.ds_config, {**theirs, "zero_optimization": canonical(theirs["zero_optimization"])}
 
 
@@ -118,6 +140,10 @@ def test_deepspeed_reads_the_same_zero_block_from_both(name):
     want = DeepSpeedZeroConfig(**theirs["zero_optimization"]).model_dump()
     if want["stage"] == 0:  # DELIBERATE["zero_optimization (stage 0)"]
         got, want = got["stage"], want["stage"]
+    else:
+        skip = (STAGE12 if want["stage"] == 3 else ()) + (  # DELIBERATE["zero_optimization (stage 3)"]
+            ("gather_16bit_weights_on_model_save",) if "tensor_parallel" in theirs else ())  # ... (tp)
+        got, want = ({k: v for k, v in d.items() if k not in skip} for d in (got, want))
     assert got == want
 
 
@@ -215,3 +241,98 @@ def test_fp16_and_bf16_both_enabled_are_refused():
     problems = ds_settings({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, lambda: 64)[2]
     assert problems == ["fp16.enabled and bf16.enabled: true: both true; DeepSpeed trains in one of them. Keep one "
                         "enabled"]
+
+
+def test_deprecated_stage3_gather_fp16_and_numbers_written_as_floats(tmp_path):
+    """DeepSpeed still reads stage3_gather_fp16_weights_on_model_save (a deprecated alias of the 16-bit key), and
+    JSON's 1e9 / 1e5 are floats that DeepSpeed's int fields take as the integers they are."""
+    ds = {"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": False, "sub_group_size": 1e9,
+                                "stage3_param_persistence_threshold": 1e5}}
+    cfg = compose([f"+deepspeed.from_file={write(tmp_path, ds)}", "save_final_model=false"])
+    zero = build(cfg, str(tmp_path / "run"), launching=False).ds_config["zero_optimization"]
+    assert zero["stage3_gather_16bit_weights_on_model_save"] is False
+    got = (zero["sub_group_size"], zero["stage3_param_persistence_threshold"])
+    assert got == (1000000000, 100000) and all(type(v) is int for v in got)
+
+
+def test_optimizer_and_scheduler_blocks_become_the_trainers_arguments(tmp_path):
+    ds = {"optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.8, 0.95], "eps": 1e-6,
+                                                    "weight_decay": 0.1}},
+          "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4,
+                                                            "warmup_num_steps": 5, "warmup_type": "linear",
+                                                            "total_num_steps": "auto"}}}
+    prepared = ours(tmp_path, write(tmp_path, ds))
+    t = prepared.trainer_args
+    assert (t["learning_rate"], t["adam_beta1"], t["adam_beta2"], t["adam_epsilon"], t["weight_decay"],
+            t["lr_scheduler_type"], t["warmup_steps"]) == (3e-4, 0.8, 0.95, 1e-6, 0.1, "linear", 5)
+    params = prepared.ds_config["optimizer"]["params"]
+    assert (params["lr"], params["betas"], params["eps"], params["weight_decay"]) == (3e-4, [0.8, 0.95], 1e-6, 0.1)
+
+
+def test_a_log_warmup_is_refused():
+    from trl_ds.check.deepspeed_json import ds_settings
+
+    problems = ds_settings({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}}, lambda: 64)[2]
+    assert problems == ["scheduler.params.warmup_type: log: DeepSpeed warms up logarithmically unless warmup_type is "
+                        "linear; transformers' schedules warm up linearly. Write \"warmup_type\": \"linear\""]
+
+
+def file_settings(name: str):
+    from trl_ds.check.deepspeed_json import ds_settings
+
+    return ds_settings(json.loads((IMPORTED / name).read_text()), lambda: TINY_HIDDEN)
+
+
+def test_llamafactory_autotp_file_is_tp_autotp():
+    """tensor_parallel.autotp_size is DeepSpeed AutoTP's size: trl_ds's tp=autotp tp.size=N; the _comment is read
+    as a comment (the oracle test above checks the written file against transformers')."""
+    mappings, notes, problems = file_settings("llamafactory_ds_z2_autotp_config.json")
+    assert [(m.key, m.value) for m in mappings if m.source.startswith("tensor_parallel")] == [
+        ("tp.name", "autotp"), ("tp.size", 2)]
+    assert notes[0] == ("_comment: suooprted model list: https://www.deepspeed.ai/tutorials/automatic-tensor-"
+                        "parallelism/#supported-models: a comment (DeepSpeed reads no key starting with _); "
+                        "not written")
+    assert problems == []
+
+
+def test_llamafactory_alst_block_is_sp_ulysses_and_its_tiling_is_refused(tmp_path):
+    """LLaMA-Factory's ALST block (DeepSpeed never reads a sequence_parallel block): Ulysses of size 4 is
+    sp=ulysses sp.size=4; its tiling and memory options have no trl_ds equivalent; comms_config and monitor_config
+    are no DeepSpeed keys (issue 31's passthrough check). On 8 GPUs so that bf16 and sp.size 4 fit the cluster."""
+    mappings, notes, _ = file_settings("llamafactory_ds_z3_alst_config.json")
+    assert [(m.key, m.value) for m in mappings if m.source.startswith("sequence_parallel")] == [
+        ("sp.name", "ulysses"), ("sp.size", 4)]
+    assert ("sequence_parallel.ulysses.seq_length_is_variable: true: trl_ds always tells Ulysses that lengths vary "
+            "(right for any lengths)") in notes
+    assert "bf16.auto_cast: false: the trainers' forward inputs are token ids and masks, which DeepSpeed never " \
+           "casts: it changes nothing (DeepSpeed's bf16 block has no such key); not written" in notes
+    path = IMPORTED / "llamafactory_ds_z3_alst_config.json"
+    with pytest.raises(ConfigError) as err:
+        build(compose([f"+deepspeed.from_file={path}", "cluster=1x8"]), str(tmp_path / "run"), launching=False)
+    where = f"deepspeed.from_file={path}"
+    assert err.value.problems == [
+        f"{where}: sequence_parallel.tiling.enabled: true: trl_ds does not tile the MLP and the loss (ALST's "
+        "TiledMLP and tiled logits; same losses, more activation memory). Set it to false",
+        f"{where}: sequence_parallel.memory_optimizations.enabled: true: LLaMA-Factory's own ALST option (DeepSpeed "
+        "reads no sequence_parallel block); trl_ds has none. Set it to false",
+        "deepspeed.comms_config={'verbose': False}: DeepSpeed 0.19.8 never reads comms_config (it would be "
+        "ignored). Did you mean deepspeed.comms_logger?",
+        "deepspeed.monitor_config={'enabled': True, 'tag': 'DeepSpeedMonitor', 'csv_monitor': {'enabled': False}}: "
+        "DeepSpeed 0.19.8 never reads monitor_config (it would be ignored). Remove it (docs/deepspeed-keys.md)."]
+
+
+def test_llamafactory_fp8_file_is_refused(tmp_path):
+    path = IMPORTED / "llamafactory_ds_z3_fp8_config.json"
+    with pytest.raises(ConfigError) as err:
+        build(compose([f"+deepspeed.from_file={path}"]), str(tmp_path / "run"), launching=False)
+    assert err.value.problems == [
+        f"deepspeed.from_file={path}: fp8.enabled: true: DeepSpeed 0.19.8 reads no fp8 block and trl_ds trains in "
+        "fp32, fp16 or bf16; drop the block (precision=bf16 for 16-bit training)"]
+
+
+def test_fp16_auto_cast_changes_nothing_for_token_inputs():
+    """jonathan.json's fp16.auto_cast: DeepSpeed casts floating-point forward inputs only (engine._cast_inputs_half);
+    the oracle test above checks the rest of the file."""
+    notes = file_settings("llamafactory_jonathan.json")[1]
+    assert "fp16.auto_cast: true: the trainers' forward inputs are token ids and masks, which DeepSpeed never " \
+           "casts: it changes nothing; not written" in notes

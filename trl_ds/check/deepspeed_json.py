@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from omegaconf import open_dict
 
+from trl_ds.check.deepspeed_json_blocks import BLOCKS, auto_cast
 from trl_ds.check.deepspeed_keys import DERIVED_TOP
 from trl_ds.check.imported import Mapping, apply, read_mapping, show
 from trl_ds.config.schema import AioConfig, ZeroConfig
@@ -81,6 +82,10 @@ def ds_settings(ds: Dict[str, Any], hidden) -> Tuple[List[Mapping], List[str], L
             for name, v in given.items():
                 (imp.map(f"aio.{name}", v, f"offload.aio.{name}") if name in AioConfig.__dataclass_fields__
                  else imp.refuse(f"aio.{name}", v, "DeepSpeed's aio block has no such key"))
+        elif key in BLOCKS and isinstance(given, dict):
+            BLOCKS[key](imp, given)
+        elif key.startswith("_"):
+            imp.note(key, given, "a comment (DeepSpeed reads no key starting with _); not written")
         elif key in DERIVED_TOP:
             imp.refuse(key, given, f"trl_ds writes {key} itself: use {DERIVED_TOP[key]}")
         elif given == AUTO:
@@ -129,7 +134,9 @@ def _precision(imp: Importer, key: str, block: Any) -> None:
         where = f"{key}.{option}"
         if option == "enabled":
             continue
-        if option in LOSS_SCALING:
+        if option == "auto_cast":
+            auto_cast(imp, key, v)
+        elif option in LOSS_SCALING:
             imp.map(where, v, f"precision.{option}")
         elif option == "loss_scale" and v != 0:
             imp.refuse(where, v, "trl_ds scales fp16 losses dynamically (loss_scale 0); drop it for dynamic scaling")
