@@ -40,10 +40,34 @@ FAMILIES = {
     "granite": {"attention_bias": True, "mlp_bias": True},
     "olmoe": {"num_experts": 6, "num_experts_per_tok": 2, "attention_bias": True},
     "phimoe": {"num_local_experts": 4, "num_experts_per_tok": 2, "lm_head_bias": True, "attention_bias": True},
+    "glm4": {"head_dim": 12},  # q/k/v biased by default, o_proj never
+    "gpt_oss": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 12},  # biases on by default
+    "gpt_neox": {},  # biases on, untied by default
+    "falcon": {},  # multi-query, parallel attention, no biases, tied by default
+    "gpt2": {},  # its own key names: GPT2 below
 }
+# GPT-2's config.json names (n_embd, n_layer, n_head, n_positions), tied by default
+GPT2 = {"vocab_size": 300, "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 40, "bos_token_id": 1,
+        "eos_token_id": 2}
+
 # The other switches of the families counted from their config since they left the meta device.
 VARIANTS = [("starcoder2", {"use_bias": False, "tie_word_embeddings": False}), ("granite", {"head_dim": 12}),
-            ("olmoe", {"tie_word_embeddings": True}), ("phimoe", {"num_key_value_heads": 8})]
+            ("olmoe", {"tie_word_embeddings": True}), ("phimoe", {"num_key_value_heads": 8}),
+            ("glm4", {"attention_bias": False, "tie_word_embeddings": True}),
+            ("gpt_oss", {"attention_bias": False, "tie_word_embeddings": True}),
+            ("gpt_neox", {"attention_bias": False, "tie_word_embeddings": True}),
+            ("gpt2", {"tie_word_embeddings": False, "n_inner": 80}),
+            ("falcon", {"multi_query": False, "parallel_attn": False, "ffn_hidden_size": 80, "bias": True,
+                        "tie_word_embeddings": False}),
+            ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 2}),  # Falcon-40B's: two parallel norms
+            ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 4, "num_ln_in_parallel_attn": 1})]
+
+
+def family_config(model_type, extra=None):
+    """The family's small config.json: SMALL's dimensions (GPT-2's own key names) and the family's switches."""
+    if model_type == "gpt2":
+        return {"model_type": "gpt2", **GPT2, **(extra or {})}
+    return {"model_type": model_type, **SMALL, **FAMILIES[model_type], **(extra or {})}
 
 
 def instantiate(config):
@@ -73,7 +97,7 @@ def test_every_fast_family_has_a_case():
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
 def test_config_json_folder_counts_exactly(tmp_path, model_type):
-    raw = {"model_type": model_type, **SMALL, **FAMILIES[model_type]}
+    raw = family_config(model_type)
     total, largest, experts = meta_counts(instantiate(AutoConfig.for_model(**raw)))
     counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
     assert counts.method == "fast"
@@ -98,19 +122,16 @@ def test_mixtral_active_parameters_by_hand(tmp_path):
 
 @pytest.mark.parametrize("model_type,extra", VARIANTS)
 def test_variants_of_the_newer_families_count_exactly_from_their_config(tmp_path, model_type, extra):
-    raw = {"model_type": model_type, **SMALL, **FAMILIES[model_type], **extra}
+    raw = family_config(model_type, extra)
     total, largest, _ = meta_counts(instantiate(AutoConfig.for_model(**raw)))
     counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
     assert (counts.method, counts.total, counts.largest_module) == ("fast", total, largest)
 
 
-@pytest.mark.parametrize("model_type,extra", [("gpt_neox", {}), ("gpt2", {}),
+@pytest.mark.parametrize("model_type,extra", [("phi", {}), ("stablelm", {}),
                                               ("qwen3_next", {"num_experts": 4, "num_experts_per_tok": 2})])
 def test_other_families_count_exactly_on_the_meta_device(tmp_path, model_type, extra):
     raw = {"model_type": model_type, **SMALL, **extra}
-    if model_type == "gpt2":
-        raw = {"model_type": "gpt2", "vocab_size": 300, "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 64,
-               "bos_token_id": 1, "eos_token_id": 2}
     total, largest, experts = meta_counts(instantiate(AutoConfig.for_model(**raw)))
     counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
     assert counts.method == "meta"

@@ -15,10 +15,12 @@ from typing import Dict, List, Tuple
 from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
 from trl_ds.plan import count_cache
+from trl_ds.plan.gpt_families import GPT_TYPES, extra_embeddings, gpt_layer, standard_keys
 from trl_ds.plan.more_families import (
     FUSED_EXPERT_TYPES,
     MORE_DEFAULTS,
     MORE_TYPES,
+    gpt_oss_experts,
     lm_head_tensors,
     norm_tensors,
     olmoe_qk_norms,
@@ -135,6 +137,7 @@ def get(raw: dict, key: str):
 
 def from_config(raw: dict, where: str) -> Architecture:
     text = json.dumps(raw, sort_keys=True)
+    raw = standard_keys(raw)
     if raw.get("model_type") not in FAST_TYPES or any(k not in raw for k in DIM_KEYS):
         return counted_elsewhere(text, where)
     t, h, heads = raw["model_type"], raw["hidden_size"], raw["num_attention_heads"]
@@ -222,6 +225,7 @@ def attention(m: Modules, raw: dict, a: Architecture) -> None:
     configurable = a.attention_bias and t not in ("mistral", "mixtral", "qwen2", "qwen2_moe")
     configurable = uses_bias(raw, "attention_bias") if t == "starcoder2" else configurable
     qkv_bias = configurable or t == "qwen2" or (t == "qwen2_moe" and bool(get(raw, "qkv_bias")))
+    configurable = configurable and t != "glm4"  # GLM-4's o_proj never has a bias
     for name, fan_out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
         m.linear(f"self_attn.{name}", h, fan_out, qkv_bias)
     m.linear("self_attn.o_proj", heads * hd, h, configurable)
@@ -231,6 +235,8 @@ def attention(m: Modules, raw: dict, a: Architecture) -> None:
         m.norm(("self_attn.q_norm", heads * hd), ("self_attn.k_norm", kv * hd))
     elif t == "olmoe":
         olmoe_qk_norms(m, a)
+    elif t == "gpt_oss":
+        m.tensors["self_attn"] = [heads]  # the attention sinks, one per head
 
 
 def mla_attention(m: Modules, raw: dict, a: Architecture) -> None:
@@ -259,7 +265,7 @@ def mlp(m: Modules, raw: dict, a: Architecture, moe: bool) -> int:
     """The layer's MLP; returns the parameters of its routed experts (0 for a dense MLP)."""
     t, h = a.model_type, a.hidden_size
     if not moe:
-        if t == "phi3":
+        if t in ("phi3", "glm4"):
             m.linear("mlp.gate_up_proj", h, 2 * a.intermediate_size)
             m.linear("mlp.down_proj", a.intermediate_size, h)
         elif t == "starcoder2":
@@ -267,6 +273,8 @@ def mlp(m: Modules, raw: dict, a: Architecture, moe: bool) -> int:
         else:
             gated_mlp(m, "mlp", h, a.intermediate_size, a.mlp_bias and t in ("llama", "deepseek_v2", "granite"))
         return 0
+    if t == "gpt_oss":
+        return gpt_oss_experts(m, a)
     f, experts = expert_width(raw), a.num_experts
     m.tensors["mlp.gate"] = [experts * h]  # the router
     m.tensors["mlp.experts"] = [experts * 2 * f * h, experts * h * f]  # fused gate_up_proj and down_proj
@@ -282,13 +290,18 @@ def layer_norms(m: Modules, a: Architecture) -> None:
     h = a.hidden_size
     names = {"gemma2": ("input", "post_attention", "pre_feedforward", "post_feedforward"),
              "gemma3_text": ("input", "post_attention", "pre_feedforward", "post_feedforward"),
-             "olmo2": ("post_attention", "post_feedforward")}.get(a.model_type, ("input", "post_attention"))
+             "olmo2": ("post_attention", "post_feedforward"),
+             "glm4": ("input", "post_self_attn", "post_attention", "post_mlp"),
+             }.get(a.model_type, ("input", "post_attention"))
     for n in names:
         m.tensors[f"{n}_layernorm"] = norm_tensors(a.model_type, h)
 
 
 def decoder_layer(arch: Architecture, i: int) -> Tuple[Modules, int]:
     raw, m = config_dict(arch), Modules()
+    if arch.model_type in GPT_TYPES:
+        gpt_layer(m, raw, arch)
+        return m, 0
     attention(m, raw, arch)
     routed = mlp(m, raw, arch, is_moe_layer(raw, i))
     layer_norms(m, arch)
@@ -310,7 +323,8 @@ def fast_layout(arch: Architecture) -> Layout:
     embedding = arch.vocab_size * arch.hidden_size
     lm_head = 0 if arch.tie_word_embeddings else embedding
     head = [lm_head_tensors(config_dict(arch), lm_head, arch.vocab_size)] if lm_head else []
-    modules, routed = [[embedding], norm_tensors(arch.model_type, arch.hidden_size)] + head, []
+    extra = extra_embeddings(config_dict(arch), arch.hidden_size)
+    modules, routed = [[embedding], *extra, norm_tensors(arch.model_type, arch.hidden_size)] + head, []
     for i in range(arch.num_hidden_layers):
         layer, experts = decoder_layer(arch, i)
         modules += layer.tensors.values()
