@@ -1,7 +1,8 @@
-"""Planning a family that used to be counted on the meta device (starcoder2, olmoe: 3.7-5.5 s here, most of it
-importing torch and transformers) now counts it from its config: torch is never imported, and the whole command
-answers in about the time of a preset's plan (0.3-0.5 s on an idle machine). The machine running the tests is shared,
-so the time is held to a preset's measured beside it, with a wide margin; importing torch alone took 4 s there."""
+"""Planning a family that used to be counted on the meta device (starcoder2, olmoe, gpt2, gpt_neox, falcon, glm4,
+gpt_oss: 3.7-7 s here, most of it importing torch and transformers) now counts it from its config: torch is never
+imported, and the whole command answers in about the time of a preset's plan (0.3-0.5 s on an idle machine). The
+machine running the tests is shared, so the time is held to a preset's measured beside it, with a wide margin;
+importing torch alone took 4 s there."""
 import json
 import subprocess
 import sys
