@@ -45,6 +45,10 @@ FAMILIES = {
     "gpt_neox": {},  # biases on, untied by default
     "falcon": {},  # multi-query, parallel attention, no biases, tied by default
     "gpt2": {},  # its own key names: GPT2 below
+    "qwen3_next": {"num_experts": 4, "num_experts_per_tok": 2, "head_dim": 12, "moe_intermediate_size": 20,
+                   "shared_expert_intermediate_size": 28, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                   "linear_key_head_dim": 6, "linear_value_head_dim": 10, "linear_conv_kernel_dim": 3,
+                   "full_attention_interval": 2},
 }
 # GPT-2's config.json names (n_embd, n_layer, n_head, n_positions), tied by default
 GPT2 = {"vocab_size": 300, "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 40, "bos_token_id": 1,
@@ -60,7 +64,10 @@ VARIANTS = [("starcoder2", {"use_bias": False, "tie_word_embeddings": False}), (
             ("falcon", {"multi_query": False, "parallel_attn": False, "ffn_hidden_size": 80, "bias": True,
                         "tie_word_embeddings": False}),
             ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 2}),  # Falcon-40B's: two parallel norms
-            ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 4, "num_ln_in_parallel_attn": 1})]
+            ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 4, "num_ln_in_parallel_attn": 1}),
+            ("qwen3_next", {"attention_bias": True, "tie_word_embeddings": True, "mlp_only_layers": [1],
+                            "decoder_sparse_step": 1, "layer_types": ["full_attention", "linear_attention"] * 2}),
+            ("qwen3_next", {"num_experts": 0})]  # every MLP dense
 
 
 def family_config(model_type, extra=None):
@@ -129,7 +136,7 @@ def test_variants_of_the_newer_families_count_exactly_from_their_config(tmp_path
 
 
 @pytest.mark.parametrize("model_type,extra", [("phi", {}), ("stablelm", {}),
-                                              ("qwen3_next", {"num_experts": 4, "num_experts_per_tok": 2})])
+                                              ("jetmoe", {"num_local_experts": 4, "num_experts_per_tok": 2})])
 def test_other_families_count_exactly_on_the_meta_device(tmp_path, model_type, extra):
     raw = {"model_type": model_type, **SMALL, **extra}
     total, largest, experts = meta_counts(instantiate(AutoConfig.for_model(**raw)))

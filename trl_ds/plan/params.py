@@ -16,6 +16,7 @@ from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, re
 from trl_ds.errors import ConfigError
 from trl_ds.plan import count_cache
 from trl_ds.plan.gpt_families import GPT_TYPES, extra_embeddings, gpt_layer, standard_keys
+from trl_ds.plan.hybrid_families import HYBRID_DEFAULTS, gated_delta_net, is_linear_attention
 from trl_ds.plan.more_families import (
     FUSED_EXPERT_TYPES,
     MORE_DEFAULTS,
@@ -29,7 +30,7 @@ from trl_ds.plan.more_families import (
 )
 
 FAST_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-              "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2") + MORE_TYPES
+              "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "qwen3_next") + MORE_TYPES
 MLA_TYPES = ("deepseek_v2", "deepseek_v3")
 # transformers' config defaults for the keys a config.json may leave out (its configuration_*.py files)
 DEFAULTS = {
@@ -47,6 +48,7 @@ DEFAULTS = {
                     "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
     **MORE_DEFAULTS,
+    **HYBRID_DEFAULTS,
 }
 COMMON_DEFAULTS = {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "decoder_sparse_step": 1,
                    "mlp_only_layers": []}
@@ -194,7 +196,7 @@ def is_moe_layer(raw: dict, i: int) -> bool:
     t = raw["model_type"]
     if t in FUSED_EXPERT_TYPES:
         return True
-    if t in ("qwen2_moe", "qwen3_moe"):
+    if t in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         return (i not in get(raw, "mlp_only_layers") and get(raw, "num_experts") > 0
                 and (i + 1) % get(raw, "decoder_sparse_step") == 0)
     if t in MLA_TYPES:
@@ -208,7 +210,7 @@ def expert_width(raw: dict) -> int:
 
 def shared_width(raw: dict) -> int:
     t = raw["model_type"]
-    if t == "qwen2_moe":
+    if t in ("qwen2_moe", "qwen3_next"):
         return get(raw, "shared_expert_intermediate_size")
     return get(raw, "moe_intermediate_size") * get(raw, "n_shared_experts") if t in MLA_TYPES else 0
 
@@ -226,10 +228,11 @@ def attention(m: Modules, raw: dict, a: Architecture) -> None:
     configurable = uses_bias(raw, "attention_bias") if t == "starcoder2" else configurable
     qkv_bias = configurable or t == "qwen2" or (t == "qwen2_moe" and bool(get(raw, "qkv_bias")))
     configurable = configurable and t != "glm4"  # GLM-4's o_proj never has a bias
-    for name, fan_out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+    gated = 2 if t == "qwen3_next" else 1  # Qwen3-Next's q_proj also gives the attention output's gate
+    for name, fan_out in (("q_proj", gated * heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
         m.linear(f"self_attn.{name}", h, fan_out, qkv_bias)
     m.linear("self_attn.o_proj", heads * hd, h, configurable)
-    if t in ("qwen3", "qwen3_moe", "gemma3_text"):
+    if t in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next"):
         m.norm(("self_attn.q_norm", hd), ("self_attn.k_norm", hd))
     elif t == "olmo2":
         m.norm(("self_attn.q_norm", heads * hd), ("self_attn.k_norm", kv * hd))
@@ -278,7 +281,7 @@ def mlp(m: Modules, raw: dict, a: Architecture, moe: bool) -> int:
     f, experts = expert_width(raw), a.num_experts
     m.tensors["mlp.gate"] = [experts * h]  # the router
     m.tensors["mlp.experts"] = [experts * 2 * f * h, experts * h * f]  # fused gate_up_proj and down_proj
-    if t == "qwen2_moe":
+    if t in ("qwen2_moe", "qwen3_next"):
         gated_mlp(m, "mlp.shared_expert", h, shared_width(raw))
         m.tensors["mlp.shared_expert_gate"] = [h]
     elif t in MLA_TYPES:
@@ -302,7 +305,10 @@ def decoder_layer(arch: Architecture, i: int) -> Tuple[Modules, int]:
     if arch.model_type in GPT_TYPES:
         gpt_layer(m, raw, arch)
         return m, 0
-    attention(m, raw, arch)
+    if is_linear_attention(raw, i):
+        gated_delta_net(m, raw, arch)
+    else:
+        attention(m, raw, arch)
     routed = mlp(m, raw, arch, is_moe_layer(raw, i))
     layer_norms(m, arch)
     return m, routed
