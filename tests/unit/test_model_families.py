@@ -41,6 +41,8 @@ FAMILIES = {
     "olmoe": {"num_experts": 6, "num_experts_per_tok": 2, "attention_bias": True},
     "phimoe": {"num_local_experts": 4, "num_experts_per_tok": 2, "lm_head_bias": True, "attention_bias": True},
     "glm4": {"head_dim": 12},  # q/k/v biased by default, o_proj never
+    "glm4_moe": {"n_routed_experts": 6, "num_experts_per_tok": 2, "n_shared_experts": 2, "moe_intermediate_size": 20,
+                 "first_k_dense_replace": 1, "head_dim": 12, "n_group": 1, "topk_group": 1},
     "gpt_oss": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 12},  # biases on by default
     "gpt_neox": {},  # biases on, untied by default
     "falcon": {},  # multi-query, parallel attention, no biases, tied by default
@@ -67,7 +69,9 @@ VARIANTS = [("starcoder2", {"use_bias": False, "tie_word_embeddings": False}), (
             ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 4, "num_ln_in_parallel_attn": 1}),
             ("qwen3_next", {"attention_bias": True, "tie_word_embeddings": True, "mlp_only_layers": [1],
                             "decoder_sparse_step": 1, "layer_types": ["full_attention", "linear_attention"] * 2}),
-            ("qwen3_next", {"num_experts": 0})]  # every MLP dense
+            ("qwen3_next", {"num_experts": 0}),
+            ("glm4_moe", {"attention_bias": True, "use_qk_norm": True, "tie_word_embeddings": True,
+                          "first_k_dense_replace": 0})]  # every MLP dense
 
 
 def family_config(model_type, extra=None):

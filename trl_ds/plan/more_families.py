@@ -1,7 +1,8 @@
 """The families params.py counts from their config beyond its Llama-shaped core, as transformers 5 writes them:
 starcoder2 (plain MLP, one use_bias switch, LayerNorm), granite (Llama's layout), olmoe (Mixtral's fused experts
 with OLMo's QK-norm over whole projections), phimoe (Mixtral's experts, LayerNorm, an optional lm_head bias),
-glm4 (biased q/k/v but not o, phi3's fused gate_up_proj, four norms per layer) and gpt_oss (biases everywhere,
+glm4 (biased q/k/v but not o, phi3's fused gate_up_proj, four norms per layer), glm4_moe (GLM-4's attention with an
+optional per-head QK-norm, DeepSeek-V3's dense-then-MoE layers with shared experts) and gpt_oss (biases everywhere,
 attention sinks, a biased router, fused experts with biases). The GPT-style families: gpt_families.py.
 Without these the planner builds them on the meta device, which imports torch (seconds, not a fraction of one).
 tests/unit/test_model_families.py holds each to a meta-device instantiation, exact to the parameter.
@@ -10,7 +11,7 @@ from typing import List
 
 from trl_ds.plan.gpt_families import GPT_DEFAULTS, GPT_TYPES
 
-MORE_TYPES = ("starcoder2", "granite", "olmoe", "phimoe", "glm4", "gpt_oss") + GPT_TYPES
+MORE_TYPES = ("starcoder2", "granite", "olmoe", "phimoe", "glm4", "glm4_moe", "gpt_oss") + GPT_TYPES
 FUSED_EXPERT_TYPES = ("mixtral", "olmoe", "phimoe", "gpt_oss")  # every layer MoE; experts intermediate_size wide
 LAYER_NORM_TYPES = ("starcoder2", "phimoe") + GPT_TYPES  # nn.LayerNorm: a weight and a bias
 # transformers' defaults for keys a config.json may leave out (configuration_<family>.py)
@@ -19,6 +20,8 @@ MORE_DEFAULTS = {
     "olmoe": {"num_experts": 64, "num_experts_per_tok": 8},
     "phimoe": {"num_key_value_heads": 8, "num_local_experts": 16, "num_experts_per_tok": 2, "lm_head_bias": False},
     "glm4": {"attention_bias": True},
+    "glm4_moe": {"n_routed_experts": 128, "n_shared_experts": 1, "moe_intermediate_size": 1408,
+                 "num_experts_per_tok": 8, "first_k_dense_replace": 1, "use_qk_norm": False},
     "gpt_oss": {"num_local_experts": 128, "num_experts_per_tok": 4, "attention_bias": True},
     **GPT_DEFAULTS,
 }

@@ -32,6 +32,7 @@ from trl_ds.plan.more_families import (
 FAST_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
               "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "qwen3_next") + MORE_TYPES
 MLA_TYPES = ("deepseek_v2", "deepseek_v3")
+DEEPSEEK_MOE_TYPES = MLA_TYPES + ("glm4_moe",)  # dense first layers, then routed and shared experts
 # transformers' config defaults for the keys a config.json may leave out (its configuration_*.py files)
 DEFAULTS = {
     "gemma": {"head_dim": 256, "tie_word_embeddings": True},
@@ -199,7 +200,7 @@ def is_moe_layer(raw: dict, i: int) -> bool:
     if t in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         return (i not in get(raw, "mlp_only_layers") and get(raw, "num_experts") > 0
                 and (i + 1) % get(raw, "decoder_sparse_step") == 0)
-    if t in MLA_TYPES:
+    if t in DEEPSEEK_MOE_TYPES:
         return i >= get(raw, "first_k_dense_replace")
     return False
 
@@ -212,7 +213,7 @@ def shared_width(raw: dict) -> int:
     t = raw["model_type"]
     if t in ("qwen2_moe", "qwen3_next"):
         return get(raw, "shared_expert_intermediate_size")
-    return get(raw, "moe_intermediate_size") * get(raw, "n_shared_experts") if t in MLA_TYPES else 0
+    return get(raw, "moe_intermediate_size") * get(raw, "n_shared_experts") if t in DEEPSEEK_MOE_TYPES else 0
 
 
 def attention(m: Modules, raw: dict, a: Architecture) -> None:
@@ -227,12 +228,12 @@ def attention(m: Modules, raw: dict, a: Architecture) -> None:
     configurable = a.attention_bias and t not in ("mistral", "mixtral", "qwen2", "qwen2_moe")
     configurable = uses_bias(raw, "attention_bias") if t == "starcoder2" else configurable
     qkv_bias = configurable or t == "qwen2" or (t == "qwen2_moe" and bool(get(raw, "qkv_bias")))
-    configurable = configurable and t != "glm4"  # GLM-4's o_proj never has a bias
+    configurable = configurable and t not in ("glm4", "glm4_moe")  # GLM-4's o_proj never has a bias
     gated = 2 if t == "qwen3_next" else 1  # Qwen3-Next's q_proj also gives the attention output's gate
     for name, fan_out in (("q_proj", gated * heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
         m.linear(f"self_attn.{name}", h, fan_out, qkv_bias)
     m.linear("self_attn.o_proj", heads * hd, h, configurable)
-    if t in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next"):
+    if t in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next") or (t == "glm4_moe" and get(raw, "use_qk_norm")):
         m.norm(("self_attn.q_norm", hd), ("self_attn.k_norm", hd))
     elif t == "olmo2":
         m.norm(("self_attn.q_norm", heads * hd), ("self_attn.k_norm", kv * hd))
@@ -284,7 +285,7 @@ def mlp(m: Modules, raw: dict, a: Architecture, moe: bool) -> int:
     if t in ("qwen2_moe", "qwen3_next"):
         gated_mlp(m, "mlp.shared_expert", h, shared_width(raw))
         m.tensors["mlp.shared_expert_gate"] = [h]
-    elif t in MLA_TYPES:
+    elif t in DEEPSEEK_MOE_TYPES:
         gated_mlp(m, "mlp.shared_experts", h, shared_width(raw), a.mlp_bias and t == "deepseek_v2")
     return sum(m.tensors["mlp.experts"])
 
