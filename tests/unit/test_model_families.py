@@ -41,6 +41,11 @@ FAMILIES = {
     "olmoe": {"num_experts": 6, "num_experts_per_tok": 2, "attention_bias": True},
     "phimoe": {"num_local_experts": 4, "num_experts_per_tok": 2, "lm_head_bias": True, "attention_bias": True},
     "glm4": {"head_dim": 12},  # q/k/v biased by default, o_proj never
+    "olmo3": {"attention_bias": True},  # olmo2's modules
+    "ministral": {"head_dim": 10},  # mistral's
+    "ministral3": {},  # mistral's, head_dim 128 by default
+    "hunyuan_v1_dense": {"head_dim": 12},  # qwen3's
+    "smollm3": {},  # llama's, tied by default
     "glm4_moe": {"n_routed_experts": 6, "num_experts_per_tok": 2, "n_shared_experts": 2, "moe_intermediate_size": 20,
                  "first_k_dense_replace": 1, "head_dim": 12, "n_group": 1, "topk_group": 1},
     "gpt_oss": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 12},  # biases on by default
@@ -70,6 +75,10 @@ VARIANTS = [("starcoder2", {"use_bias": False, "tie_word_embeddings": False}), (
             ("qwen3_next", {"attention_bias": True, "tie_word_embeddings": True, "mlp_only_layers": [1],
                             "decoder_sparse_step": 1, "layer_types": ["full_attention", "linear_attention"] * 2}),
             ("qwen3_next", {"num_experts": 0}),
+            ("olmo3", {"tie_word_embeddings": True}), ("ministral", {"attention_bias": True}),
+            ("ministral3", {"head_dim": 12, "tie_word_embeddings": True}),
+            ("hunyuan_v1_dense", {"attention_bias": True, "tie_word_embeddings": True}),
+            ("smollm3", {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": False}),
             ("glm4_moe", {"attention_bias": True, "use_qk_norm": True, "tie_word_embeddings": True,
                           "first_k_dense_replace": 0})]  # every MLP dense
 

@@ -23,11 +23,12 @@ CONFIGS = {
 }
 # The families counted from their config since: transformers' reference configs (AutoConfig.for_model(TYPE), as
 # save_pretrained writes them: gpt2 124M, gpt_neox 20B, falcon 7B, glm4 9B, GLM-4.5-Air-like glm4_moe, gpt-oss 20B,
-# Qwen3-Next 80B-A3B), two layers (glm4_moe: a dense one and an MoE one; four for Qwen3-Next: three linear-attention
-# layers and a full one).
+# Qwen3-Next 80B-A3B, SmolLM3 3B, OLMo-3 7B), two layers (glm4_moe: a dense one and an MoE one; four for Qwen3-Next:
+# three linear-attention layers and a full one).
 for kind, layers, count in (("gpt2", "n_layer", 2), ("gpt_neox", "num_hidden_layers", 2),
                             ("falcon", "num_hidden_layers", 2), ("glm4", "num_hidden_layers", 2),
-                            ("glm4_moe", "num_hidden_layers", 2),
+                            ("glm4_moe", "num_hidden_layers", 2), ("smollm3", "num_hidden_layers", 2),
+                            ("olmo3", "num_hidden_layers", 2),
                             ("gpt_oss", "num_hidden_layers", 2), ("qwen3_next", "num_hidden_layers", 4)):
     CONFIGS[kind] = {**AutoConfig.for_model(kind).to_dict(), layers: count}
     CONFIGS[kind].pop("layer_types", None)  # one per layer: transformers rebuilds them for the fewer layers

@@ -19,6 +19,7 @@ from trl_ds.plan.gpt_families import GPT_TYPES, extra_embeddings, gpt_layer, sta
 from trl_ds.plan.hybrid_families import HYBRID_DEFAULTS, gated_delta_net, is_linear_attention
 from trl_ds.plan.more_families import (
     FUSED_EXPERT_TYPES,
+    LAYOUT_ALIASES,
     MORE_DEFAULTS,
     MORE_TYPES,
     gpt_oss_experts,
@@ -303,6 +304,7 @@ def layer_norms(m: Modules, a: Architecture) -> None:
 
 def decoder_layer(arch: Architecture, i: int) -> Tuple[Modules, int]:
     raw, m = config_dict(arch), Modules()
+    arch = replace(arch, model_type=LAYOUT_ALIASES.get(arch.model_type, arch.model_type))
     if arch.model_type in GPT_TYPES:
         gpt_layer(m, raw, arch)
         return m, 0
