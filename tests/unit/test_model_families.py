@@ -40,10 +40,54 @@ FAMILIES = {
     "granite": {"attention_bias": True, "mlp_bias": True},
     "olmoe": {"num_experts": 6, "num_experts_per_tok": 2, "attention_bias": True},
     "phimoe": {"num_local_experts": 4, "num_experts_per_tok": 2, "lm_head_bias": True, "attention_bias": True},
+    "glm4": {"head_dim": 12},  # q/k/v biased by default, o_proj never
+    "olmo3": {"attention_bias": True},  # olmo2's modules
+    "ministral": {"head_dim": 10},  # mistral's
+    "ministral3": {},  # mistral's, head_dim 128 by default
+    "hunyuan_v1_dense": {"head_dim": 12},  # qwen3's
+    "smollm3": {},  # llama's, tied by default
+    "glm4_moe": {"n_routed_experts": 6, "num_experts_per_tok": 2, "n_shared_experts": 2, "moe_intermediate_size": 20,
+                 "first_k_dense_replace": 1, "head_dim": 12, "n_group": 1, "topk_group": 1},
+    "gpt_oss": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 12},  # biases on by default
+    "gpt_neox": {},  # biases on, untied by default
+    "falcon": {},  # multi-query, parallel attention, no biases, tied by default
+    "gpt2": {},  # its own key names: GPT2 below
+    "qwen3_next": {"num_experts": 4, "num_experts_per_tok": 2, "head_dim": 12, "moe_intermediate_size": 20,
+                   "shared_expert_intermediate_size": 28, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                   "linear_key_head_dim": 6, "linear_value_head_dim": 10, "linear_conv_kernel_dim": 3,
+                   "full_attention_interval": 2},
 }
+# GPT-2's config.json names (n_embd, n_layer, n_head, n_positions), tied by default
+GPT2 = {"vocab_size": 300, "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 40, "bos_token_id": 1,
+        "eos_token_id": 2}
+
 # The other switches of the families counted from their config since they left the meta device.
 VARIANTS = [("starcoder2", {"use_bias": False, "tie_word_embeddings": False}), ("granite", {"head_dim": 12}),
-            ("olmoe", {"tie_word_embeddings": True}), ("phimoe", {"num_key_value_heads": 8})]
+            ("olmoe", {"tie_word_embeddings": True}), ("phimoe", {"num_key_value_heads": 8}),
+            ("glm4", {"attention_bias": False, "tie_word_embeddings": True}),
+            ("gpt_oss", {"attention_bias": False, "tie_word_embeddings": True}),
+            ("gpt_neox", {"attention_bias": False, "tie_word_embeddings": True}),
+            ("gpt2", {"tie_word_embeddings": False, "n_inner": 80}),
+            ("falcon", {"multi_query": False, "parallel_attn": False, "ffn_hidden_size": 80, "bias": True,
+                        "tie_word_embeddings": False}),
+            ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 2}),  # Falcon-40B's: two parallel norms
+            ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 4, "num_ln_in_parallel_attn": 1}),
+            ("qwen3_next", {"attention_bias": True, "tie_word_embeddings": True, "mlp_only_layers": [1],
+                            "decoder_sparse_step": 1, "layer_types": ["full_attention", "linear_attention"] * 2}),
+            ("qwen3_next", {"num_experts": 0}),
+            ("olmo3", {"tie_word_embeddings": True}), ("ministral", {"attention_bias": True}),
+            ("ministral3", {"head_dim": 12, "tie_word_embeddings": True}),
+            ("hunyuan_v1_dense", {"attention_bias": True, "tie_word_embeddings": True}),
+            ("smollm3", {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": False}),
+            ("glm4_moe", {"attention_bias": True, "use_qk_norm": True, "tie_word_embeddings": True,
+                          "first_k_dense_replace": 0})]  # every MLP dense
+
+
+def family_config(model_type, extra=None):
+    """The family's small config.json: SMALL's dimensions (GPT-2's own key names) and the family's switches."""
+    if model_type == "gpt2":
+        return {"model_type": "gpt2", **GPT2, **(extra or {})}
+    return {"model_type": model_type, **SMALL, **FAMILIES[model_type], **(extra or {})}
 
 
 def instantiate(config):
@@ -73,7 +117,7 @@ def test_every_fast_family_has_a_case():
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
 def test_config_json_folder_counts_exactly(tmp_path, model_type):
-    raw = {"model_type": model_type, **SMALL, **FAMILIES[model_type]}
+    raw = family_config(model_type)
     total, largest, experts = meta_counts(instantiate(AutoConfig.for_model(**raw)))
     counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
     assert counts.method == "fast"
@@ -98,19 +142,16 @@ def test_mixtral_active_parameters_by_hand(tmp_path):
 
 @pytest.mark.parametrize("model_type,extra", VARIANTS)
 def test_variants_of_the_newer_families_count_exactly_from_their_config(tmp_path, model_type, extra):
-    raw = {"model_type": model_type, **SMALL, **FAMILIES[model_type], **extra}
+    raw = family_config(model_type, extra)
     total, largest, _ = meta_counts(instantiate(AutoConfig.for_model(**raw)))
     counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
     assert (counts.method, counts.total, counts.largest_module) == ("fast", total, largest)
 
 
-@pytest.mark.parametrize("model_type,extra", [("gpt_neox", {}), ("gpt2", {}),
-                                              ("qwen3_next", {"num_experts": 4, "num_experts_per_tok": 2})])
+@pytest.mark.parametrize("model_type,extra", [("phi", {}), ("stablelm", {}),
+                                              ("jetmoe", {"num_local_experts": 4, "num_experts_per_tok": 2})])
 def test_other_families_count_exactly_on_the_meta_device(tmp_path, model_type, extra):
     raw = {"model_type": model_type, **SMALL, **extra}
-    if model_type == "gpt2":
-        raw = {"model_type": "gpt2", "vocab_size": 300, "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 64,
-               "bos_token_id": 1, "eos_token_id": 2}
     total, largest, experts = meta_counts(instantiate(AutoConfig.for_model(**raw)))
     counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
     assert counts.method == "meta"

@@ -1,12 +1,16 @@
 """`trl-ds plan --need`: the hardware that can train a run, each shape's fastest configuration, sorted by GPU-hours.
 
-Published cases, from DeepSpeed's ZeRO-Offload tutorial (https://www.deepspeed.ai/tutorials/zero-offload/: "a
-10-billion parameter GPT-2 model ... on a single NVIDIA Tesla V100-SXM3 Tensor Core GPU with 32GB RAM", ZeRO-2 with
-the optimizer offloaded to the CPU and activation checkpointing) and the ZeRO-Offload paper's abstract (Ren et al.
-2021, arXiv 2101.06840: on one V100, PyTorch alone trains at most a 1.4B-parameter model "without running out of
-memory"): the 10B model fits one 32 GB V100 with ZeRO-Offload, and does not fit it, nor 8 of them, as plain data
-parallelism (zero=stage0 offload=none). The V100 is described by a hardware file, as a user would (--gpus FILE); its
-host is a DGX-2 node (1.5 TB of RAM).
+Published cases, from DeepSpeed's ZeRO-Offload tutorial (deepspeedai/DeepSpeed docs/_tutorials/zero-offload.md at
+74213e2, https://www.deepspeed.ai/tutorials/zero-offload/): "a 10-billion parameter GPT-2 model" (line 9) on "a single
+NVIDIA Tesla V100-SXM3 Tensor Core GPU with 32GB RAM" (line 15), launched with `--num-layers 50 --hidden-size 4096
+--num-attention-heads 32 --batch-size 10 --checkpoint-activations` and one GPU (lines 23-31, 36-38), ZeRO stage 2
+with the optimizer offloaded to the CPU (lines 43-54). The tutorial names no sequence length: the DeepSpeedExamples
+Megatron-LM GPT-2 scripts it edits use `--seq-length 1024 --max-position-embeddings 1024`
+(microsoft/DeepSpeedExamples Megatron-LM/scripts/ds_zero2_pretrain_gpt2_model_parallel.sh at 057d74b, lines 19-20).
+The ZeRO-Offload paper's abstract (Ren et al. 2021, arXiv 2101.06840): on one V100 PyTorch alone trains at most a
+1.4B-parameter model "without running out of memory". So: the 10B model fits one 32 GB V100 with ZeRO-Offload, and
+does not fit it, nor 8 of them, as plain data parallelism (zero=stage0 offload=none). The V100 is described by a
+hardware file, as a user would (--gpus FILE); its host is a DGX-2 node (1.5 TB of RAM).
 """
 import json
 
@@ -15,7 +19,7 @@ import pytest
 from trl_ds.cli.plan import main
 from trl_ds.plan.need import need
 
-# GPT-2 at 50 layers x hidden 4096 (12 L h^2 = 10.1B in the layers): the tutorial's 10B model
+# the tutorial's model: 50 layers x hidden 4096 x 32 heads (12 L h^2 = 10.1B in the layers), GPT-2's vocabulary
 GPT2_10B = {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 4096, "n_layer": 50, "n_head": 32,
             "n_positions": 1024}
 V100 = ("memory_gb: 32\npeak_tflops: 125\nefficiency: 0.4\nhbm_gbps: 900\npcie_gbps: 12\nintra_node_gbps: 150\n"
@@ -29,24 +33,25 @@ def tutorial(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpt2-10b")
     (folder / "config.json").write_text(json.dumps(GPT2_10B))
     (folder / "v100-32gb.yaml").write_text(V100)
-    overrides = [f"model.config_path={folder}", "trainer.max_length=1024", "batch.global_size=8",
-                 "cluster.cpu_memory_gb=1500"]
+    overrides = [f"model.config_path={folder}", "trainer.max_length=1024", "cluster.cpu_memory_gb=1500"]
     return overrides, str(folder / "v100-32gb.yaml")
 
 
 def test_zero_offload_trains_the_10b_gpt2_on_one_v100(tutorial):
     overrides, v100 = tutorial
-    fitting, misfits = need([*overrides, "zero=stage2", "offload=cpu", "trainer.gradient_checkpointing=true"],
-                            [v100], [1, 8])
-    assert misfits == []
-    one = next(s for s in fitting if s.gpus == 1)
+    # the tutorial's batch of 10 on its one GPU; the planner picks the micro-batch (see docs/planner.md for 10)
+    fitting, misfits = need([*overrides, "batch.global_size=10", "zero=stage2", "offload=cpu",
+                             "trainer.gradient_checkpointing=true"], [v100], [1])
+    assert misfits == [] and [s.gpus for s in fitting] == [1]
+    one = fitting[0]
     assert one.smallest and one.best.estimate.device_total <= 32 * 2 ** 30
     assert one.best.label().startswith("zero=stage2 offload=opt-cpu micro=")
 
 
 def test_plain_data_parallelism_cannot_train_it_on_one_v100_nor_eight(tutorial):
     overrides, v100 = tutorial
-    fitting, misfits = need([*overrides, "zero=stage0", "offload=none"], [v100], [1, 8])
+    # 10 samples per GPU on 8 of them (the tutorial's per-GPU batch)
+    fitting, misfits = need([*overrides, "batch.global_size=80", "zero=stage0", "offload=none"], [v100], [1, 8])
     assert fitting == [] and [s.gpus for s in misfits] == [1, 8]
     # 16 B per parameter on every rank (ZeRO paper: 2 + 2 + 12), more than 32 GB whatever the batch
     assert all("nothing fits (smallest " in s.why_not for s in misfits)

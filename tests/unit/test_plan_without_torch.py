@@ -1,7 +1,8 @@
-"""Planning a family that used to be counted on the meta device (starcoder2, olmoe: 3.7-5.5 s here, most of it
-importing torch and transformers) now counts it from its config: torch is never imported, and the whole command
-answers in about the time of a preset's plan (0.3-0.5 s on an idle machine). The machine running the tests is shared,
-so the time is held to a preset's measured beside it, with a wide margin; importing torch alone took 4 s there."""
+"""Planning a family that used to be counted on the meta device (starcoder2, olmoe, gpt2, gpt_neox, falcon, glm4,
+glm4_moe, gpt_oss, qwen3_next: 3.7-9 s here, most of it importing torch and transformers) now counts it from its
+config: torch is never imported, and the whole command answers in about the time of a preset's plan (0.3-0.5 s on an
+idle machine). The machine running the tests is shared, so the time is held to a preset's measured beside it, with a
+wide margin; importing torch alone took 4 s there."""
 import json
 import subprocess
 import sys
@@ -20,6 +21,17 @@ CONFIGS = {
               "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 64,
               "num_experts_per_tok": 8, "pad_token_id": 1, "eos_token_id": 50279},
 }
+# The families counted from their config since: transformers' reference configs (AutoConfig.for_model(TYPE), as
+# save_pretrained writes them: gpt2 124M, gpt_neox 20B, falcon 7B, glm4 9B, GLM-4.5-Air-like glm4_moe, gpt-oss 20B,
+# Qwen3-Next 80B-A3B, SmolLM3 3B, OLMo-3 7B), two layers (glm4_moe: a dense one and an MoE one; four for Qwen3-Next:
+# three linear-attention layers and a full one).
+for kind, layers, count in (("gpt2", "n_layer", 2), ("gpt_neox", "num_hidden_layers", 2),
+                            ("falcon", "num_hidden_layers", 2), ("glm4", "num_hidden_layers", 2),
+                            ("glm4_moe", "num_hidden_layers", 2), ("smollm3", "num_hidden_layers", 2),
+                            ("olmo3", "num_hidden_layers", 2),
+                            ("gpt_oss", "num_hidden_layers", 2), ("qwen3_next", "num_hidden_layers", 4)):
+    CONFIGS[kind] = {**AutoConfig.for_model(kind).to_dict(), layers: count}
+    CONFIGS[kind].pop("layer_types", None)  # one per layer: transformers rebuilds them for the fewer layers
 PLAN = ("import sys; from trl_ds.cli.plan import main; main(['{model}', 'cluster=1x8', '--json']); "
         "print('torch' in sys.modules, 'transformers' in sys.modules, file=sys.stderr)")
 
@@ -32,11 +44,15 @@ def plan(model: str):
     return out.stdout, out.stderr, time.perf_counter() - start
 
 
+@pytest.fixture(scope="module")
+def preset_wall():
+    return plan("model=llama3-8b")[2]
+
+
 @pytest.mark.parametrize("model_type", sorted(CONFIGS))
-def test_planning_a_formerly_meta_family_imports_no_torch(tmp_path, model_type):
+def test_planning_a_formerly_meta_family_imports_no_torch(tmp_path, model_type, preset_wall):
     raw = CONFIGS[model_type]
     folder = write_config(tmp_path / model_type, raw)
-    _, _, preset_wall = plan("model=llama3-8b")
     stdout, stderr, wall = plan(f"model.name_or_path={folder}")
     assert stderr.split()[-2:] == ["False", "False"]  # neither torch nor transformers
     assert wall < 3 * preset_wall + 1.0

@@ -15,10 +15,14 @@ from typing import Dict, List, Tuple
 from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
 from trl_ds.plan import count_cache
+from trl_ds.plan.gpt_families import GPT_TYPES, extra_embeddings, gpt_layer, standard_keys
+from trl_ds.plan.hybrid_families import HYBRID_DEFAULTS, gated_delta_net, is_linear_attention
 from trl_ds.plan.more_families import (
     FUSED_EXPERT_TYPES,
+    LAYOUT_ALIASES,
     MORE_DEFAULTS,
     MORE_TYPES,
+    gpt_oss_experts,
     lm_head_tensors,
     norm_tensors,
     olmoe_qk_norms,
@@ -27,8 +31,9 @@ from trl_ds.plan.more_families import (
 )
 
 FAST_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-              "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2") + MORE_TYPES
+              "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "qwen3_next") + MORE_TYPES
 MLA_TYPES = ("deepseek_v2", "deepseek_v3")
+DEEPSEEK_MOE_TYPES = MLA_TYPES + ("glm4_moe",)  # dense first layers, then routed and shared experts
 # transformers' config defaults for the keys a config.json may leave out (its configuration_*.py files)
 DEFAULTS = {
     "gemma": {"head_dim": 256, "tie_word_embeddings": True},
@@ -45,6 +50,7 @@ DEFAULTS = {
                     "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
                     "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
     **MORE_DEFAULTS,
+    **HYBRID_DEFAULTS,
 }
 COMMON_DEFAULTS = {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "decoder_sparse_step": 1,
                    "mlp_only_layers": []}
@@ -135,6 +141,7 @@ def get(raw: dict, key: str):
 
 def from_config(raw: dict, where: str) -> Architecture:
     text = json.dumps(raw, sort_keys=True)
+    raw = standard_keys(raw)
     if raw.get("model_type") not in FAST_TYPES or any(k not in raw for k in DIM_KEYS):
         return counted_elsewhere(text, where)
     t, h, heads = raw["model_type"], raw["hidden_size"], raw["num_attention_heads"]
@@ -191,10 +198,10 @@ def is_moe_layer(raw: dict, i: int) -> bool:
     t = raw["model_type"]
     if t in FUSED_EXPERT_TYPES:
         return True
-    if t in ("qwen2_moe", "qwen3_moe"):
+    if t in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         return (i not in get(raw, "mlp_only_layers") and get(raw, "num_experts") > 0
                 and (i + 1) % get(raw, "decoder_sparse_step") == 0)
-    if t in MLA_TYPES:
+    if t in DEEPSEEK_MOE_TYPES:
         return i >= get(raw, "first_k_dense_replace")
     return False
 
@@ -205,9 +212,9 @@ def expert_width(raw: dict) -> int:
 
 def shared_width(raw: dict) -> int:
     t = raw["model_type"]
-    if t == "qwen2_moe":
+    if t in ("qwen2_moe", "qwen3_next"):
         return get(raw, "shared_expert_intermediate_size")
-    return get(raw, "moe_intermediate_size") * get(raw, "n_shared_experts") if t in MLA_TYPES else 0
+    return get(raw, "moe_intermediate_size") * get(raw, "n_shared_experts") if t in DEEPSEEK_MOE_TYPES else 0
 
 
 def attention(m: Modules, raw: dict, a: Architecture) -> None:
@@ -222,15 +229,19 @@ def attention(m: Modules, raw: dict, a: Architecture) -> None:
     configurable = a.attention_bias and t not in ("mistral", "mixtral", "qwen2", "qwen2_moe")
     configurable = uses_bias(raw, "attention_bias") if t == "starcoder2" else configurable
     qkv_bias = configurable or t == "qwen2" or (t == "qwen2_moe" and bool(get(raw, "qkv_bias")))
-    for name, fan_out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+    configurable = configurable and t not in ("glm4", "glm4_moe")  # GLM-4's o_proj never has a bias
+    gated = 2 if t == "qwen3_next" else 1  # Qwen3-Next's q_proj also gives the attention output's gate
+    for name, fan_out in (("q_proj", gated * heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
         m.linear(f"self_attn.{name}", h, fan_out, qkv_bias)
     m.linear("self_attn.o_proj", heads * hd, h, configurable)
-    if t in ("qwen3", "qwen3_moe", "gemma3_text"):
+    if t in ("qwen3", "qwen3_moe", "gemma3_text", "qwen3_next") or (t == "glm4_moe" and get(raw, "use_qk_norm")):
         m.norm(("self_attn.q_norm", hd), ("self_attn.k_norm", hd))
     elif t == "olmo2":
         m.norm(("self_attn.q_norm", heads * hd), ("self_attn.k_norm", kv * hd))
     elif t == "olmoe":
         olmoe_qk_norms(m, a)
+    elif t == "gpt_oss":
+        m.tensors["self_attn"] = [heads]  # the attention sinks, one per head
 
 
 def mla_attention(m: Modules, raw: dict, a: Architecture) -> None:
@@ -259,7 +270,7 @@ def mlp(m: Modules, raw: dict, a: Architecture, moe: bool) -> int:
     """The layer's MLP; returns the parameters of its routed experts (0 for a dense MLP)."""
     t, h = a.model_type, a.hidden_size
     if not moe:
-        if t == "phi3":
+        if t in ("phi3", "glm4"):
             m.linear("mlp.gate_up_proj", h, 2 * a.intermediate_size)
             m.linear("mlp.down_proj", a.intermediate_size, h)
         elif t == "starcoder2":
@@ -267,13 +278,15 @@ def mlp(m: Modules, raw: dict, a: Architecture, moe: bool) -> int:
         else:
             gated_mlp(m, "mlp", h, a.intermediate_size, a.mlp_bias and t in ("llama", "deepseek_v2", "granite"))
         return 0
+    if t == "gpt_oss":
+        return gpt_oss_experts(m, a)
     f, experts = expert_width(raw), a.num_experts
     m.tensors["mlp.gate"] = [experts * h]  # the router
     m.tensors["mlp.experts"] = [experts * 2 * f * h, experts * h * f]  # fused gate_up_proj and down_proj
-    if t == "qwen2_moe":
+    if t in ("qwen2_moe", "qwen3_next"):
         gated_mlp(m, "mlp.shared_expert", h, shared_width(raw))
         m.tensors["mlp.shared_expert_gate"] = [h]
-    elif t in MLA_TYPES:
+    elif t in DEEPSEEK_MOE_TYPES:
         gated_mlp(m, "mlp.shared_experts", h, shared_width(raw), a.mlp_bias and t == "deepseek_v2")
     return sum(m.tensors["mlp.experts"])
 
@@ -282,14 +295,23 @@ def layer_norms(m: Modules, a: Architecture) -> None:
     h = a.hidden_size
     names = {"gemma2": ("input", "post_attention", "pre_feedforward", "post_feedforward"),
              "gemma3_text": ("input", "post_attention", "pre_feedforward", "post_feedforward"),
-             "olmo2": ("post_attention", "post_feedforward")}.get(a.model_type, ("input", "post_attention"))
+             "olmo2": ("post_attention", "post_feedforward"),
+             "glm4": ("input", "post_self_attn", "post_attention", "post_mlp"),
+             }.get(a.model_type, ("input", "post_attention"))
     for n in names:
         m.tensors[f"{n}_layernorm"] = norm_tensors(a.model_type, h)
 
 
 def decoder_layer(arch: Architecture, i: int) -> Tuple[Modules, int]:
     raw, m = config_dict(arch), Modules()
-    attention(m, raw, arch)
+    arch = replace(arch, model_type=LAYOUT_ALIASES.get(arch.model_type, arch.model_type))
+    if arch.model_type in GPT_TYPES:
+        gpt_layer(m, raw, arch)
+        return m, 0
+    if is_linear_attention(raw, i):
+        gated_delta_net(m, raw, arch)
+    else:
+        attention(m, raw, arch)
     routed = mlp(m, raw, arch, is_moe_layer(raw, i))
     layer_norms(m, arch)
     return m, routed
@@ -310,7 +332,8 @@ def fast_layout(arch: Architecture) -> Layout:
     embedding = arch.vocab_size * arch.hidden_size
     lm_head = 0 if arch.tie_word_embeddings else embedding
     head = [lm_head_tensors(config_dict(arch), lm_head, arch.vocab_size)] if lm_head else []
-    modules, routed = [[embedding], norm_tensors(arch.model_type, arch.hidden_size)] + head, []
+    extra = extra_embeddings(config_dict(arch), arch.hidden_size)
+    modules, routed = [[embedding], *extra, norm_tensors(arch.model_type, arch.hidden_size)] + head, []
     for i in range(arch.num_hidden_layers):
         layer, experts = decoder_layer(arch, i)
         modules += layer.tensors.values()
