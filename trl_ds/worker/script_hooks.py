@@ -13,8 +13,9 @@ import time
 
 from trl_ds.config.topology import topology
 from trl_ds.rundir.layout import METRICS, SUMMARY, memory_file, write_json
+from trl_ds.rundir.universal import sub_groups
 from trl_ds.worker.measure import measure_rank
-from trl_ds.worker.records import LiveMemory, MetricsLogger, summarize
+from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, summarize
 
 
 class Recorder:
@@ -24,12 +25,14 @@ class Recorder:
         self.cfg, self.run_dir, self.state = cfg, run_dir, state
         self.trained = 0
 
-    def callbacks(self):
+    def callbacks(self, trainer):
+        """The worker's callbacks (worker/train.py adds the same), for one Trainer of the script."""
         from trl_ds.worker.train import MarkComplete
 
-        return [MetricsLogger(os.path.join(self.run_dir, METRICS), topology(self.cfg).shares_samples),
-                LiveMemory(self.run_dir, self.state.process_index),
-                MarkComplete(self.cfg.checkpoint.keep_last, self.state.num_processes, self.cfg.zero.stage)]
+        cfg = self.cfg
+        return [MetricsLogger(os.path.join(self.run_dir, METRICS), topology(cfg).shares_samples),
+                LiveMemory(self.run_dir, self.state.process_index), TokenCount(trainer),
+                MarkComplete(cfg.checkpoint.keep_last, self.state.num_processes, cfg.zero.stage, sub_groups(cfg))]
 
     def record(self, trainer, result, wall: float) -> None:
         """After train() returns: before the script saves (a ZeRO-3 save gathers weights) or ends the process group."""
@@ -80,7 +83,7 @@ def record_trainers(cls, recorder: Recorder) -> None:
     @functools.wraps(original_init)
     def init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        for callback in recorder.callbacks():
+        for callback in recorder.callbacks(self):
             self.add_callback(callback)
 
     @functools.wraps(original_train)
