@@ -13,6 +13,7 @@ import runpy
 import sys
 
 from trl_ds.config.script_target import is_file_target, read_parser_kind, source_file
+from trl_ds.op_locks import bound_op_lock_waits
 from trl_ds.python_path import this_python_first
 from trl_ds.rundir.layout import SUMMARY, load_run_config, write_json
 from trl_ds.rundir.lifeline import LAUNCH_ID, watch_launcher
@@ -30,6 +31,7 @@ def main(argv) -> int:
     if CHECK_FLAG in argv:
         return check(cfg, run_dir)
     os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
+    bound_op_lock_waits()  # as the worker: DeepSpeed's ops load in this rank, never waiting forever on a lock
     from trl_ds.worker.records import forget_other_ranks
     from trl_ds.worker.script_hooks import Recorder, install
     from trl_ds.worker.train import init_distributed, mark_joined, prepare_tiny_model
@@ -45,7 +47,19 @@ def main(argv) -> int:
     run_script(cfg, run_dir)
     if recorder.trained == 0 and state.is_main_process:
         write_json(os.path.join(run_dir, SUMMARY), untrained_summary(cfg, run_dir))
+    leave_process_group()
     return 0
+
+
+def leave_process_group() -> None:
+    """Scripts rarely end their process group; left to the interpreter's exit, gloo's threads can still be joinable
+    when their objects are destroyed, and a rank then aborts ("terminate called without an active exception")
+    after training. Both ranks meet first, so neither tears down while the other still communicates."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def run_script(cfg, run_dir: str) -> None:
