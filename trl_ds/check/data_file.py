@@ -15,18 +15,23 @@ from trl_ds.config.data_files import named_for_split, split_files
 from trl_ds.config.values import LOCAL_DATA_SUFFIXES, is_local_path, value
 
 
-def check_data_files(cfg) -> List[str]:
-    """The train data and, when evaluating, the evaluation data: the first problem of each, one line each."""
-    t, trainer = cfg.trainer, value(cfg.trainer.name)
+def local_reads(cfg) -> List[Tuple[str, str, str, str]]:
+    """(key, name, path, split) of each local split the run reads: the train split and, when evaluating, the
+    evaluation split. The built-in data, a hub name and a missing path (named by check_local_files) are left out."""
+    t = cfg.trainer
     reads = [("trainer.dataset_name", t.dataset_name, t.dataset_train_split)]
     if value(t.eval_strategy) != "no":  # the worker's evaluation data (rundir/trainer_config.py eval_dataset_path)
         reads.append(("trainer.eval_dataset_name", t.eval_dataset_name, t.dataset_test_split) if t.eval_dataset_name
                      else ("trainer.dataset_name", t.dataset_name, t.dataset_test_split))
+    return [(key, name, os.path.expanduser(name), split) for key, name, split in reads
+            if name != "tiny" and is_local_path(name) and os.path.exists(os.path.expanduser(name))]
+
+
+def check_data_files(cfg) -> List[str]:
+    """The train data and, when evaluating, the evaluation data: the first problem of each, one line each."""
+    trainer = value(cfg.trainer.name)
     problems, read = [], set()
-    for key, name, split in reads:
-        path = os.path.expanduser(name)
-        if name == "tiny" or not is_local_path(name) or not os.path.exists(path):
-            continue  # the built-in data, a hub name, or a missing path (named by check_local_files)
+    for key, name, path, split in local_reads(cfg):
         files = data_files(path, split)
         judged = split_members(path, split, files)
         if (tuple(files), tuple(judged)) in read:  # one file for both splits: read once

@@ -6,11 +6,9 @@ run trains right on the rows as cut, and a corpus with a few long documents is c
 which row pays it. Measured in bytes per line (JSON Lines, CSV) or per string value (Parquet); a JSON array's
 elements are not lines, so an array file is left out.
 """
-import os
 from typing import List, Optional, Tuple
 
-from trl_ds.check.data_file import data_files
-from trl_ds.config.values import is_local_path, value
+from trl_ds.check.data_file import data_files, local_reads
 
 # No tokenizer has tokens near 100 bytes on average: a longer row is mostly cut away.
 BYTES_PER_TOKEN = 100
@@ -20,14 +18,8 @@ def long_row_warning(cfg) -> Optional[str]:
     """One line naming the longest row over BYTES_PER_TOKEN × trainer.max_length bytes, or None."""
     t = cfg.trainer
     limit = BYTES_PER_TOKEN * t.max_length
-    names = [("trainer.dataset_name", t.dataset_name, t.dataset_train_split)]
-    if value(t.eval_strategy) != "no":
-        names.append(("trainer.eval_dataset_name", t.eval_dataset_name, t.dataset_test_split) if t.eval_dataset_name
-                     else ("trainer.dataset_name", t.dataset_name, t.dataset_test_split))
-    for key, name, split in names:
-        if name == "tiny" or not is_local_path(name) or not os.path.exists(os.path.expanduser(name)):
-            continue
-        for file in data_files(os.path.expanduser(name), split):
+    for key, name, path, split in local_reads(cfg):
+        for file in data_files(path, split):
             over = long_rows(file, limit)
             if over:
                 size, where = max(over)
