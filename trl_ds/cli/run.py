@@ -155,18 +155,18 @@ def ready_resume(cfg, run_dir: str, batch=None) -> None:
     from trl_ds.rundir.resume import prepare_resume
     from trl_ds.rundir.universal import sub_groups
 
+    converting = (f"trl_ds: launch failed: converting the newest checkpoint in {run_dir}/{CHECKPOINT_DIR} to "
+                  f"DeepSpeed's universal format")
     try:
         chosen, _, lines = prepare_resume(os.path.join(run_dir, CHECKPOINT_DIR), world_size(cfg), cfg.zero.stage,
                                           sub_groups(cfg))
     except subprocess.CalledProcessError as err:  # ds_to_universal failed: its own output above says why
-        print(f"trl_ds: launch failed: converting the newest checkpoint in {run_dir}/{CHECKPOINT_DIR} to DeepSpeed's "
-              f"universal format failed ({' '.join(err.cmd)} exited with {err.returncode}, run in that checkpoint); "
+        print(f"{converting} failed ({' '.join(err.cmd)} exited with {err.returncode}, run in that checkpoint); "
               f"the checkpoints are unchanged", file=sys.stderr)
         sys.exit(1)
     except subprocess.TimeoutExpired as err:  # ended (killed) at its limit, rundir/universal.py convert_limit_s
-        print(f"trl_ds: launch failed: converting the newest checkpoint in {run_dir}/{CHECKPOINT_DIR} to DeepSpeed's "
-              f"universal format did not finish within {max(err.timeout, 0):.0f} s ({err.cmd[2]} was ended); "
-              f"the checkpoints are unchanged. Rerun to convert again, or resume on the shape that wrote it",
+        print(f"{converting} did not finish within {max(err.timeout, 0):.0f} s ({err.cmd[2]} was ended); the "
+              f"checkpoints are unchanged. Rerun to convert again, or resume on the shape that wrote it",
               file=sys.stderr)
         sys.exit(1)
     for line in lines + ([batch_change_line(cfg, chosen, batch)] if chosen and batch else []):
