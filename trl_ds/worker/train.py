@@ -3,12 +3,18 @@
 It reads only the run dir (Hydra never runs here), trains with TRL + DeepSpeed, and writes metrics.jsonl (rank 0),
 memory/rank_K.json (every rank) and summary.json (rank 0).
 """
+# ruff: noqa: E402  (the rank keeps out unused packages before transformers is imported)
 import glob
 import os
 import shutil
 import sys
 import time
 from typing import Optional
+
+from trl_ds.worker.unused_packages import keep_out_unused_packages
+
+if __name__ == "__main__":
+    keep_out_unused_packages(next(a for a in sys.argv[1:] if not a.startswith("--local_rank")))
 
 from transformers import TrainerCallback
 
