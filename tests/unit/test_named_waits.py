@@ -76,3 +76,20 @@ def test_scontrol_that_never_answers_ends_at_its_limit_in_one_line(tmp_path, mon
     script = "\n".join(["set -euo pipefail", *slurm.main_addr_from_slurm_lines(), "echo unreached"])
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)  # as launch.sh runs it
     assert (done.returncode, done.stdout, done.stderr) == (1, "", line + "\n")
+
+
+def test_watch_of_a_slurm_job_whose_squeue_never_answers_ends_at_its_limit(tmp_path, monkeypatch, capsys):
+    from trl_ds.cli import watch
+
+    monkeypatch.setattr(watch, "SQUEUE_TIMEOUT_S", 1)
+    monkeypatch.setenv("PATH", sleeping(tmp_path, "squeue"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("{}\n")
+    (run_dir / "slurm_job_id").write_text("4242\n")
+    started = time.monotonic()
+    assert watch.main([str(run_dir)]) == 1
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err == (
+        f"trl_ds watch: squeue -j 4242 did not answer within 1 s (is SLURM's controller up? sinfo says); the job's "
+        f"state is unknown. Watch it again later with trl-ds watch {run_dir}\n")
