@@ -5,8 +5,8 @@ op, built or not: a `FileBaton`, an empty file created with O_EXCL whose descrip
 closes and removes it. The file names no owner, but its holder has it open, so a process holding it shows in
 /proc/<pid>/fd; a lock that no process has open was left by a killed one. Other loaders poll for the file to go, without
 a limit. `bound_op_lock_waits()` gives trl_ds's own processes (ranks, calibrate, build-ops) a wait that removes a lock
-nobody holds and loads the op again through torch, and that ends after LIMIT_S naming the lock and its holder.
-Imports nothing of trl_ds.
+nobody holds and loads the op again through torch, and that ends after LIMIT_S (or $TRL_DS_OP_LOCK_LIMIT_S) with
+one line naming the lock and its holder, and exit code 2. Imports nothing of trl_ds.
 """
 import glob
 import os
@@ -15,13 +15,15 @@ import time
 from typing import List, Optional, Set
 
 LIMIT_S = 1200  # a cold build of one op takes 1-5 min on 2 cores; a holder slower than this is named, not waited on
+LIMIT_ENV = "TRL_DS_OP_LOCK_LIMIT_S"  # seconds, for nodes where a build takes longer (and for tests)
+EXIT_REFUSED = 2  # trl_ds.errors.EXIT_USER_ERROR: a rank's refusal, which the launch's failure report says in its line
 NOTICE_S = 5.0  # a wait this long is named: loading a built op holds the lock about a second
 RECHECK_S = 1.0  # a holder closes the lock, then removes it: one seen unheld twice this far apart was left behind
 NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs", "9p",
               "fuse.sshfs", "fuse.glusterfs", "fuse.ceph", "afs"}
 
 
-class OpLockTimeout(RuntimeError):
+class OpLockTimeoutError(RuntimeError):
     """A lock a live process (or one this machine cannot see) held for longer than LIMIT_S."""
 
 
@@ -127,9 +129,21 @@ def cleared_line(lock: str) -> str:
     return f"trl_ds: removed {lock}: no process holds it (a process killed while loading the op left it)"
 
 
-def wait_for(lock: str, poll_s: float = 0.1, limit_s: float = LIMIT_S, notice_s: float = NOTICE_S) -> bool:
+def wait_limit_s() -> float:
+    """LIMIT_S, or $TRL_DS_OP_LOCK_LIMIT_S when set (read at each wait: a rank inherits it from its launcher)."""
+    given = os.environ.get(LIMIT_ENV, "")
+    try:
+        return float(given) if given else LIMIT_S
+    except ValueError:
+        print(f"trl_ds: warning: {LIMIT_ENV}={given} is not a number of seconds; an op lock is waited on for at most "
+              f"{LIMIT_S} s", file=sys.stderr, flush=True)
+        return LIMIT_S
+
+
+def wait_for(lock: str, poll_s: float = 0.1, limit_s: Optional[float] = None, notice_s: float = NOTICE_S) -> bool:
     """Wait while a live process holds the lock (named after notice_s); True when it was left behind and this wait
-    removed it."""
+    removed it. limit_s: default wait_limit_s()."""
+    limit_s = wait_limit_s() if limit_s is None else limit_s
     started = checked = time.monotonic()
     named = False
     while os.path.exists(lock):
@@ -140,7 +154,7 @@ def wait_for(lock: str, poll_s: float = 0.1, limit_s: float = LIMIT_S, notice_s:
                 print(cleared_line(lock), file=sys.stderr, flush=True)
                 return True
         if now - started > limit_s:
-            raise OpLockTimeout(timeout_line(lock, limit_s))
+            raise OpLockTimeoutError(timeout_line(lock, limit_s))
         if not named and now - started >= notice_s:
             named = True
             print(f"trl_ds: waiting for torch's op lock {lock}, {holder_words(lock)}: it is loading or building the "
@@ -175,7 +189,9 @@ class _Cleared(Exception):
 
 def bound_op_lock_waits() -> None:
     """In this process, torch's op loads wait with `wait_for`: a lock left behind is removed and the op loaded again
-    (built if the killed process left it half built); a live holder is waited on for at most LIMIT_S."""
+    (built if the killed process left it half built); a live holder is waited on for at most wait_limit_s(), and then
+    the process ends with exit code 2 and one line, `OpLockTimeoutError: waited ...`: the form a launch's failure
+    report reads as a rank's refusal (launch/rank_exits.py)."""
     from torch.utils import cpp_extension, file_baton
 
     if getattr(cpp_extension._jit_compile, "trl_ds", False):
@@ -183,7 +199,13 @@ def bound_op_lock_waits() -> None:
     original = cpp_extension._jit_compile
 
     def wait(baton):
-        if wait_for(baton.lock_file_path, baton.wait_seconds):
+        try:
+            cleared = wait_for(baton.lock_file_path, baton.wait_seconds)
+        except OpLockTimeoutError as err:  # SystemExit, not the error: the op loads deep inside DeepSpeed, a Trainer
+            # or a user's script, where an `except Exception` could hide it, and a raised error ends in a traceback
+            print(f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_REFUSED) from None
+        if cleared:
             raise _Cleared()
 
     def jit_compile(name, *args, **kwargs):

@@ -101,3 +101,15 @@ def test_docs_gpu_command_on_a_machine_without_a_gpu_is_refused_before_the_rank_
         "dry_run=true to write the run dir only, cluster.gpus_per_node=1 on a GPU machine, or cluster=local to train "
         "on CPU.\n")
     assert not (tmp_path / "fit").exists()  # nothing written, nothing spawned
+
+
+def test_plan_json_of_a_fit_recommends_a_run_with_the_users_overrides(tmp_path):
+    """plan.json's run command holds the command line's overrides, as `python -m trl_ds` writes it from Hydra's;
+    `trl-ds fit` composes outside Hydra, and its own forced overrides are not the user's."""
+    from trl_ds.rundir.layout import read_json
+
+    user = ["cluster=local", "cluster.gpus_per_node=1", "trainer.max_length=48", "trainer.learning_rate=0.001"]
+    job = fit_cli.prepare(fit_cli.parse([*user, "--run-dir", str(tmp_path / "fit")]))
+    command = read_json(str(tmp_path / "fit" / "plan.json"))["recommendation"]["command"]
+    assert command.startswith("python -m trl_ds " + " ".join(user) + " ")
+    assert "gradient_accumulation_steps" not in command and job["run_dir"] == str(tmp_path / "fit")

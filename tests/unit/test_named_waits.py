@@ -1,16 +1,20 @@
-"""Nothing waits forever without a name (#41): a SLURM controller that never answers sbatch, and an nvidia-smi that
-hangs (a GPU in a bad state), end at their limit with one line. Both commands are stand-ins on PATH that sleep: the
-real ones cannot be made to hang here."""
+"""Nothing waits forever without a name (#41): a SLURM controller that never answers sbatch or scontrol, an srun
+whose plugins hang, and an nvidia-smi that hangs (a GPU in a bad state) end at their limit with one line. The
+commands are stand-ins on PATH that sleep: the real ones cannot be made to hang here."""
 import os
+import subprocess
+import time
+
+import pytest
 
 from trl_ds.launch import env as env_probe
 from trl_ds.launch import slurm
 
 
-def sleeping(tmp_path, name):
+def sleeping(tmp_path, name, script="exec sleep 60"):
     folder = tmp_path / "bin"
     folder.mkdir(exist_ok=True)
-    (folder / name).write_text("#!/bin/sh\nexec sleep 60\n")
+    (folder / name).write_text(f"#!/bin/sh\n{script}\n")
     (folder / name).chmod(0o755)
     return f"{folder}{os.pathsep}{os.environ['PATH']}"
 
@@ -29,3 +33,63 @@ def test_nvidia_smi_that_hangs_is_recorded_as_such(tmp_path, monkeypatch):
     monkeypatch.setattr(env_probe, "PROBE_TIMEOUT_S", 1)
     monkeypatch.setenv("PATH", sleeping(tmp_path, "nvidia-smi"))
     assert env_probe.list_gpus() == ["(nvidia-smi did not answer within 1 s)"]
+
+
+def test_srun_help_that_hangs_is_named_in_the_container_check(tmp_path, monkeypatch, compose_cfg):
+    monkeypatch.setattr(slurm, "SRUN_HELP_TIMEOUT_S", 1)
+    monkeypatch.setenv("PATH", sleeping(tmp_path, "srun"))
+    cfg = compose_cfg(["launcher=slurm", "launcher.slurm.container_image=nvcr.io/nvidia/pytorch:24.05-py3"])
+    started = time.monotonic()
+    assert slurm.check_container(cfg) == [
+        "launcher.slurm.container_image=nvcr.io/nvidia/pytorch:24.05-py3 needs the pyxis SPANK plugin, but srun "
+        "--help did not answer within 1 s, so whether srun here has it is unknown. Check srun (its SPANK plugins, "
+        "SLURM's config), or write the job without submitting it: launcher.slurm.submit=false."]
+    assert time.monotonic() - started < 10
+
+
+# scontrol as SLURM answers (hostnames: one name a line; show node: a NodeAddr), or not at all
+SCONTROL = {"answers": 'case "$2" in hostnames) printf "gpu-a01\\ngpu-a02\\n";; node) echo "NodeName=$3 '
+                       'NodeAddr=10.1.0.7 NodeHostName=$3";; esac',
+            "no NodeAddr": 'case "$2" in hostnames) echo gpu-a01;; node) exit 1;; esac',
+            "hangs": "exec sleep 60"}
+
+
+@pytest.mark.parametrize("kind, expected", [("answers", "10.1.0.7"), ("no NodeAddr", "gpu-a01")])
+def test_the_main_node_from_slurm_under_launch_sh_shell_options(tmp_path, monkeypatch, kind, expected):
+    """The lines launch.sh runs under set -euo pipefail: a show node without an answer falls back to the name."""
+    monkeypatch.setenv("PATH", sleeping(tmp_path, "scontrol", SCONTROL[kind]))
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu-a[01-02]")
+    assert slurm.main_addr_from_slurm() == expected
+
+
+def test_scontrol_that_never_answers_ends_at_its_limit_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm, "SCONTROL_TIMEOUT_S", 1)
+    monkeypatch.setenv("PATH", sleeping(tmp_path, "scontrol", SCONTROL["hangs"]))
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu-a[01-02]")
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as ended:
+        slurm.main_addr_from_slurm()
+    assert time.monotonic() - started < 10
+    line = ("trl_ds: scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=gpu-a[01-02]) within 1 s; "
+            "is SLURM's controller up? (sinfo says)")
+    assert ended.value.code == line  # printed by Python on stderr, exit code 1
+    script = "\n".join(["set -euo pipefail", *slurm.main_addr_from_slurm_lines(), "echo unreached"])
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)  # as launch.sh runs it
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", line + "\n")
+
+
+def test_watch_of_a_slurm_job_whose_squeue_never_answers_ends_at_its_limit(tmp_path, monkeypatch, capsys):
+    from trl_ds.cli import watch
+
+    monkeypatch.setattr(watch, "SQUEUE_TIMEOUT_S", 1)
+    monkeypatch.setenv("PATH", sleeping(tmp_path, "squeue"))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("{}\n")
+    (run_dir / "slurm_job_id").write_text("4242\n")
+    started = time.monotonic()
+    assert watch.main([str(run_dir)]) == 1
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err == (
+        f"trl_ds watch: squeue -j 4242 did not answer within 1 s (is SLURM's controller up? sinfo says); the job's "
+        f"state is unknown. Watch it again later with trl-ds watch {run_dir}\n")

@@ -12,6 +12,8 @@ from lock_holder import FILE_BATON, SCRIPT, LockHolder, stale_lock
 from trl_ds import op_locks
 from trl_ds.check.validate import clear_op_locks
 from trl_ds.launch.env_probe import lock_state
+from trl_ds.launch.failure import ranks_failure
+from trl_ds.launch.rank_exits import RankExit
 
 
 def op_folder(root, op="deepspeed_shm_comm"):
@@ -76,7 +78,7 @@ def test_a_wait_on_a_live_holder_ends_at_its_limit_naming_the_holder(tmp_path):
         try:
             op_locks.wait_for(str(lock), limit_s=2)
             raise AssertionError("the wait had no limit")
-        except op_locks.OpLockTimeout as err:
+        except op_locks.OpLockTimeoutError as err:
             message = str(err)
         assert time.monotonic() - started < 6
         assert message == (f"waited 2 s for torch's op lock {lock}, held by pid {holder.pid} "
@@ -130,3 +132,62 @@ def test_trl_ds_env_names_a_locks_holder_or_says_nobody_holds_it(tmp_path):
     holder.kill()
     assert lock_state(str(lock)) == ("no process holds it (a killed load left it); the next trl_ds command that loads "
                                      "the op removes it")
+
+
+# A process that loads an op the way DeepSpeed's builders do (torch's cpp_extension.load, into a given folder), with
+# trl_ds's bounded wait, as every rank of trl_ds (worker/train.py, worker/script.py, worker/fit.py) does.
+LOADER = """
+import sys
+from trl_ds.op_locks import bound_op_lock_waits
+bound_op_lock_waits()
+from torch.utils.cpp_extension import load
+load(name="trl_ds_probe_op", sources=[sys.argv[1]], build_directory=sys.argv[2])
+"""
+
+
+def timeout_stderr(lock, holder, limit_s=1) -> str:
+    return (f"OpLockTimeoutError: waited {limit_s} s for torch's op lock {lock}, held by pid {holder.pid} "
+            f"({holder_command(lock)}). A build of a DeepSpeed op takes minutes; if that process is stuck, stop it, "
+            f"or delete the lock if nothing is building the op.\n")
+
+
+def test_a_rank_beside_a_held_lock_ends_at_the_limit_in_one_line_the_launch_reports(tmp_path):
+    """The wait's end is one line and exit code 2 (no traceback), which the launch's failure report gives as the
+    rank's refusal; $TRL_DS_OP_LOCK_LIMIT_S sets the limit."""
+    folder = op_folder(tmp_path, "trl_ds_probe_op")
+    (tmp_path / "probe.cpp").write_text("int probe() { return 0; }\n")
+    lock = folder / "lock"
+    holder = LockHolder(lock, cwd=tmp_path)
+    try:
+        done = subprocess.run([sys.executable, "-c", LOADER, str(tmp_path / "probe.cpp"), str(folder)],
+                              env={**os.environ, op_locks.LIMIT_ENV: "1"}, capture_output=True, text=True,
+                              timeout=60)
+        assert (done.returncode, done.stderr) == (2, timeout_stderr(lock, holder))
+        log = tmp_path / "rank1.log"
+        log.write_text(done.stderr)
+        failure = ranks_failure([RankExit(1, done.returncode, "node 0, local rank 1", str(log))])
+        assert failure.refused and failure.message == f"rank 1 (node 0, local rank 1) refused: {done.stderr.strip()}"
+    finally:
+        assert holder.release() == 0
+
+
+def deepspeed_free(stderr: str) -> str:
+    """stderr without DeepSpeed's own log lines ("[2026-12-05 10:00:00,123] [WARNING] ...")."""
+    return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith("[20"))
+
+
+def test_build_ops_and_calibrate_beside_a_held_lock_end_at_the_limit_in_one_line(tmp_path):
+    """Both load DeepSpeed's shm_comm op in their own process (calibrate before it spawns its ranks)."""
+    lock = op_folder(tmp_path) / "lock"
+    holder = LockHolder(lock, cwd=tmp_path)
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), op_locks.LIMIT_ENV: "1"}
+    try:
+        for command in (["build-ops", "deepspeed_shm_comm"], ["calibrate", "--out", str(tmp_path / "hw.yaml")]):
+            done = subprocess.run([sys.executable, "-m", "trl_ds.cli", *command], env=env, capture_output=True,
+                                  text=True, timeout=120)
+            assert (done.returncode, deepspeed_free(done.stderr), done.stdout) == (2, timeout_stderr(lock, holder),
+                                                                                   ""), command
+            assert "Traceback" not in done.stderr
+        assert not (tmp_path / "hw.yaml").exists()
+    finally:
+        assert holder.release() == 0

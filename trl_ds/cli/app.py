@@ -66,7 +66,7 @@ def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] 
     memory = estimate(setup)
     accepts = RowCheck(cfg)  # the grid's rows (plan.json, a refusal's smallest change) as the launch checks them
     warning = check_fit(cfg, memory, launching, accepts) or check_elastic_fit(cfg, memory, launching)
-    plan = plan_for_run_dir(cfg, memory, task_overrides(), accepts)
+    plan = plan_for_run_dir(cfg, memory, command_line, accepts)  # the run command it recommends keeps them
     plan["training"] = training_steps(cfg, batch)
     plan["whole_run"] = runs_json({"current": current_run(cfg, setup, plan["current"])})
     if autofit:

@@ -152,8 +152,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USER_ERROR
     rc = search(job, args)
     if not os.path.exists(os.path.join(job["run_dir"], FIT_FILE)):
-        print(f"trl-ds fit: the rank ended (exit code {rc}) before its first trial; its output is above",
-              file=sys.stderr)
+        if rc != EXIT_USER_ERROR:  # a refusal's one line (cluster.gpu_memory_gb, an op lock) is the rank's last
+            print(f"trl-ds fit: the rank ended (exit code {rc}) before its first trial; its output is above",
+                  file=sys.stderr)
         return rc or 1
     record = summarize(job)
     if args.json:

@@ -34,6 +34,7 @@ from trl_ds.rundir.layout import (
 )
 
 START_GRACE_S = 30  # a run dir with neither a running launch nor a summary: wait this long for a launch to start
+SQUEUE_TIMEOUT_S = 30  # a busy controller answers within seconds; one that does not is named, not waited on
 
 
 def exit_status(summary: dict) -> int:
@@ -48,10 +49,20 @@ def exit_status(summary: dict) -> int:
     return summary.get("exit_code") or 1
 
 
+class SqueueNoAnswer(Exception):
+    """squeue did not answer within SQUEUE_TIMEOUT_S: the job's state is unknown."""
+
+
 def slurm_job_running(job_id: str) -> bool:
     """The job is pending or running in SLURM's queue (squeue lists a job for a while after it ends, as COMPLETED
     or FAILED)."""
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                             timeout=SQUEUE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise SqueueNoAnswer(f"trl_ds watch: squeue -j {job_id} did not answer within {SQUEUE_TIMEOUT_S} s (is "
+                             f"SLURM's controller up? sinfo says); the job's state is unknown. Watch it again later "
+                             f"with trl-ds watch RUN_DIR") from None
     return out.returncode == 0 and out.stdout.strip() in ("PENDING", "CONFIGURING", "RUNNING", "REQUEUED",
                                                           "COMPLETING", "SUSPENDED", "RESIZING")
 
@@ -200,6 +211,9 @@ def main(argv=None) -> int:
         return watch(run_dir, args.every, job=args.job or None)
     except KeyboardInterrupt:
         return 130  # the watch ends; the run goes on
+    except SqueueNoAnswer as err:
+        print(str(err).replace("RUN_DIR", run_dir), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -30,8 +30,8 @@ class RankExit:
     shared: bool = False  # the log holds every rank's output, each error line tagged "[rankN]:" (mpirun)
     ended_by_launcher: bool = False  # a signal its launcher sent once another rank had failed (torchrun)
 
-    def error(self) -> Optional[str]:
-        return last_error(self.log, self.rank if self.shared else None)
+    def error(self, limit: Optional[int] = 300) -> Optional[str]:
+        return last_error(self.log, self.rank if self.shared else None, limit)
 
     def lost_a_peer(self) -> bool:
         """It failed only because another rank left: its error says so, or its launcher ended it after another."""
@@ -39,8 +39,9 @@ class RankExit:
         return bool(PEER_LEFT.search(error)) if error else self.ended_by_launcher
 
 
-def last_error(log: Optional[str], rank: Optional[int] = None) -> Optional[str]:
-    """The last exception line of a rank's log (of rank `rank`'s tagged lines in a shared one), at most 300 chars."""
+def last_error(log: Optional[str], rank: Optional[int] = None, limit: Optional[int] = 300) -> Optional[str]:
+    """The last exception line of a rank's log (of rank `rank`'s tagged lines in a shared one), at most `limit`
+    chars (None: whole)."""
     try:
         with open(log or "", errors="replace") as f:
             lines = f.read().splitlines()
@@ -48,7 +49,7 @@ def last_error(log: Optional[str], rank: Optional[int] = None) -> Optional[str]:
         return None
     found = [m.group(2) for m in map(EXCEPTION_LINE.match, lines)
              if m and (rank is None or m.group(1) == str(rank))]
-    return found[-1][:300] if found else None
+    return found[-1][:limit] if found else None
 
 
 def first_own(exits: Sequence[RankExit]) -> Tuple[RankExit, List[RankExit]]:
@@ -77,8 +78,8 @@ def exits_text(exits: Sequence[RankExit], hosts: Sequence[str] = ()) -> Tuple[st
 
 
 def refusal(chosen: RankExit) -> Optional[str]:
-    """A rank that refused the config (exit code 2, trl_ds's refusal, with its one line): that line."""
-    error = chosen.error()
+    """A rank that refused (exit code 2, trl_ds's refusal, with its one line): that line, whole (its fix ends it)."""
+    error = chosen.error(limit=None)
     return error if chosen.code == EXIT_USER_ERROR and error and not PEER_LEFT.search(error) else None
 
 

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 from .gpu_count import node_gpu_check_lines
 from .shell_words import LOCAL_ADDR_VAR, RUN_DIR_VAR, Shell
-from .slurm import MAIN_ADDR_FROM_SLURM
+from .slurm import main_addr_from_slurm_lines
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -57,7 +57,7 @@ def _main_addr_lines(main_addr: str, nodes: int) -> List[str]:
             f'    echo "trl_ds: this SLURM step has ${{SLURM_NNODES:-?}} node(s); the run was built for '
             f'cluster.nodes={nodes}" >&2; exit 2',
             "  fi",
-            *[f"  {line}" for line in MAIN_ADDR_FROM_SLURM],
+            *[f"  {line}" for line in main_addr_from_slurm_lines()],
             "fi"]
 
 

@@ -6,18 +6,31 @@ import shlex
 import shutil
 import subprocess
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from trl_ds.config.values import value
 from trl_ds.rundir.layout import SBATCH_SCRIPT, SLURM_JOB_ID
 
-# Shell lines (launch.sh, and this module under an allocation): rank 0's node is the job's first node, at the
-# address SLURM itself reaches it by (NodeAddr), which may differ from its name.
-MAIN_ADDR_FROM_SLURM = [
-    'MAIN_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
-    "MAIN_ADDR=\"$(scontrol show node \"$MAIN_NODE\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')\"",
-    'MAIN_ADDR="${MAIN_ADDR:-$MAIN_NODE}"',
-]
+SCONTROL_TIMEOUT_S = 30  # scontrol show node asks the controller; SLURM's own message timeout is 10 s by default
+
+
+def main_addr_from_slurm_lines() -> List[str]:
+    """Shell lines (launch.sh, and this module under an allocation): rank 0's node is the job's first node, at the
+    address SLURM itself reaches it by (NodeAddr), which may differ from its name. Each scontrol has a limit; a job
+    whose first node cannot be named ends in one line (exit 1), one without a NodeAddr uses the node's name."""
+    limit = f"timeout -k 5 {SCONTROL_TIMEOUT_S}"
+    return [
+        f'if ! MAIN_NODE="$({limit} scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)" '
+        f'|| [ -z "$MAIN_NODE" ]; then',
+        f'  echo "trl_ds: scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST) '
+        f'within {SCONTROL_TIMEOUT_S} s; is SLURM\'s controller up? (sinfo says)" >&2; exit 1',
+        'fi',
+        f"MAIN_ADDR=\"$({limit} scontrol show node \"$MAIN_NODE\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')\" "
+        "|| MAIN_ADDR=",
+        'MAIN_ADDR="${MAIN_ADDR:-$MAIN_NODE}"',
+    ]
+
+
 TIME = re.compile(r"^(\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2}|UNLIMITED|INFINITE)$")
 
 
@@ -72,11 +85,19 @@ def container_options(cfg, run_dir: str) -> List[str]:
     return [f"--container-image={shlex.quote(s.container_image)}", f"--container-mounts={shlex.quote(mounts)}"]
 
 
-def srun_has_pyxis() -> bool:
-    """pyxis, a SPANK plugin, adds --container-image to srun's own options."""
+SRUN_HELP_TIMEOUT_S = 10  # srun --help reads SLURM's config and loads its SPANK plugins; no controller call
+
+
+def srun_has_pyxis() -> Optional[bool]:
+    """pyxis, a SPANK plugin, adds --container-image to srun's own options. None: srun --help did not answer."""
     srun = shutil.which("srun")
-    help_text = subprocess.run([srun, "--help"], capture_output=True, text=True).stdout if srun else ""
-    return "--container-image" in help_text
+    if not srun:
+        return False
+    try:
+        done = subprocess.run([srun, "--help"], capture_output=True, text=True, timeout=SRUN_HELP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+    return "--container-image" in done.stdout
 
 
 def check_container(cfg) -> List[str]:
@@ -89,10 +110,17 @@ def check_container(cfg) -> List[str]:
     if (s.container_mounts or s.container_image) and value(cfg.launcher.name) != "slurm":
         problems.append(f"launcher.slurm.container_image and container_mounts are read by launcher=slurm only "
                         f"(launcher={value(cfg.launcher.name)} here). Use launcher=slurm, or drop them.")
-    elif s.container_image and s.submit and shutil.which("srun") and not srun_has_pyxis():
-        problems.append(f"launcher.slurm.container_image={s.container_image} needs the pyxis SPANK plugin, which "
-                        f"srun here does not have (srun --help lists no --container-image). Install pyxis and "
-                        f"enroot on the cluster, or drop launcher.slurm.container_image.")
+    elif s.container_image and s.submit and shutil.which("srun"):
+        has_pyxis = srun_has_pyxis()
+        if has_pyxis is None:
+            problems.append(f"launcher.slurm.container_image={s.container_image} needs the pyxis SPANK plugin, but "
+                            f"srun --help did not answer within {SRUN_HELP_TIMEOUT_S} s, so whether srun here has it "
+                            f"is unknown. Check srun (its SPANK plugins, SLURM's config), or write the job without "
+                            f"submitting it: launcher.slurm.submit=false.")
+        elif not has_pyxis:
+            problems.append(f"launcher.slurm.container_image={s.container_image} needs the pyxis SPANK plugin, "
+                            f"which srun here does not have (srun --help lists no --container-image). Install pyxis "
+                            f"and enroot on the cluster, or drop launcher.slurm.container_image.")
     return problems
 
 
@@ -122,9 +150,13 @@ def under_slurm_job() -> bool:
 
 
 def main_addr_from_slurm() -> str:
-    """The same lines launch.sh runs, so both sides agree on the main node."""
-    script = "\n".join(MAIN_ADDR_FROM_SLURM + ['printf %s "$MAIN_ADDR"'])
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    """The same lines launch.sh runs, so both sides agree on the main node; their one line when they cannot."""
+    script = "\n".join(["set -euo pipefail", *main_addr_from_slurm_lines(), 'printf %s "$MAIN_ADDR"'])
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else
+                 f"trl_ds: finding this SLURM job's first node failed (bash exited with {done.returncode})")
+    return done.stdout
 
 
 SUBMIT_TIMEOUT_S = 120  # sbatch retries an unreachable controller for a while; beyond this it is not coming back

@@ -12,6 +12,7 @@ optimizer (torch's fused AdamW on every core; --deepspeed-adam times DeepSpeedCP
 --nvme-path. Writes a hardware YAML in the format of trl_ds/plan/hardware/'s presets (cluster.gpu=<file> loads it).
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -24,7 +25,8 @@ import yaml
 
 from trl_ds.config.schema import ZeroConfig
 from trl_ds.launch import spawn_env
-from trl_ds.op_locks import bound_op_lock_waits
+from trl_ds.launch.build_ops import build
+from trl_ds.op_locks import EXIT_REFUSED, bound_op_lock_waits
 from trl_ds.rundir.deepspeed_config import ZERO_1_2, ZERO_3, ZERO_COMMON
 
 GB = 1e9
@@ -201,7 +203,12 @@ def collective_rates(device: str, world: int) -> Dict[str, float]:
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "collective.json")
-        mp.spawn(_collective_worker, args=(world, port, device, out), nprocs=world, join=True)
+        try:
+            mp.spawn(_collective_worker, args=(world, port, device, out), nprocs=world, join=True)
+        except mp.ProcessExitedException as err:
+            if err.exit_code == EXIT_REFUSED:  # each rank said why in one line (an op lock taken after main loaded)
+                raise SystemExit(EXIT_REFUSED) from None
+            raise
         with open(out) as f:
             return json.load(f)
 
@@ -284,6 +291,8 @@ def main(argv=None) -> int:
     # (trl_ds/launch/build_ops.py); the ZeRO micro-steps load shm_comm, --deepspeed-adam cpu_adam
     os.environ["PATH"] = spawn_env()["PATH"]
     bound_op_lock_waits()
+    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed logs to stdout, where the YAML goes
+        build("deepspeed_shm_comm")  # its ranks load it: built, or a held lock waited on, here and once
     start = time.perf_counter()
     numbers = measure(args.ranks, args.nvme_path, args.deepspeed_adam)
     write(numbers, args.out, time.perf_counter() - start)

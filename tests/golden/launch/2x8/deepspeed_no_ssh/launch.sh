@@ -9,8 +9,10 @@ if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
   if [ "${SLURM_NNODES:-0}" != 2 ]; then
     echo "trl_ds: this SLURM step has ${SLURM_NNODES:-?} node(s); the run was built for cluster.nodes=2" >&2; exit 2
   fi
-  MAIN_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
-  MAIN_ADDR="$(scontrol show node "$MAIN_NODE" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')"
+  if ! MAIN_NODE="$(timeout -k 5 30 scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)" || [ -z "$MAIN_NODE" ]; then
+    echo "trl_ds: scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST) within 30 s; is SLURM's controller up? (sinfo says)" >&2; exit 1
+  fi
+  MAIN_ADDR="$(timeout -k 5 30 scontrol show node "$MAIN_NODE" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')" || MAIN_ADDR=
   MAIN_ADDR="${MAIN_ADDR:-$MAIN_NODE}"
 fi
 export NCCL_SOCKET_IFNAME=ib0
