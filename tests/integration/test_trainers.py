@@ -24,11 +24,13 @@ RUNS = {
     "reward-stage3": ["trainer=reward", "zero=stage3", "trainer.max_steps=8", "trainer.per_device_train_batch_size=8"],
     # beta 0.1: TRL builds the reference model (test_trainer_memory weighs it in this run)
     "grpo-stage3": ["trainer=grpo", "zero=stage3", "trainer.beta=0.1", "trainer.max_steps=4"],
-    # KTO and RLOO: one run each, also weighed by test_trainer_memory. RLOO's preset beta 0.05 builds the reference;
-    # the larger model has tensors above the persistence threshold, so ZeRO-3 partitions them and generation really
-    # gathers them (ds3_gather_for_generation)
+    # KTO and RLOO: one run each, also weighed by test_trainer_memory; KTO through trl_ds's worker, RLOO through TRL's
+    # own rloo.py (script=), so each path runs one of them. RLOO's preset beta 0.05 builds the reference; the larger
+    # model has tensors above the persistence threshold, so ZeRO-3 partitions them and generation really gathers them
+    # (ds3_gather_for_generation)
     "kto-stage2": ["trainer=kto", "zero=stage2", "trainer.max_steps=4"],
-    "rloo-stage3-larger": ["trainer=rloo", "zero=stage3", "trainer.max_steps=3", *LARGER],
+    "rloo-script-stage3-larger": ["script=trl.scripts.rloo", "trainer=rloo", "zero=stage3", "trainer.max_steps=3",
+                                  *LARGER],
     # threshold 0: the small adapter matrices are partitioned too, as a large model's are (a saved adapter must
     # then be gathered from every rank)
     "lora-stage3": ["peft=lora", "zero=stage3", "trainer.max_steps=6", "zero.stage3_param_persistence_threshold=0"],
@@ -100,8 +102,12 @@ def test_kto_starts_at_its_reference_and_logs_its_own_terms(tmp_path_factory):
     assert summary["global_batch"] == 4  # micro 2 × 2 ranks: each micro-batch its own KL completions
 
 
-def test_rloo_generates_scores_with_a_kl_penalty_and_updates(tmp_path_factory):
-    _, summary, records = train("rloo-stage3-larger", tmp_path_factory)
+def test_trl_rloo_script_generates_scores_with_a_kl_penalty_and_updates(tmp_path_factory):
+    """TRL's installed rloo.py, unchanged: its parser took the run dir's trainer.yaml (reward_funcs by dotted path,
+    beta, num_generations) and its RLOOTrainer trained at ZeRO-3, recorded as the worker's trainers are."""
+    run_dir, summary, records = train("rloo-script-stage3-larger", tmp_path_factory)
+    assert summary["script"] == "trl.scripts.rloo"
+    assert (run_dir / "trainer" / "model.safetensors").exists()  # rloo.py's own save, into the run dir
     assert records[0]["kl"] == 0  # the policy before its first update is the reference
     for r in records:
         assert 0 <= r["reward"] <= 1 and math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"])
