@@ -1,4 +1,5 @@
-"""The trainer-aware estimate against the real engines: DPO, reward and GRPO on 2 CPU ranks (fp32), ZeRO-2 and 3.
+"""The trainer-aware estimate against the real engines: DPO, reward, GRPO, KTO and RLOO on 2 CPU ranks (fp32), ZeRO-2
+and 3.
 
 Each run's worker counts the bytes its engines' tensors hold after training (memory/rank_K.json, see
 trl_ds/worker/measure.py): the policy's model states, and apart from them the reference engine TRL built with
@@ -7,29 +8,28 @@ prepare_deepspeed. plan.json in the same run dir holds what the app planned befo
 the plan's exactly. The expected reference size is also derived from the engine alone: 4 bytes (fp32) per
 parameter on every rank below ZeRO-3, the same bytes as the policy's parameters under it.
 
-The runs of test_trainers.py (dpo-stage2, dpo-stage3, reward-stage3, grpo-stage3 with beta 0.1) are shared within a
-session; the others are one or two optimizer steps each. ZeRO-3 runs take two or more: the plan holds the steady
-state, where the reference keeps its parameters below the persistence threshold whole, and DeepSpeed releases them
-after the first forward of an engine (it is still recording its trace then: partitioned_param_coordinator.py
-release_sub_module).
+The runs of test_trainers.py (dpo-stage2, dpo-stage3, reward-stage3, grpo-stage3 with beta 0.1, kto-stage2, and
+rloo-script-stage3-larger: TRL's rloo.py with the preset's beta 0.05) are shared within a session; the others are
+one or two optimizer steps each. ZeRO-3 runs take two or more: the plan holds the steady state, where the reference
+keeps its parameters below the persistence threshold whole, and DeepSpeed releases them after the first forward of an
+engine (it is still recording its trace then: partitioned_param_coordinator.py release_sub_module).
 """
 import pytest
 from conftest import read_json, run_app
-from test_trainers import train
+from test_trainers import LARGER, train
 
 pytestmark = pytest.mark.integration
 
 KINDS = ("params", "gradients", "optimizer")
 FP32 = 4
-LARGER = ["model.hidden_size=512", "model.intermediate_size=1408", "model.num_attention_heads=8",
-          "model.num_key_value_heads=4"]  # 12.3M parameters: most tensors above ZeRO-3's persistence threshold
 OWN = {
     "dpo-stage3-larger": ["trainer=dpo", "zero=stage3", "trainer.max_steps=2", *LARGER],
     "reward-stage2": ["trainer=reward", "zero=stage2", "trainer.max_steps=1"],
     "grpo-stage2-beta": ["trainer=grpo", "zero=stage2", "trainer.beta=0.1", "trainer.max_steps=1"],
     "dpo-lora-stage3": ["trainer=dpo", "zero=stage3", "peft=lora", "trainer.max_steps=1"],
 }
-SHARED = ("dpo-stage2", "dpo-stage3", "reward-stage3", "grpo-stage3")  # test_trainers.py's runs
+SHARED = ("dpo-stage2", "dpo-stage3", "reward-stage3", "grpo-stage3", "kto-stage2",
+          "rloo-script-stage3-larger")  # test_trainers.py's runs
 _runs = {}
 
 
@@ -67,7 +67,7 @@ def test_model_states_and_reference_match_the_plan(name, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["dpo-stage2", "grpo-stage2-beta", "dpo-stage3", "dpo-stage3-larger",
-                                  "grpo-stage3"])
+                                  "grpo-stage3", "kto-stage2", "rloo-script-stage3-larger"])
 def test_the_reference_is_a_copy_below_zero3_and_a_partition_under_it(name, tmp_path_factory):
     """From the engine alone: below ZeRO-3 prepare_deepspeed sets stage 0, so every rank holds all parameters in the
     policy's dtype; under ZeRO-3 the reference is partitioned exactly as the policy's parameters are."""
@@ -88,3 +88,14 @@ def test_no_reference_is_kept(name, tmp_path_factory):
     assert read_json(run_dir / "plan.json")["current"]["device_bytes"]["reference"] == 0
     for rank in measured(run_dir):
         assert rank["reference"] == {}
+
+
+@pytest.mark.parametrize("name", ["kto-stage2", "rloo-script-stage3-larger"])
+def test_kto_and_rloo_reference_bytes_are_the_plans_exactly(name, tmp_path_factory):
+    """KTO's reference as DPO's (a whole fp32 copy at ZeRO-2), RLOO's as GRPO's (a ZeRO-3 partition plus the norms,
+    which stay whole): the plan's bytes per place are the engine's, to the byte. The RLOO run is TRL's own rloo.py:
+    the script's trainer is weighed as the worker's is."""
+    run_dir = run(name, tmp_path_factory)
+    planned = read_json(run_dir / "plan.json")["current"]["reference_after_step_bytes"]
+    for rank in measured(run_dir):
+        assert {"cpu" if k == "device" else k: v for k, v in planned.items()} == rank["reference"]

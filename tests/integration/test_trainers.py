@@ -1,5 +1,5 @@
-"""Real training of every trainer on 2 CPU ranks with DeepSpeed ZeRO-3 (DPO at ZeRO-2 too), LoRA, Ulysses and
-checkpointing.
+"""Real training of every trainer on 2 CPU ranks with DeepSpeed ZeRO-3 (DPO at ZeRO-2 too, KTO at ZeRO-2 only), LoRA,
+Ulysses and checkpointing.
 
 Each run is the tiny model for a few steps (15-30 s). Runs are seeded, so the learning checks are deterministic.
 """
@@ -16,12 +16,21 @@ from trl_ds.launch import spawn_env
 pytestmark = pytest.mark.integration
 
 LN2 = math.log(2)  # DPO's and the reward model's loss when chosen and rejected are scored alike
+LARGER = ["model.hidden_size=512", "model.intermediate_size=1408", "model.num_attention_heads=8",
+          "model.num_key_value_heads=4"]  # 12.3M parameters: most tensors above ZeRO-3's persistence threshold
 RUNS = {
     "dpo-stage2": ["trainer=dpo", "zero=stage2", "trainer.max_steps=6"],
     "dpo-stage3": ["trainer=dpo", "zero=stage3", "trainer.max_steps=6"],
     "reward-stage3": ["trainer=reward", "zero=stage3", "trainer.max_steps=8", "trainer.per_device_train_batch_size=8"],
     # beta 0.1: TRL builds the reference model (test_trainer_memory weighs it in this run)
     "grpo-stage3": ["trainer=grpo", "zero=stage3", "trainer.beta=0.1", "trainer.max_steps=4"],
+    # KTO and RLOO: one run each, also weighed by test_trainer_memory; KTO through trl_ds's worker, RLOO through TRL's
+    # own rloo.py (script=), so each path runs one of them. RLOO's preset beta 0.05 builds the reference; the larger
+    # model has tensors above the persistence threshold, so ZeRO-3 partitions them and generation really gathers them
+    # (ds3_gather_for_generation)
+    "kto-stage2": ["trainer=kto", "zero=stage2", "trainer.max_steps=4"],
+    "rloo-script-stage3-larger": ["script=trl.scripts.rloo", "trainer=rloo", "zero=stage3", "trainer.max_steps=3",
+                                  *LARGER],
     # threshold 0: the small adapter matrices are partitioned too, as a large model's are (a saved adapter must
     # then be gathered from every rank)
     "lora-stage3": ["peft=lora", "zero=stage3", "trainer.max_steps=6", "zero.stage3_param_persistence_threshold=0"],
@@ -80,6 +89,30 @@ def test_grpo_generates_scores_and_updates(stage, tmp_path_factory):
     scored_apart = [r for r in records if r["reward_std"] > 0]  # a group's completions got different rewards
     assert scored_apart and all(r["grad_norm"] > 0 for r in scored_apart)  # and those advantages reach the weights
     assert summary["global_batch"] == 4  # one prompt × num_generations=4 per step
+
+
+def test_kto_starts_at_its_reference_and_logs_its_own_terms(tmp_path_factory):
+    """Step 1: policy == reference, so every log-ratio and the KL estimate are 0 and KTO's loss
+    1 - sigmoid(beta * (log-ratio - KL)) is 0.5 for desirable and undesirable examples alike (kto_trainer.py)."""
+    _, summary, records = train("kto-stage2", tmp_path_factory)
+    assert records[0]["loss"] == pytest.approx(0.5, abs=1e-6) and records[0]["kl"] == 0
+    for r in records:
+        assert math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) and r["kl"] >= 0
+        assert {"rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"} <= set(r)
+    assert summary["global_batch"] == 4  # micro 2 × 2 ranks: each micro-batch its own KL completions
+
+
+def test_trl_rloo_script_generates_scores_with_a_kl_penalty_and_updates(tmp_path_factory):
+    """TRL's installed rloo.py, unchanged: its parser took the run dir's trainer.yaml (reward_funcs by dotted path,
+    beta, num_generations) and its RLOOTrainer trained at ZeRO-3, recorded as the worker's trainers are."""
+    run_dir, summary, records = train("rloo-script-stage3-larger", tmp_path_factory)
+    assert summary["script"] == "trl.scripts.rloo"
+    assert (run_dir / "trainer" / "model.safetensors").exists()  # rloo.py's own save, into the run dir
+    assert records[0]["kl"] == 0  # the policy before its first update is the reference
+    for r in records:
+        assert 0 <= r["reward"] <= 1 and math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"])
+        assert r["completions/max_length"] <= 4 and "kl" in r  # the preset's max_completion_length; beta 0.05
+    assert summary["global_batch"] == 4 and summary["total_parameters"] == 12_325_376
 
 
 def test_lora_trains_only_the_adapters(tmp_path_factory):

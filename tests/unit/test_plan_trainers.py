@@ -213,7 +213,9 @@ def test_paired_activations_are_what_autograd_saves_for_2b_sequences(width, dtyp
 def test_the_docs_table_of_llama3_8b_per_trainer(compose_cfg):
     """docs/planner.md's table (GiB per rank, 1x8, 2048 tokens, micro 1, checkpointing): pinned so it cannot drift."""
     table = {"trainer=sft": (48.0, 34.1), "trainer=dpo": (68.1, 39.0), "trainer=dpo peft=lora": (23.6, 9.5),
-             "trainer=dpo +trainer.args.precompute_ref_log_probs=true": (49.4, 35.4), "trainer=reward": (42.7, 29.8)}
+             "trainer=dpo +trainer.args.precompute_ref_log_probs=true": (49.4, 35.4), "trainer=reward": (42.7, 29.8),
+             "trainer=kto trainer.per_device_train_batch_size=2": (68.1, 39.0),
+             "trainer=rloo trainer.max_completion_length=256": (66.7, 51.7)}
     for row, totals in table.items():
         for stage, total in zip((2, 3), totals):
             e = planned(compose_cfg, f"zero=stage{stage}", "trainer.gradient_checkpointing=true", *row.split())
@@ -273,3 +275,105 @@ def test_grpo_generation_counts_that_are_not_positive_integers_are_one_message(o
     assert capsys.readouterr().err == (f"trl-ds plan: trainer.args.{key}={given} must be a positive integer "
                                        f"(GRPOConfig.{key}). Set e.g. trainer.args.{key}=4, or leave it out for TRL "
                                        f"to derive it.\n")
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_kto_below_zero3_holds_a_whole_16bit_reference_like_dpo(compose_cfg, stage):
+    """KTOTrainer builds its reference as DPOTrainer does and hands it to the same prepare_deepspeed (stage 0)."""
+    kto = planned(compose_cfg, f"zero=stage{stage}", "trainer=kto", "trainer.per_device_train_batch_size=2")
+    assert kto.device["reference"] == kto.reference_after_step["device"] == BF16 * PSI_8B
+
+
+def test_kto_under_zero3_partitions_the_reference_and_gathers_its_largest_module(compose_cfg):
+    kto = planned(compose_cfg, "zero=stage3", "trainer=kto", "trainer.per_device_train_batch_size=2")
+    partition = BF16 * PSI_8B // 8 + BF16 * NORMS_8B
+    assert kto.reference_after_step["device"] == pytest.approx(partition, abs=8)
+    assert kto.device["reference"] == pytest.approx(partition + BF16 * VOCAB * HIDDEN, abs=8)
+
+
+@pytest.mark.parametrize("extra", [["peft=lora"], ["+trainer.args.precompute_ref_log_probs=true"]])
+def test_kto_with_peft_or_precomputed_log_probs_keeps_no_reference(compose_cfg, extra):
+    """kto_trainer.py: `if is_peft_model(self.model) or (args.precompute_ref_log_probs and not self.is_fsdp_enabled)`:
+    self.ref_model = None."""
+    for stage in (2, 3):
+        kto = planned(compose_cfg, f"zero=stage{stage}", "trainer=kto", "trainer.per_device_train_batch_size=2", *extra)
+        assert kto.device["reference"] == 0 and kto.reference_after_step == {}
+
+
+def test_kto_trains_one_sequence_per_example_its_kl_sequence_has_no_gradients(compose_cfg):
+    """Unpaired: b examples are b sequences with gradients (activations and logits as SFT's at micro b); the KL
+    sequences go through the policy under torch.no_grad (_compute_kl_logps) and save nothing for backward."""
+    sft = planned(compose_cfg, "zero=stage2", "trainer.per_device_train_batch_size=2")
+    kto = planned(compose_cfg, "zero=stage2", "trainer=kto", "trainer.per_device_train_batch_size=2")
+    assert kto.setup.tokens == 2 * 2048
+    assert (kto.device["activations"], kto.device["logits"]) == (sft.device["activations"], sft.device["logits"])
+    extra = {k: kto.device[k] - sft.device[k] for k in kto.device if k != "overhead"}  # overhead: a margin on the rest
+    assert extra == {**{k: 0 for k in extra}, "reference": BF16 * PSI_8B}  # the reference copy, nothing else
+    assert kto.device["generation"] == 0 and kto.generation_items == {}
+
+
+def test_kto_step_time_counts_the_reference_and_the_kl_forwards(compose_cfg):
+    """A forward is a third of training's FLOPs (2 of 6 per parameter and token, 4 of 12 of attention). Per example
+    KTO forwards without gradients: the KL sequence through the policy, the example and the KL sequence through the
+    reference: three forwards, the whole compute term. Without a KL term (apo_zero_unpaired) only the reference's
+    forward of the example is left; with precompute only the policy's KL forward."""
+    from trl_ds.plan.steptime import hardware_from_config, step_time
+
+    def terms(*extra):
+        cfg = compose_cfg([*LLAMA_8B, "zero=stage2", "trainer=kto", "trainer.per_device_train_batch_size=2", *extra])
+        return step_time(setup_from_config(cfg), hardware_from_config(cfg)).terms
+
+    kto = terms()
+    assert kto["reference"] == pytest.approx(kto["compute"])
+    for extra in (["+trainer.args.loss_type=apo_zero_unpaired"], ["+trainer.args.precompute_ref_log_probs=true"]):
+        assert terms(*extra)["reference"] == pytest.approx(kto["compute"] / 3)
+
+
+def test_rloo_under_zero3_gathers_the_whole_16bit_model_for_generation_like_grpo(compose_cfg):
+    """rloo_trainer.py generates through unwrap_model_for_generation(gather_deepspeed3_params=ds3_gather_for_generation)
+    with RLOOConfig's generation batch: the bill is GRPO's."""
+    rloo = planned(compose_cfg, "zero=stage3", "trainer=rloo", "trainer.max_completion_length=1024",
+                   "trainer.num_generations=8", "batch.global_size=64", "trainer.gradient_checkpointing=true")
+    items = rloo.generation_items
+    assert items["gathered_model"] == BF16 * (PSI_8B - NORMS_8B)
+    seqs, tokens = 64 // 8, 2048 + 1024
+    assert items["kv_cache"] == 2 * L * KV_WIDTH * BF16 * seqs * tokens
+    assert rloo.setup.seq_len == rloo.setup.tokens == tokens
+    assert rloo.device["generation"] == sum(items.values()) - rloo.device["activations"] - rloo.device["logits"]
+    no_gather = planned(compose_cfg, "zero=stage3", "trainer=rloo", "+trainer.args.ds3_gather_for_generation=false")
+    assert "gathered_model" not in no_gather.generation_items
+
+
+def test_rloo_keeps_a_reference_for_its_kl_penalty_unless_beta_is_0_or_peft(compose_cfg):
+    """RLOOConfig's beta defaults to 0.05 (the preset's): the KL penalty needs the reference's log-probs."""
+    assert planned(compose_cfg, "zero=stage2", "trainer=rloo").device["reference"] == BF16 * PSI_8B
+    assert planned(compose_cfg, "zero=stage2", "trainer=rloo", "trainer.beta=0.0").device["reference"] == 0
+    assert planned(compose_cfg, "zero=stage2", "trainer=rloo", "peft=lora").device["reference"] == 0
+    partition = BF16 * PSI_8B // 8 + BF16 * NORMS_8B
+    rloo3 = planned(compose_cfg, "zero=stage3", "trainer=rloo")
+    assert rloo3.reference_after_step["device"] == pytest.approx(partition, abs=8)
+
+
+def test_plan_shows_kto_and_rloo_columns_and_json_names_them():
+    def plan(*args):
+        out = subprocess.run([sys.executable, "-m", "trl_ds.plan", *args], cwd=REPO, capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    lines = plan(*LLAMA_8B, "trainer=kto", "trainer.per_device_train_batch_size=2").splitlines()
+    assert "trainer kto: 1 sequence per example (unpaired prompt + completion), and a KL sequence (another example's " \
+           "completion) forwarded without gradients; reference model: a whole copy per rank below ZeRO-3 (ZeRO " \
+           "disabled for it), a partition under ZeRO-3" in lines
+    head = next(line for line in lines if line.startswith("zero")).split()
+    assert "reference" in head and "generation" not in head
+    assert any("+trainer.args.precompute_ref_log_probs=true" in line for line in lines if line.startswith("settings"))
+    prompt = [o for o in LLAMA_8B if not o.startswith("trainer.max_length=")]  # max_length is not RLOO's
+    lines = plan(*prompt, "trainer=rloo").splitlines()
+    head = next(line for line in lines if line.startswith("zero")).split()
+    assert {"reference", "generation"} <= set(head)
+    assert any(line.startswith("generation: ") for line in lines)
+    data = json.loads(plan(*prompt, "trainer=rloo", "--json"))
+    assert data["trainer"]["reference_parameters"] == PSI_8B
+    assert data["trainer"]["generation"]["ds3_gather_for_generation"] is True
+    assert all({"reference", "generation"} <= set(row["device_bytes"]) for row in data["rows"])

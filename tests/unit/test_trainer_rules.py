@@ -17,11 +17,31 @@ def problems(compose_cfg, overrides, launching=False, tmp_path="/tmp/run"):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["trainer.num_generations=8"], "trainer.num_generations=8 is an option of trainer=grpo only; trainer=sft has no "
-                                    "such argument. Drop it, or use trainer=grpo."),
-    (["trainer=reward", "trainer.beta=0.5"], "trainer.beta=0.5 is an option of trainer=dpo/grpo only; trainer=reward"),
-    (["trainer=dpo", "trainer.reward_funcs=[a.b]"], "trainer.reward_funcs=[a.b] is an option of trainer=grpo only"),
-    (["trainer=grpo", "trainer.max_length=128"], "trainer.max_length=128 is an option of trainer=sft/dpo/reward only"),
+    (["trainer.num_generations=8"], "trainer.num_generations=8 is an option of trainer=grpo/rloo only; trainer=sft has "
+                                    "no such argument. Drop it, or use trainer=grpo."),
+    (["trainer=reward", "trainer.beta=0.5"], "trainer.beta=0.5 is an option of trainer=dpo/grpo/kto/rloo only; "
+                                             "trainer=reward"),
+    (["trainer=dpo", "trainer.reward_funcs=[a.b]"], "trainer.reward_funcs=[a.b] is an option of trainer=grpo/rloo "
+                                                    "only"),
+    (["trainer=grpo", "trainer.max_length=128"], "trainer.max_length=128 is an option of trainer=sft/dpo/reward/kto "
+                                                 "only"),
+    (["trainer=rloo", "trainer.max_length=128"], "trainer.max_length=128 is an option of trainer=sft/dpo/reward/kto "
+                                                 "only; trainer=rloo has no such argument"),
+    (["trainer=kto", "trainer.num_generations=2"], "trainer.num_generations=2 is an option of trainer=grpo/rloo only"),
+    (["trainer=rloo", "trainer.reward_funcs=[]"], "trainer=rloo needs at least one reward function."),
+    (["trainer=rloo", "trainer.num_generations=1"], "trainer.num_generations=1 must be at least 2: RLOO compares"),
+    (["trainer=rloo", "trainer.num_generations=3"], "trainer=rloo: the global batch 4 is not a multiple of "
+                                                    "trainer.num_generations=3."),
+    # kto_trainer.py __init__ raises these after loading the model ("Actual (not effective) batch size must be > 1",
+    # "requires `train_sampling_strategy='sequential'`"); the loss 1 - sigmoid(beta * ...) is 0.5 flat at beta 0
+    (["trainer=kto", "trainer.per_device_train_batch_size=1"],
+     "trainer.per_device_train_batch_size=1 with trainer=kto: KTO estimates its KL term from the other completions of "
+     "a micro-batch, so it needs 2 or more. Set trainer.per_device_train_batch_size=2, or "
+     "+trainer.args.loss_type=apo_zero_unpaired (no KL term)."),
+    (["trainer=kto", "+trainer.args.train_sampling_strategy=random"],
+     "trainer.args.train_sampling_strategy=random with trainer=kto: KTO's KL completions are built from neighbours"),
+    (["trainer=kto", "trainer.beta=0"], "trainer.beta=0.0 with trainer=kto trains nothing: KTO's loss scales the "
+                                        "log-ratio by beta"),
     (["trainer=grpo", "trainer.reward_funcs=[]"], "trainer=grpo needs at least one reward function. Set "
                                                   "trainer.reward_funcs=[trl_ds.worker.rewards.arithmetic_reward]"),
     (["trainer=grpo", "trainer.num_generations=1"], "trainer.num_generations=1 must be at least 2"),
@@ -64,6 +84,9 @@ def test_each_unmet_need_is_one_message(compose_cfg, overrides, message):
 @pytest.mark.parametrize("overrides", [["trainer=dpo"], ["trainer=grpo"], ["trainer=reward"], ["peft=lora"],
                                        ["sp=ulysses", "zero=stage3"], ["trainer=grpo", "trainer.beta=0.04"],
                                        ["trainer=grpo", "trainer.beta=0"], ["trainer=dpo", "trainer.beta=0.01"],
+                                       ["trainer=kto"], ["trainer=rloo"], ["trainer=rloo", "trainer.beta=0"],
+                                       ["trainer=kto", "trainer.per_device_train_batch_size=1",
+                                        "+trainer.args.loss_type=apo_zero_unpaired"],
                                        ["cluster=1x8", "sp=ulysses", "sp.size=4", "trainer.max_length=63",
                                         "sp.attn_implementation=flash_attention_2"]])
 def test_shipped_combinations_are_valid(compose_cfg, overrides):
@@ -91,6 +114,17 @@ def test_sft_data_accepts_any_of_its_formats(compose_cfg, tmp_path):
     wrong = write_jsonl(tmp_path / "wrong.jsonl", [{"prompt": "p"}])
     found = problems(compose_cfg, [f"trainer.dataset_name={wrong}"], True, tmp_path)
     assert "trainer=sft needs text or messages or prompt and completion (missing text)" in found[0]
+
+
+def test_kto_data_is_unpaired_or_pairs_it_unpairs(compose_cfg, tmp_path):
+    unpaired = write_jsonl(tmp_path / "u.jsonl", [{"prompt": "p", "completion": "c", "label": True}])
+    pairs = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "p", "chosen": "c", "rejected": "r"}])
+    for data in (unpaired, pairs):
+        assert problems(compose_cfg, ["trainer=kto", f"trainer.dataset_name={data}"], True, tmp_path) == []
+    wrong = write_jsonl(tmp_path / "w.jsonl", [{"prompt": "p", "completion": "c"}])
+    found = problems(compose_cfg, ["trainer=kto", f"trainer.dataset_name={wrong}"], True, tmp_path)
+    assert "trainer=kto needs prompt and completion and label or chosen and rejected (missing label)" in found[0]
+    assert '{"prompt": "...", "completion": "...", "label": true}' in found[0]
 
 
 def test_grpo_data_needs_prompts(compose_cfg, tmp_path):

@@ -61,7 +61,7 @@ def test_every_problem_at_once_with_the_fix(compose_cfg):
 def test_an_argument_of_another_trainer_says_whose_it_is(compose_cfg):
     assert problems(compose_cfg, ["+trainer.args.loss_type=[sigmoid]", "trainer=reward"]) == [
         "trainer.args.loss_type=[sigmoid]: trainer=reward has no argument loss_type (checked against "
-        "ScriptArguments/RewardConfig/ModelConfig). It is an argument of trainer=sft/dpo/grpo. Closest: "
+        "ScriptArguments/RewardConfig/ModelConfig). It is an argument of trainer=sft/dpo/grpo/kto. Closest: "
         "lora_task_type."]
 
 

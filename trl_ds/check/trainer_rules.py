@@ -19,6 +19,7 @@ from trl_ds.config.data_files import named_for_split
 from trl_ds.config.schema import TrainerConfig
 from trl_ds.config.values import LOCAL_DATA_SUFFIXES, is_local_path, value, world_size
 from trl_ds.plan.params import architecture, layer_modules
+from trl_ds.plan.trainers import GENERATING, KTO_NO_KL
 from trl_ds.rundir.trainer_config import TRAINER_ONLY
 
 # Any one of these column sets will do (TRL's dataset formats for each trainer).
@@ -27,13 +28,18 @@ NEEDED_COLUMNS = {
     "dpo": (("chosen", "rejected"),),
     "reward": (("chosen", "rejected"),),
     "grpo": (("prompt",),),
+    "kto": (("prompt", "completion", "label"), ("chosen", "rejected")),  # pairs: KTOTrainer unpairs them
+    "rloo": (("prompt",),),
 }
 EXAMPLE_RECORD = {
     "sft": '{"text": "..."}',
     "dpo": '{"prompt": "...", "chosen": "...", "rejected": "..."}',
     "reward": '{"prompt": "...", "chosen": "...", "rejected": "..."}',
     "grpo": '{"prompt": "...", ...}  (other columns reach the reward functions as keywords)',
+    "kto": '{"prompt": "...", "completion": "...", "label": true}',
+    "rloo": '{"prompt": "...", ...}  (other columns reach the reward functions as keywords)',
 }
+
 # The packages transformers' is_<name>_available() looks for (integrations/integration_utils.py); kubeflow needs none.
 LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",), "mlflow": ("mlflow",),
                    "azure_ml": ("azureml",), "comet_ml": ("comet_ml",), "neptune": ("neptune",),
@@ -53,8 +59,10 @@ def check_trainer_options(cfg) -> List[str]:
                 f"such argument. Drop it, or use trainer={owners[0]}."
                 for k, owners in TRAINER_ONLY.items() if name not in owners and _plain(t[k]) != defaults[k]]
     problems += _report_to_problems(t.report_to)
-    if name == "grpo":
-        problems += _grpo_needs(t)
+    if name in GENERATING:
+        problems += _generation_needs(t, name)
+    if name == "kto":
+        problems += _kto_needs(t)
     if name == "dpo" and t.beta <= 0:
         # dpo_trainer.py: every loss_type scales the log-ratio margin by beta (sigmoid: -logsigmoid(beta * delta)),
         # or divides by it (ipo): at 0 the loss is log 2 with zero gradients; below 0 it prefers the rejected answer
@@ -64,16 +72,34 @@ def check_trainer_options(cfg) -> List[str]:
     return problems
 
 
-def _grpo_needs(t) -> List[str]:
+def _generation_needs(t, name: str) -> List[str]:
     problems = []
     if not t.reward_funcs:
-        problems.append(f"trainer=grpo needs at least one reward function. Set trainer.reward_funcs=[{BUILTIN_REWARD}] "
-                        f"or your own, e.g. trainer.reward_funcs=[my_pkg.rewards.correctness].")
+        problems.append(f"trainer={name} needs at least one reward function. Set trainer.reward_funcs="
+                        f"[{BUILTIN_REWARD}] or your own, e.g. trainer.reward_funcs=[my_pkg.rewards.correctness].")
     if t.num_generations < 2:
-        problems.append(f"trainer.num_generations={t.num_generations} must be at least 2: GRPO compares the "
-                        f"completions of one prompt. Set trainer.num_generations=4.")
+        problems.append(f"trainer.num_generations={t.num_generations} must be at least 2: {name.upper()} compares "
+                        f"the completions of one prompt. Set trainer.num_generations=4.")
     if t.max_completion_length < 1:
         problems.append(f"trainer.max_completion_length={t.max_completion_length} must be at least 1.")
+    return problems
+
+
+def _kto_needs(t) -> List[str]:
+    """KTOTrainer's own refusals (kto_trainer.py __init__), before launch: a loss that estimates the KL term pairs each
+    prompt with another example's completion of the same micro-batch, in the data's order (the micro-batch's size:
+    check_kto_batch)."""
+    args, problems = t.args or {}, []
+    if t.beta <= 0:
+        # kto_trainer.py: 1 - sigmoid(beta * (log-ratio - kl)): a constant 0.5 with zero gradients at 0
+        problems.append(f"trainer.beta={t.beta} with trainer=kto trains nothing: KTO's loss scales the log-ratio by "
+                        f"beta (1 - sigmoid(beta * (log-ratio - KL))), so it is a constant at 0 and favours the wrong "
+                        f"side below 0. Set trainer.beta=0.1 (TRL's default).")
+    strategy = args.get("train_sampling_strategy", "sequential")
+    if args.get("loss_type", "kto") != KTO_NO_KL and strategy != "sequential":
+        problems.append(f"trainer.args.train_sampling_strategy={strategy} with trainer=kto: KTO's KL completions are "
+                        f"built from neighbours in the data's order, which only sequential sampling keeps. Drop it, "
+                        f"or add +trainer.args.loss_type={KTO_NO_KL} (no KL term).")
     return problems
 
 
@@ -125,13 +151,23 @@ def check_eval_here(cfg) -> List[str]:
 
 
 def check_generation_batch(cfg, batch: Batch) -> List[str]:
-    """GRPO scores whole groups of num_generations completions: the global batch must hold whole groups."""
-    n = cfg.trainer.num_generations
-    if value(cfg.trainer.name) != "grpo" or n < 2 or batch.global_size % n == 0:
+    """GRPO and RLOO score whole groups of num_generations completions: the global batch must hold whole groups."""
+    n, name = cfg.trainer.num_generations, value(cfg.trainer.name)
+    if name not in GENERATING or n < 2 or batch.global_size % n == 0:
         return []
-    return [f"trainer=grpo: the global batch {batch.global_size} is not a multiple of trainer.num_generations={n}. "
+    return [f"trainer={name}: the global batch {batch.global_size} is not a multiple of trainer.num_generations={n}. "
             f"Set trainer.num_generations to a divisor of {batch.global_size}, or "
             f"batch.global_size={math.lcm(batch.micro * batch.world, n)}."]
+
+
+def check_kto_batch(cfg, batch: Batch) -> List[str]:
+    """KTO's KL term pairs each prompt with another completion of its micro-batch: one example has none."""
+    args = cfg.trainer.args or {}
+    if value(cfg.trainer.name) != "kto" or batch.micro > 1 or args.get("loss_type", "kto") == KTO_NO_KL:
+        return []
+    return [f"trainer.per_device_train_batch_size={batch.micro} with trainer=kto: KTO estimates its KL term from the "
+            f"other completions of a micro-batch, so it needs 2 or more. Set trainer.per_device_train_batch_size=2, or "
+            f"+trainer.args.loss_type={KTO_NO_KL} (no KL term)."]
 
 
 def check_peft(cfg) -> List[str]:
@@ -191,7 +227,7 @@ def check_trainer_here(cfg) -> List[str]:
     """Needs this machine must meet for a real launch: evaluation data, reward functions, loggers (the data files'
     columns are check/data_file.py's, in dry runs too)."""
     problems = check_eval_here(cfg)
-    if value(cfg.trainer.name) == "grpo":
+    if value(cfg.trainer.name) in GENERATING:
         problems += [p for path in cfg.trainer.reward_funcs for p in [reward_function_problem(path)] if p]
     for name in report_to_names(cfg.trainer.report_to):
         if name in LOGGER_PACKAGES and not any(importlib.util.find_spec(m) for m in LOGGER_PACKAGES[name]):
@@ -218,7 +254,7 @@ def _report_to_problems(report_to) -> List[str]:
 
 
 def reward_function_problem(path: str) -> Optional[str]:
-    """Import pkg.module.fn the way TRL's `trl grpo` does; None when it is a callable."""
+    """Import pkg.module.fn the way TRL's `trl grpo` and `trl rloo` do; None when it is a callable."""
     module_name, _, attr = path.rpartition(".")
     fix = f"Give module.function importable from this folder, e.g. trainer.reward_funcs=[{BUILTIN_REWARD}]."
     if not module_name:

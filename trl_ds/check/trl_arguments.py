@@ -23,6 +23,8 @@ PARSER_CLASSES = {
     "dpo": ("ScriptArguments", "DPOConfig", "ModelConfig"),
     "reward": ("ScriptArguments", "RewardConfig", "ModelConfig"),
     "grpo": ("GRPOScriptArguments", "GRPOConfig", "ModelConfig"),
+    "kto": ("ScriptArguments", "KTOConfig", "ModelConfig"),
+    "rloo": ("RLOOScriptArguments", "RLOOConfig", "ModelConfig"),
 }
 CLASS_FILES = {
     "TrainingArguments": ("transformers", "training_args.py"),
@@ -31,8 +33,11 @@ CLASS_FILES = {
     "DPOConfig": ("trl", "trainer/dpo_config.py"),
     "RewardConfig": ("trl", "trainer/reward_config.py"),
     "GRPOConfig": ("trl", "trainer/grpo_config.py"),
+    "KTOConfig": ("trl", "trainer/kto_config.py"),
+    "RLOOConfig": ("trl", "trainer/rloo_config.py"),
     "ScriptArguments": ("trl", "scripts/utils.py"),
     "GRPOScriptArguments": ("trl", "scripts/grpo.py"),
+    "RLOOScriptArguments": ("trl", "scripts/rloo.py"),
     "ModelConfig": ("trl", "trainer/model_config.py"),
 }
 PLAIN_TYPES = {"bool": (bool,), "int": (int,), "float": (float, int), "str": (str,), "dict": (dict,),

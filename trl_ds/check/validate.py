@@ -25,6 +25,7 @@ from trl_ds.check.tensor_parallel import check_tensor_parallel, check_tensor_par
 from trl_ds.check.trainer_rules import (
     check_eval,
     check_generation_batch,
+    check_kto_batch,
     check_passthrough,
     check_peft,
     check_sequence_parallel,
@@ -76,7 +77,7 @@ def batch_problems(cfg) -> Tuple[Optional[Batch], List[str]]:
                               cfg.trainer.gradient_accumulation_steps, cfg.batch.global_size)
     except ConfigError as err:
         return None, err.problems
-    return batch, check_generation_batch(cfg, batch) + check_elastic_batch(cfg, batch)
+    return batch, check_generation_batch(cfg, batch) + check_kto_batch(cfg, batch) + check_elastic_batch(cfg, batch)
 
 
 def chosen_micro_batch(cfg) -> int:

@@ -65,6 +65,8 @@ class TrainerName(str, Enum):
     dpo = "dpo"  # DPOTrainer: prompt/chosen/rejected preference pairs
     grpo = "grpo"  # GRPOTrainer: prompts, completions generated and scored by reward functions
     reward = "reward"  # RewardTrainer: chosen/rejected pairs, a sequence-classification head
+    kto = "kto"  # KTOTrainer: unpaired prompt/completion/label examples (or pairs, which it unpairs)
+    rloo = "rloo"  # RLOOTrainer: prompts, completions generated and scored by reward functions, leave-one-out baseline
 
 
 class EvalStrategy(str, Enum):
@@ -257,7 +259,7 @@ class TrainerConfig:
     lr_scheduler_type: str = "constant"
     warmup_steps: int = 0
     logging_steps: int = 1
-    max_length: int = 64  # tokens per sequence (sft, dpo, reward)
+    max_length: int = 64  # tokens per sequence (sft, dpo, reward, kto)
     # Recompute activations in backward: less memory, about 1/3 more compute. auto: trl_ds.plan.autofit decides.
     gradient_checkpointing: Any = False
     dataloader_num_workers: int = 0
@@ -267,11 +269,13 @@ class TrainerConfig:
     # installed.
     report_to: Any = "none"
     # Options of one trainer only (TRL's names); setting one for another trainer is an error before launch.
-    beta: float = 0.1  # dpo: how far the policy may move from the reference; grpo: KL coefficient (grpo preset: 0.0)
-    num_generations: int = 4  # grpo: completions per prompt; the global batch must be a multiple of it
-    max_completion_length: int = 8  # grpo: tokens generated per completion
-    temperature: float = 1.0  # grpo: sampling temperature of the generations
-    reward_funcs: List[str] = field(default_factory=list)  # grpo: reward functions by dotted path (pkg.module.fn)
+    # dpo, kto: how far the policy may move from the reference; grpo, rloo: KL coefficient, 0: no reference model
+    # (grpo preset: 0.0, rloo preset: 0.05, TRL's defaults)
+    beta: float = 0.1
+    num_generations: int = 4  # grpo, rloo: completions per prompt; the global batch must be a multiple of it
+    max_completion_length: int = 8  # grpo, rloo: tokens generated per completion
+    temperature: float = 1.0  # grpo, rloo: sampling temperature of the generations
+    reward_funcs: List[str] = field(default_factory=list)  # grpo, rloo: reward functions by dotted path (pkg.module.fn)
     # Any other argument of the trainer's TRL config class by its own name (+trainer.args.packing=true), checked
     # against that class before launch; arguments trl_ds sets are refused there, naming the trl_ds key.
     args: Dict[str, Any] = field(default_factory=dict)

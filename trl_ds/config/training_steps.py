@@ -50,14 +50,16 @@ def describe(training: dict) -> str:
 def train_rows(cfg) -> Tuple[Optional[int], str]:
     """(rows of the training split, '') or (None, why they cannot be counted here)."""
     t, name = cfg.trainer, cfg.trainer.dataset_name
-    if value(t.name) == "grpo":
-        return None, "trainer=grpo batches generations, not rows"
+    if value(t.name) in ("grpo", "rloo"):
+        return None, f"trainer={value(t.name)} batches generations, not rows"
     if sp_size(cfg) > 1:
         return None, "sp=ulysses shares rows between ranks"
     if t.args and t.args.get("packing"):
         return None, "packing joins rows; the trainer counts the packed sequences"
     if name == "tiny":
         return TINY_SIZE, ""
+    if value(t.name) == "kto":  # KTOTrainer's _prepare_dataset
+        return None, "trainer=kto unpairs chosen/rejected rows and drops prompts that fill max_length"
     if not is_local_path(name):
         return None, "a hub dataset is counted by the trainer"
     files = split_files(os.path.expanduser(name), t.dataset_train_split)

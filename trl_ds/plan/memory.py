@@ -117,14 +117,15 @@ class Setup:
     sp_size: int = 1  # ranks sharing one sequence (Ulysses)
     tp_size: int = 1  # ranks splitting each layer (AutoTP): arch and counts are one rank's (plan/tensor_parallel.py)
     loaded_params: int = 0  # tp=autotp: the whole model's, which every rank loads before AutoTP splits it
-    # The TRL trainer (trl_ds/plan/trainers.py). seq_len is a whole sequence: GRPO's prompt + completion.
+    # The TRL trainer (trl_ds/plan/trainers.py). seq_len is a whole sequence: GRPO's and RLOO's prompt + completion.
     trainer: str = "sft"
-    reference_wanted: bool = False  # DPO, or GRPO with beta != 0: the loss needs reference log-probs
-    precompute_ref: bool = False  # DPO's precompute_ref_log_probs: computed once, no reference kept
-    completion_len: int = 0  # GRPO: max_completion_length
-    num_generations: int = 1  # GRPO: completions per prompt
-    ds3_gather: bool = True  # GRPO: ds3_gather_for_generation
-    generation_batch: int = 0  # GRPO: sequences generated at once across data-parallel ranks (0: micro × accumulation)
+    reference_wanted: bool = False  # DPO, KTO, or GRPO / RLOO with beta != 0: the loss needs reference log-probs
+    precompute_ref: bool = False  # DPO's and KTO's precompute_ref_log_probs: computed once, no reference kept
+    kl_sequence: bool = False  # KTO (loss_type other than apo_zero_unpaired): a KL sequence per example, no gradients
+    completion_len: int = 0  # GRPO, RLOO: max_completion_length
+    num_generations: int = 1  # GRPO, RLOO: completions per prompt
+    ds3_gather: bool = True  # GRPO, RLOO: ds3_gather_for_generation
+    generation_batch: int = 0  # GRPO, RLOO: sequences generated at once across data-parallel ranks (0: micro × accum.)
     accumulation: int = 1  # micro-steps per optimizer step as configured (GRPO's default steps_per_generation)
     # DeepSpeed's bf16 options and partial offload (trl_ds/plan/optimizer_places.py): bytes per parameter and place
     bf16_master: bool = False  # precision.bf16_master_weights_and_grads
@@ -239,7 +240,7 @@ class Estimate:
     nvme: int  # per node
     after_step: Dict[str, Dict[str, int]]  # per rank: {params|gradients|optimizer: {device|host|nvme: bytes}}
     buffer_items: Dict[str, int] = field(default_factory=dict)  # per rank, the device buffers by name
-    generation_items: Dict[str, int] = field(default_factory=dict)  # per rank, GRPO's generation phase by name
+    generation_items: Dict[str, int] = field(default_factory=dict)  # per rank, GRPO's / RLOO's generation by name
     verdict: str = ""
 
     @property
@@ -297,12 +298,15 @@ def trainer_fields(cfg, topo: Topology) -> dict:
     """The trainer's own settings (TRL's names; + trainer.args passthroughs such as precompute_ref_log_probs)."""
     t, name = cfg.trainer, value(cfg.trainer.name)
     args = t.get("args") or {}
-    fields = {"trainer": name, "reference_wanted": name == "dpo" or (name == "grpo" and t.beta != 0),
-              "precompute_ref": name == "dpo" and bool(args.get("precompute_ref_log_probs", False)),
+    generating = name in trainers.GENERATING
+    fields = {"trainer": name, "reference_wanted": name in ("dpo", "kto") or (generating and t.beta != 0),
+              "precompute_ref": name in trainers.PRECOMPUTABLE and bool(args.get("precompute_ref_log_probs", False)),
+              "kl_sequence": name == "kto" and args.get("loss_type", "kto") != trainers.KTO_NO_KL,
               "accumulation": t.gradient_accumulation_steps or 1}
-    if name == "grpo":
-        steps = _count_or_none(args, "steps_per_generation")
-        generation = _count_or_none(args, "generation_batch_size") or (
+    if generating:
+        config = f"{name.upper()}Config"
+        steps = _count_or_none(args, "steps_per_generation", config)
+        generation = _count_or_none(args, "generation_batch_size", config) or (
             (micro_batch(cfg) or 1) * steps * topo.data_parallel if steps else cfg.batch.global_size or 0)
         fields.update(seq_len=t.max_length + t.max_completion_length, completion_len=t.max_completion_length,
                       num_generations=t.num_generations, generation_batch=generation,
@@ -310,12 +314,12 @@ def trainer_fields(cfg, topo: Topology) -> dict:
     return fields
 
 
-def _count_or_none(args, key: str):
-    """A GRPOConfig count given in trainer.args: a positive integer, or None (left out: TRL derives it)."""
+def _count_or_none(args, key: str, config: str):
+    """A GRPOConfig / RLOOConfig count given in trainer.args: a positive integer, or None (left out: TRL derives it)."""
     given = args.get(key)
     if given is None or (isinstance(given, int) and not isinstance(given, bool) and given > 0):
         return given
-    raise ConfigError([f"trainer.args.{key}={given} must be a positive integer (GRPOConfig.{key}). Set e.g. "
+    raise ConfigError([f"trainer.args.{key}={given} must be a positive integer ({config}.{key}). Set e.g. "
                        f"trainer.args.{key}=4, or leave it out for TRL to derive it."])
 
 

@@ -33,7 +33,8 @@ GRID_KEYS = ("zero=", "zero.stage=", "offload=", "offload.optimizer=", "offload.
 NOT_FOR_RUNNING = ("dry_run=", "preflight.")  # dropped from the recommended run command
 COLUMNS = ("params", "gradients", "optimizer", "activations", "logits", "buffers", "overhead")
 # The trainer's own columns (trl_ds/plan/trainers.py), shown for the trainers that can hold them; plan.json has all.
-TRAINER_COLUMNS = {"dpo": ("reference",), "grpo": ("reference", "generation")}
+TRAINER_COLUMNS = {"dpo": ("reference",), "kto": ("reference",), "grpo": ("reference", "generation"),
+                   "rloo": ("reference", "generation")}
 
 
 def columns(s: Setup) -> Tuple[str, ...]:
@@ -435,7 +436,7 @@ def trainer_json(s: Setup) -> dict:
             "num_labels": trainers.REWARD_LABELS if s.trainer == "reward" else None,
             "generation": {"completions_per_rank": trainers.generation_sequences(s), "num_generations":
                            s.num_generations, "max_completion_length": s.completion_len,
-                           "ds3_gather_for_generation": s.ds3_gather} if s.trainer == "grpo" else None}
+                           "ds3_gather_for_generation": s.ds3_gather} if s.trainer in trainers.GENERATING else None}
 
 
 def row_json(e: Estimate, times: Times) -> dict:

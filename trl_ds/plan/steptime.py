@@ -53,12 +53,14 @@ Terms per optimizer step, each in `StepTime.terms`:
   ZeRO-2 step time, 113 gathered tensors of llama3.2-1b and 169 of qwen2.5-0.5b, 1.48 and 1.22 ms each; least
   squares 1.3 ms). The CPU presets leave it 0: their measured zero3_ns_per_param already holds it.
 - overhead: micro_step_overhead_ms per micro-step (Python, hooks, data loading; measured, not derived).
-- reference (DPO, GRPO with beta != 0; trl_ds/plan/trainers.py): the reference log-probs' forward, 2 × matmul
-  params + the attention forward per token, on every micro-step's tokens (DPO: inside the loss; GRPO: over the
-  generation batch, the same tokens per step). With PEFT it is the policy with its adapter disabled. Under ZeRO-3
-  it all-gathers the reference's (or the policy's) 16-bit parameters once more per micro-step, not overlapped.
-  precompute_ref_log_probs moves it to one pass over the data before training: 0 here.
-- generation (GRPO): each rank generates its generation batch once per steps_per_generation micro-steps: a prefill
+- reference (DPO, KTO, GRPO / RLOO with beta != 0; trl_ds/plan/trainers.py): the reference log-probs' forward, 2 ×
+  matmul params + the attention forward per token, on every micro-step's tokens (DPO, KTO: inside the loss; GRPO,
+  RLOO: over the generation batch, the same tokens per step). With PEFT it is the policy with its adapter disabled.
+  Under ZeRO-3 it all-gathers the reference's (or the policy's) 16-bit parameters once more per micro-step, not
+  overlapped. KTO forwards its KL sequences too, through the policy and the reference: three such forwards per
+  micro-step (reference_forwards). precompute_ref_log_probs moves the reference's to one pass over the data before
+  training: 0 here (KTO's policy KL forward stays).
+- generation (GRPO, RLOO): each rank generates its generation batch once per steps_per_generation micro-steps: a prefill
   (2 × matmul params per prompt token) and max_completion_length decode steps, each the larger of its FLOPs and
   reading the 16-bit model and half the KV cache from memory (decoding is bandwidth-bound). Under ZeRO-3 with
   ds3_gather_for_generation one all-gather of the whole model per generation; without it, every decode step's
@@ -230,18 +232,20 @@ def gather_seconds(s: Setup, hw: Hardware) -> float:
 
 
 def reference_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
-    """The reference forward per optimizer step (module docstring)."""
-    if not s.reference_wanted or s.precompute_ref:
+    """The forwards without gradients per optimizer step (module docstring): the reference's, and KTO's KL sequences
+    (trl_ds/plan/trainers.py reference_forwards); under ZeRO-3 each forward gathers the model."""
+    forwards = trainers.reference_forwards(s)
+    if not forwards:
         return 0.0
     a = s.arch
     per_token = 2 * matmul_params(s) + 4 * a.num_hidden_layers * s.seq_len * a.num_attention_heads * a.head_dim
     seconds = s.tokens * per_token / (hw.peak_tflops * 1e12 * hw.efficiency)
-    return accumulation * (seconds + (gather_seconds(s, hw) if s.stage == 3 else 0.0))
+    return accumulation * forwards * (seconds + (gather_seconds(s, hw) if s.stage == 3 else 0.0))
 
 
 def generation_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
-    """GRPO's generation per optimizer step (module docstring)."""
-    if s.trainer != "grpo":
+    """GRPO's and RLOO's generation per optimizer step (module docstring)."""
+    if s.trainer not in trainers.GENERATING:
         return 0.0
     seqs, matmul, flops = trainers.generation_sequences(s), matmul_params(s), hw.peak_tflops * 1e12 * hw.efficiency
     prompt = s.seq_len - s.completion_len

@@ -1,11 +1,15 @@
-"""What each TRL trainer holds beyond SFT's bill: the reference model, paired sequences, the reward head, GRPO's
-generation. trl_ds/plan/memory.py adds these terms to the estimate; each has its own column (and plan.json entry).
+"""What each TRL trainer holds beyond SFT's bill: the reference model, paired sequences, the reward head, GRPO's and
+RLOO's generation, KTO's KL sequences. trl_ds/plan/memory.py adds these terms to the estimate; each has its own
+column (and plan.json entry).
 
 From the installed TRL (1.16) source, what really runs:
 - DPO (trl/trainer/dpo_trainer.py) builds a reference model from the policy's path unless the policy is a PEFT
   model ("the adapter can be disabled to revert to the initial model") or precompute_ref_log_probs is set (then the
   policy itself, wrapped in an inference engine, computes the reference log-probs once before training). GRPO
-  (grpo_trainer.py) builds one when beta != 0 and the model is not a PEFT model.
+  (grpo_trainer.py) builds one when beta != 0 and the model is not a PEFT model. KTO (kto_trainer.py) builds one
+  exactly as DPO does ("is_peft_model(self.model) or (args.precompute_ref_log_probs and not self.is_fsdp_enabled)":
+  none), RLOO (rloo_trainer.py) exactly as GRPO does (beta == 0.0 or a PEFT model: none; TRL's RLOO default beta is
+  0.05, so it keeps one unless told otherwise).
 - The reference goes through trl/models/utils.py prepare_deepspeed: "If ZeRO-3 is used, we shard both the active and
   reference model. Otherwise ... initialized on each device with ZeRO disabled (stage 0)": a whole copy in the
   policy's dtype on every rank below ZeRO-3, a ZeRO-3 partition (plus the parameters below the persistence
@@ -13,6 +17,13 @@ From the installed TRL (1.16) source, what really runs:
   under ZeRO-3 one gathered module of it is alive beside the policy's saved activations.
 - DPO and the reward trainer concatenate chosen and rejected along the batch: 2 × micro-batch sequences of up to
   max_length tokens per micro-step.
+- KTO trains on unpaired examples: one prompt + completion sequence per example goes through the policy with
+  gradients. Unless loss_type is apo_zero_unpaired it also estimates a KL term from a "KL sequence" per example (the
+  prompt with another example's completion of the micro-batch): the policy forwards it under no_grad before its
+  training forward (_compute_kl_logps), the reference forwards it and the example after (_compute_loss). Nothing of a
+  no_grad forward is saved for backward, so activations are one sequence per example, as SFT's; the KL sequences
+  cost step time (reference_forwards), and the reference forwards sit beside the policy's saved activations as
+  DPO's does.
 - The reward model is AutoModelForSequenceClassification(num_labels=1): `score` (hidden × 1) instead of the
   lm_head, counted by trl_ds.plan.params.count_classifier; its head's activations are the score's output and the
   gradient of the last hidden states, not a vocabulary's logits.
@@ -21,6 +32,10 @@ From the installed TRL (1.16) source, what really runs:
   default) `deepspeed.zero.GatheredParameters(model.parameters())` gathers the whole 16-bit model on every rank
   for the duration. Its training sequences are prompt + completion. Generation runs before the training forward, so
   its bytes and the activations are never alive together: the estimate charges the larger of the two phases.
+  RLOOTrainer generates the same way (_generate_single_turn: unwrap_model_for_generation with
+  gather_deepspeed3_params=ds3_gather_for_generation; RLOOConfig derives steps_per_generation and
+  generation_batch_size as GRPOConfig does), trains on prompt + completion with the same fused head, and differs only
+  in its loss (a leave-one-out baseline, the KL as a reward penalty): the same bill as GRPO.
 """
 from typing import Dict, List, Tuple
 
@@ -28,6 +43,9 @@ from trl_ds.config.schema import PeftConfig
 from trl_ds.plan.optimizer_places import PLACE
 
 PAIRED = ("dpo", "reward")  # chosen and rejected through the model together
+GENERATING = ("grpo", "rloo")  # generate completions (KV cache, ZeRO-3's whole-model gather) before training on them
+PRECOMPUTABLE = ("dpo", "kto")  # take precompute_ref_log_probs: reference log-probs once, before training
+KTO_NO_KL = "apo_zero_unpaired"  # KTOConfig.loss_type that estimates no KL term (kto_trainer.py calculate_kl)
 REWARD_LABELS = 1  # the score's outputs: worker/trainers.py loads AutoModelForSequenceClassification(num_labels=1)
 KV = 2  # a key and a value per layer and token
 SAMPLING_FP32_COPIES = 2  # generate's last-position logits in fp32 and the softmax over them, per sequence
@@ -38,14 +56,15 @@ def sequences_per_sample(trainer: str) -> int:
 
 
 def keeps_reference(s) -> bool:
-    """TRL builds a separate reference model: DPO or GRPO with beta != 0, without PEFT and without precompute."""
+    """TRL builds a separate reference model: DPO, KTO, or GRPO / RLOO with beta != 0, without PEFT and without
+    precompute."""
     return s.reference_wanted and not s.uses_lora and not s.precompute_ref
 
 
 def reference_state(s) -> str:
     """How the reference log-probs are obtained, for the plan's header and plan.json."""
     if not s.reference_wanted:
-        return "none (beta=0)" if s.trainer == "grpo" else "none"
+        return "none (beta=0)" if s.trainer in GENERATING else "none"
     if s.uses_lora:
         return "the base model with the adapter disabled (no copy)"
     if s.precompute_ref:
@@ -86,8 +105,9 @@ def reference_peak(s) -> int:
 def head_tokens(s) -> int:
     """Tokens TRL's fused LM head scores: "On Triton devices, only the valid positions are scored" (labels not -100;
     trl/trainer/utils.py add_fused_lm_head), which for GRPO are the completion's; elsewhere every position. SFT's and
-    DPO's prompt share is unknown before the data is read, so they are charged every token (a bound)."""
-    if s.trainer == "grpo" and s.device == "cuda":
+    DPO's prompt share is unknown before the data is read, so they are charged every token (a bound). RLOO masks its
+    prompts as GRPO does (rloo_trainer.py _get_per_token_logps_and_entropies)."""
+    if s.trainer in GENERATING and s.device == "cuda":
         return s.micro_batch * s.completion_len // s.sp_size
     return s.tokens
 
@@ -105,8 +125,8 @@ def generation_sequences(s) -> int:
 
 
 def generation_items(s) -> Dict[str, int]:
-    """GRPO's generation-phase bytes per rank, by name (empty for other trainers)."""
-    if s.trainer != "grpo":
+    """GRPO's and RLOO's generation-phase bytes per rank, by name (empty for other trainers)."""
+    if s.trainer not in GENERATING:
         return {}
     a, seqs = s.arch, generation_sequences(s)
     kv_width = a.num_key_value_heads * a.head_dim
@@ -115,6 +135,15 @@ def generation_items(s) -> Dict[str, int]:
     if s.stage == 3 and s.ds3_gather:
         items["gathered_model"] = s.width * (s.total_params - s.persistent_params)
     return items
+
+
+def reference_forwards(s) -> int:
+    """Forwards without gradients per training sequence, each step: the reference's (DPO, GRPO, RLOO: one; KTO: the
+    example and its KL sequence), and KTO's policy forward of the KL sequence. 0 where the reference log-probs are
+    precomputed or not wanted. With PEFT the reference forward still runs, through the base with the adapter off."""
+    kl = 1 if s.kl_sequence else 0
+    reference = 0 if not s.reference_wanted or s.precompute_ref else 1 + kl
+    return reference + kl
 
 
 def generation_excess(s, training_transients: int) -> int:
@@ -128,20 +157,22 @@ def describe(s) -> List[str]:
     if s.trainer == "sft":
         return []
     seqs = f"{sequences_per_sample(s.trainer)} sequences per sample (chosen + rejected)" if s.trainer in PAIRED \
-        else f"sequences of prompt + up to {s.completion_len} completion tokens"
+        else f"sequences of prompt + up to {s.completion_len} completion tokens" if s.trainer in GENERATING \
+        else "1 sequence per example (unpaired prompt + completion)" + (
+            ", and a KL sequence (another example's completion) forwarded without gradients" if s.kl_sequence else "")
     # the table spans every stage: say how both sides of ZeRO-3 hold a reference
     reference = "a whole copy per rank below ZeRO-3 (ZeRO disabled for it), a partition under ZeRO-3" \
         if keeps_reference(s) else reference_state(s)
     lines = [f"trainer {s.trainer}: {seqs}; reference model: {reference}"]
     if s.trainer == "reward":
         lines[0] += f"; a score head (hidden x {REWARD_LABELS}) instead of the lm_head"
-    if s.trainer == "grpo":
+    if s.trainer in GENERATING:
         gather = "the whole 16-bit model gathered on every rank (ds3_gather_for_generation)" \
             if s.ds3_gather else "parameters gathered module by module (ds3_gather_for_generation=false)"
         lines.append(f"generation: {generation_sequences(s)} completions per rank at once ({s.num_generations} per "
                      f"prompt), KV cache of {s.seq_len} tokens each" + (f"; under ZeRO-3 {gather}"))
     shrink = [f"{' '.join(overrides)} ({SHRINKS[overrides[0].split('=')[0]]})" for overrides, _ in fixes(s)]
-    if s.trainer == "grpo" and s.ds3_gather and not any("ds3_gather" in text for text in shrink):
+    if s.trainer in GENERATING and s.ds3_gather and not any("ds3_gather" in text for text in shrink):
         key = "+trainer.args.ds3_gather_for_generation"
         shrink.append(f"{key}=false ({SHRINKS[key]}, under ZeRO-3)")
     return lines + ([f"settings that shrink it: {'; '.join(shrink)}"] if shrink else [])
@@ -161,10 +192,10 @@ def fixes(s) -> List[Tuple[List[str], dict]]:
         lora = PeftConfig()
         out.append((["peft=lora"], {"lora_r": lora.r, "lora_targets": tuple(lora.target_modules),
                                     "lora_dropout": lora.lora_dropout}))
-        if s.trainer == "dpo":
+        if s.trainer in PRECOMPUTABLE:
             out.append((["+trainer.args.precompute_ref_log_probs=true"], {"precompute_ref": True}))
         else:
             out.append((["trainer.beta=0.0"], {"reference_wanted": False}))
-    if s.trainer == "grpo" and s.stage == 3 and s.ds3_gather:
+    if s.trainer in GENERATING and s.stage == 3 and s.ds3_gather:
         out.append((["+trainer.args.ds3_gather_for_generation=false"], {"ds3_gather": False}))
     return out

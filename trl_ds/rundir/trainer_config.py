@@ -19,12 +19,12 @@ PASSTHROUGH = ("max_steps", "per_device_train_batch_size", "learning_rate", "wei
                "eval_steps", "per_device_eval_batch_size", "dataset_test_split")
 # Fields only some trainers take (their TRL config classes have no such argument otherwise).
 TRAINER_ONLY: Dict[str, Tuple[str, ...]] = {
-    "max_length": ("sft", "dpo", "reward"),
-    "beta": ("dpo", "grpo"),
-    "num_generations": ("grpo",),
-    "max_completion_length": ("grpo",),
-    "temperature": ("grpo",),
-    "reward_funcs": ("grpo",),
+    "max_length": ("sft", "dpo", "reward", "kto"),
+    "beta": ("dpo", "grpo", "kto", "rloo"),
+    "num_generations": ("grpo", "rloo"),
+    "max_completion_length": ("grpo", "rloo"),
+    "temperature": ("grpo", "rloo"),
+    "reward_funcs": ("grpo", "rloo"),
 }
 
 # trainer.yaml keys that may name a place inside the run dir; there they are written "./..." (relative to the run dir,

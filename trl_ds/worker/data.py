@@ -45,8 +45,22 @@ def tiny_preference_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str
     return examples
 
 
+def tiny_unpaired_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, object]]:
+    """KTO's unpaired format: one completion per prompt, labelled desirable (the right sum) or not (a wrong one).
+    They alternate, so every micro-batch KTO reads in order (its sequential sampling) holds both kinds."""
+    rng = random.Random(seed)
+    examples = []
+    for i in range(n):
+        a, b, off = rng.randrange(10), rng.randrange(10), rng.randrange(1, len(NUMBERS))
+        right = i % 2 == 0
+        answer = a + b if right else (a + b + off) % len(NUMBERS)
+        examples.append({"prompt": _question(a, b), "completion": f" {NUMBERS[answer]}", "label": right})
+    return examples
+
+
 def tiny_prompt_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]:
-    """GRPO prompts; `answer` reaches the reward function (trl_ds.worker.rewards.arithmetic_reward) as a keyword."""
+    """GRPO and RLOO prompts; `answer` reaches the reward function (trl_ds.worker.rewards.arithmetic_reward) as a
+    keyword."""
     rng = random.Random(seed)
     examples = []
     for _ in range(n):
@@ -60,7 +74,7 @@ def _question(a: int, b: int) -> str:
 
 
 TINY_EXAMPLES = {"sft": tiny_sft_examples, "dpo": tiny_preference_examples, "reward": tiny_preference_examples,
-                 "grpo": tiny_prompt_examples}
+                 "grpo": tiny_prompt_examples, "kto": tiny_unpaired_examples, "rloo": tiny_prompt_examples}
 
 
 def write_tiny_dataset(folder: str, trainer: str = "sft") -> str:
@@ -102,9 +116,10 @@ def whole_global_batches(trainer, world: int):
     still steps with fewer micro-batches, a smaller global batch that differs by shape. Cutting the rows before the
     dataloader is built removes the partial window itself. The rows left out are the split's last ones (after the
     trainer's tokenising, so packed sequences count as rows), the same rows every epoch. GRPO is left as it is: its
-    sampler already draws whole generation batches of prompts."""
+    sampler already draws whole generation batches of prompts; so is RLOO, whose sampler is GRPO's."""
     args, data = trainer.args, trainer.train_dataset
-    if not args.dataloader_drop_last or type(trainer).__name__ == "GRPOTrainer" or not hasattr(data, "select"):
+    generating = type(trainer).__name__ in ("GRPOTrainer", "RLOOTrainer")
+    if not args.dataloader_drop_last or generating or not hasattr(data, "select"):
         return data
     # Sequence- and tensor-parallel ranks share their samples: only data-parallel ranks multiply the batch.
     shares = (args.hf_deepspeed_config.config or {}).get("sequence_parallel_size", 1) * trainer.get_tp_size()

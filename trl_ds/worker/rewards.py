@@ -1,7 +1,7 @@
-"""Built-in GRPO reward functions, called as TRL's GRPOTrainer calls any reward function.
+"""Built-in reward functions for GRPO and RLOO, called as TRL's GRPOTrainer and RLOOTrainer call any reward function.
 
 `arithmetic_reward` scores completions of the tiny arithmetic prompts (`trl_ds.worker.data.tiny_prompt_examples`)
-against their `answer` column, which GRPOTrainer passes as a keyword argument.
+against their `answer` column, which both trainers pass as a keyword argument.
 """
 from typing import List
 

@@ -13,6 +13,7 @@ import runpy
 import sys
 
 from trl_ds.config.script_target import is_file_target, read_parser_kind, source_file
+from trl_ds.config.values import world_size
 from trl_ds.op_locks import bound_op_lock_waits
 from trl_ds.python_path import this_python_first
 from trl_ds.rundir.layout import SUMMARY, load_run_config, write_json
@@ -87,6 +88,7 @@ class Parsed(BaseException):
 
 def check(cfg, run_dir: str) -> int:
     stop_after_parsing()
+    as_the_ranks_see_it(cfg)
     try:
         run_script(cfg, run_dir)
     except Parsed:
@@ -99,6 +101,16 @@ def check(cfg, run_dir: str) -> int:
         return 2
     print("the script ended without calling its argument parser", file=sys.stderr)
     return 0
+
+
+def as_the_ranks_see_it(cfg) -> None:
+    """The check is one process, the launch several: arguments derived from the world size (GRPOConfig's and
+    RLOOConfig's generation_batch_size = micro × processes × steps, which must hold whole groups of num_generations)
+    are judged at the launch's world size, as each rank will derive them."""
+    import transformers
+
+    world = world_size(cfg)
+    transformers.TrainingArguments.world_size = property(lambda self: world)
 
 
 def stop_after_parsing() -> None:

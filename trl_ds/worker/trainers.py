@@ -16,7 +16,9 @@ from trl_ds.rundir.trainer_config import RUN_DIR_PATHS, eval_dataset_path, in_ru
 from trl_ds.worker.elastic import fit_to_world
 from trl_ds.worker.moe_leaf import mark_moe_leaf_modules
 
-TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTrainer", "reward": "RewardTrainer"}
+TRAINER_CLASSES = {"sft": "SFTTrainer", "dpo": "DPOTrainer", "grpo": "GRPOTrainer", "reward": "RewardTrainer",
+                   "kto": "KTOTrainer", "rloo": "RLOOTrainer"}
+GENERATING = ("grpo", "rloo")  # trainers that take reward functions and generate their completions
 
 
 def build_trainer(cfg, run_dir: str, callbacks: List, load_universal: bool = False):
@@ -35,7 +37,7 @@ def build_trainer(cfg, run_dir: str, callbacks: List, load_universal: bool = Fal
                   train_dataset=load_split(script_args.dataset_name, script_args.dataset_train_split))
     if training_args.eval_strategy != "no":
         kwargs["eval_dataset"] = load_split(eval_dataset_path(cfg, run_dir), script_args.dataset_test_split)
-    if name == "grpo":
+    if name in GENERATING:
         kwargs["reward_funcs"] = [import_function(path) for path in script_args.reward_funcs]
     return getattr(trl, TRAINER_CLASSES[name])(**kwargs)
 
@@ -102,7 +104,7 @@ def load_model(name: str, model_args, training_args):
 
 
 def import_function(path: str):
-    """pkg.module.fn, as `trl grpo` imports reward functions (validated before launch)."""
+    """pkg.module.fn, as `trl grpo` and `trl rloo` import reward functions (validated before launch)."""
     module_name, _, attr = path.rpartition(".")
     return getattr(importlib.import_module(module_name), attr)
 
