@@ -5,18 +5,22 @@ glm4 (biased q/k/v but not o, phi3's fused gate_up_proj, four norms per layer), 
 optional per-head QK-norm, DeepSeek-V3's dense-then-MoE layers with shared experts) and gpt_oss (biases everywhere,
 attention sinks, a biased router, fused experts with biases). The GPT-style families: gpt_families.py. LAYOUT_ALIASES:
 families whose modules are another's (their sliding windows, NoPE layers and rope settings hold no parameters),
-counted with their own defaults.
+counted with their own defaults. SURVEYED (trl_ds/plan/surveyed_aliases.py, written by scripts/family_survey.py):
+the model_types whose meta-device count equals one family's under every variant the survey built; `family_view`
+gives that family's code the config under the family's name, the alias's key names and defaults filled in, and
+which of its keys switches the biases of q/k/v, of o_proj and of the MLP where they are not the family's.
 Without these the planner builds them on the meta device, which imports torch (seconds, not a fraction of one).
 tests/unit/test_model_families.py holds each to a meta-device instantiation, exact to the parameter.
 """
 from typing import List
 
 from trl_ds.plan.gpt_families import GPT_DEFAULTS, GPT_TYPES
+from trl_ds.plan.surveyed_aliases import SURVEYED
 
 LAYOUT_ALIASES = {"olmo3": "olmo2", "ministral": "mistral", "ministral3": "mistral", "hunyuan_v1_dense": "qwen3",
                   "smollm3": "llama"}
 MORE_TYPES = ("starcoder2", "granite", "olmoe", "phimoe", "glm4", "glm4_moe", "gpt_oss") + GPT_TYPES + tuple(
-    LAYOUT_ALIASES)
+    LAYOUT_ALIASES) + tuple(SURVEYED)
 FUSED_EXPERT_TYPES = ("mixtral", "olmoe", "phimoe", "gpt_oss")  # every layer MoE; experts intermediate_size wide
 LAYER_NORM_TYPES = ("starcoder2", "phimoe") + GPT_TYPES  # nn.LayerNorm: a weight and a bias
 # transformers' defaults for keys a config.json may leave out (configuration_<family>.py)
@@ -33,6 +37,29 @@ MORE_DEFAULTS = {
     "smollm3": {"num_key_value_heads": 4, "tie_word_embeddings": True},
     **GPT_DEFAULTS,
 }
+
+
+def layout_family(model_type: str) -> str:
+    """The family whose modules a model_type has (itself for the families written out)."""
+    if model_type in SURVEYED:
+        return SURVEYED[model_type][0]
+    return LAYOUT_ALIASES.get(model_type, model_type)
+
+
+def family_view(raw: dict) -> dict:
+    """A surveyed alias's config as its family's code reads it: the family's model_type, the family's key names
+    (the alias's attribute_map), and the alias's own defaults where its config.json leaves a key out."""
+    if raw.get("model_type") not in SURVEYED:
+        return raw
+    family, names, defaults, *biases = SURVEYED[raw["model_type"]]
+    out = {names.get(k, k): v for k, v in raw.items()}
+    for key, value in defaults.items():
+        if out.get(key) is None:
+            out[key] = value
+    for group in ("qkv", "o", "mlp") if biases else ():  # which of the alias's keys switches each group's biases
+        out[f"{group}_bias_on"] = bool(out.get(biases[0].get(group)))
+    out["model_type"] = family
+    return out
 
 
 def norm_tensors(model_type: str, width: int) -> List[int]:

@@ -19,10 +19,11 @@ from trl_ds.plan.gpt_families import GPT_TYPES, extra_embeddings, gpt_layer, sta
 from trl_ds.plan.hybrid_families import HYBRID_DEFAULTS, gated_delta_net, is_linear_attention
 from trl_ds.plan.more_families import (
     FUSED_EXPERT_TYPES,
-    LAYOUT_ALIASES,
     MORE_DEFAULTS,
     MORE_TYPES,
+    family_view,
     gpt_oss_experts,
+    layout_family,
     lm_head_tensors,
     norm_tensors,
     olmoe_qk_norms,
@@ -140,9 +141,9 @@ def get(raw: dict, key: str):
 
 
 def from_config(raw: dict, where: str) -> Architecture:
-    text = json.dumps(raw, sort_keys=True)
-    raw = standard_keys(raw)
-    if raw.get("model_type") not in FAST_TYPES or any(k not in raw for k in DIM_KEYS):
+    text, name = json.dumps(raw, sort_keys=True), raw.get("model_type")
+    raw = standard_keys(family_view(raw))
+    if name not in FAST_TYPES or any(k not in raw for k in DIM_KEYS):
         return counted_elsewhere(text, where)
     t, h, heads = raw["model_type"], raw["hidden_size"], raw["num_attention_heads"]
     kv = get(raw, "num_key_value_heads") or heads
@@ -151,7 +152,7 @@ def from_config(raw: dict, where: str) -> Architecture:
         head_dim, kv = get(raw, "qk_nope_head_dim") + get(raw, "qk_rope_head_dim"), heads
     moe = [i for i in range(raw["num_hidden_layers"]) if is_moe_layer(raw, i)]
     experts, per_token = expert_counts(raw) if moe else (0, 0)
-    return Architecture(model_type=t, vocab_size=raw["vocab_size"], hidden_size=h,
+    return Architecture(model_type=name, vocab_size=raw["vocab_size"], hidden_size=h,
                         intermediate_size=raw["intermediate_size"], num_hidden_layers=raw["num_hidden_layers"],
                         num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
                         tie_word_embeddings=bool(get(raw, "tie_word_embeddings")),
@@ -168,7 +169,7 @@ def expert_counts(raw: dict) -> Tuple[int, int]:
 
 def config_dict(arch: Architecture) -> dict:
     if arch.config_json:
-        return json.loads(arch.config_json)
+        return family_view(json.loads(arch.config_json))
     return {"model_type": arch.model_type, "vocab_size": arch.vocab_size, "hidden_size": arch.hidden_size,
             "intermediate_size": arch.intermediate_size, "num_hidden_layers": arch.num_hidden_layers,
             "num_attention_heads": arch.num_attention_heads, "num_key_value_heads": arch.num_key_value_heads,
@@ -230,6 +231,7 @@ def attention(m: Modules, raw: dict, a: Architecture) -> None:
     configurable = uses_bias(raw, "attention_bias") if t == "starcoder2" else configurable
     qkv_bias = configurable or t == "qwen2" or (t == "qwen2_moe" and bool(get(raw, "qkv_bias")))
     configurable = configurable and t not in ("glm4", "glm4_moe")  # GLM-4's o_proj never has a bias
+    qkv_bias, configurable = raw.get("qkv_bias_on", qkv_bias), raw.get("o_bias_on", configurable)  # an alias's keys
     gated = 2 if t == "qwen3_next" else 1  # Qwen3-Next's q_proj also gives the attention output's gate
     for name, fan_out in (("q_proj", gated * heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
         m.linear(f"self_attn.{name}", h, fan_out, qkv_bias)
@@ -276,7 +278,8 @@ def mlp(m: Modules, raw: dict, a: Architecture, moe: bool) -> int:
         elif t == "starcoder2":
             starcoder2_mlp(m, raw, a)
         else:
-            gated_mlp(m, "mlp", h, a.intermediate_size, a.mlp_bias and t in ("llama", "deepseek_v2", "granite"))
+            bias = raw.get("mlp_bias_on", a.mlp_bias and t in ("llama", "deepseek_v2", "granite"))
+            gated_mlp(m, "mlp", h, a.intermediate_size, bias)
         return 0
     if t == "gpt_oss":
         return gpt_oss_experts(m, a)
@@ -304,7 +307,7 @@ def layer_norms(m: Modules, a: Architecture) -> None:
 
 def decoder_layer(arch: Architecture, i: int) -> Tuple[Modules, int]:
     raw, m = config_dict(arch), Modules()
-    arch = replace(arch, model_type=LAYOUT_ALIASES.get(arch.model_type, arch.model_type))
+    arch = replace(arch, model_type=layout_family(arch.model_type))
     if arch.model_type in GPT_TYPES:
         gpt_layer(m, raw, arch)
         return m, 0
@@ -329,6 +332,7 @@ class Layout:
 
 
 def fast_layout(arch: Architecture) -> Layout:
+    arch = replace(arch, model_type=layout_family(arch.model_type))
     embedding = arch.vocab_size * arch.hidden_size
     lm_head = 0 if arch.tie_word_embeddings else embedding
     head = [lm_head_tensors(config_dict(arch), lm_head, arch.vocab_size)] if lm_head else []
