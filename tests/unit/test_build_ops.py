@@ -1,4 +1,4 @@
-"""`trl-ds build-ops`'s arguments (its handling of op locks: tests/unit/test_op_locks.py)."""
+"""`trl-ds build-ops`'s arguments (its handling of op locks: tests/integration/test_op_locks.py)."""
 import subprocess
 import sys
 

@@ -24,7 +24,8 @@ def restored_modules():
     ("name: qlora\n  load_in_4bit: true\n  load_in_8bit: false", True),
 ])
 def test_bitsandbytes_is_seen_only_by_a_quantized_run(tmp_path, restored_modules, peft, seen):
-    require(importlib.util.find_spec("bitsandbytes") is not None, "bitsandbytes is not installed (make test installs it)")
+    installed = importlib.util.find_spec("bitsandbytes") is not None
+    require(installed, "bitsandbytes is not installed (make test installs it)")
     sys.modules.pop("bitsandbytes", None)
     (tmp_path / "config.yaml").write_text(f"peft:\n  {peft}\n")
     keep_out_unused_packages(str(tmp_path))

@@ -4,8 +4,10 @@
 the run dir and runs sweeps (-m); every other entry point (plan, export, check-equivalence, the tests) calls
 `compose`, which reads the same CONFIG_DIR with the same schema and makes nothing on disk.
 """
+import copy
+import functools
 import os
-from typing import Sequence
+from typing import Sequence, Tuple
 
 from trl_ds.errors import ConfigError
 
@@ -19,7 +21,15 @@ HYDRA_VERSION_BASE = "1.3"
 
 def compose(overrides: Sequence[str] = ()):
     """The typed config `trl-ds run OVERRIDES` would see. A composition mistake raises ConfigError: a misspelt key
-    (with or without `+`) with the closest real name, an unknown option or a wrong type with Hydra's own message."""
+    (with or without `+`) with the closest real name, an unknown option or a wrong type with Hydra's own message.
+    Each call gets its own copy: callers set values on it (the planner's rows, auto-fit)."""
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+@functools.lru_cache(maxsize=64)
+def _composed(overrides: Tuple[str, ...]):
+    """One composition per distinct override list in a process: Hydra's merge of every group into the schema takes
+    about 0.15 s, a copy of its result 5 ms (the planner and auto-fit compose the same lists again)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

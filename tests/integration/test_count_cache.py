@@ -5,8 +5,13 @@ import os
 import subprocess
 import sys
 
-from test_model_families import instantiate, meta_counts, write_config
+import pytest
 from transformers import AutoConfig
+from unit.test_model_families import instantiate, meta_counts, write_config
+
+# Plans in fresh interpreters (the point is what they import): not for make test-fast; make test runs them beside the
+# unit tests
+pytestmark = [pytest.mark.integration, pytest.mark.light]
 
 RAW = {"model_type": "stablelm", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4}

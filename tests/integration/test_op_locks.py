@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 
+import pytest
 from lock_holder import FILE_BATON, SCRIPT, LockHolder, stale_lock
 
 from trl_ds import op_locks
@@ -14,6 +15,10 @@ from trl_ds.check.validate import clear_op_locks
 from trl_ds.launch.env_probe import lock_state
 from trl_ds.launch.failure import ranks_failure
 from trl_ds.launch.rank_exits import RankExit
+
+# Lock holders in other processes, waited on for seconds: make test runs these with the other waits, beside the unit
+# tests (not in make test-fast)
+pytestmark = [pytest.mark.integration, pytest.mark.light, pytest.mark.xdist_group("waits")]
 
 
 def op_folder(root, op="deepspeed_shm_comm"):
