@@ -7,6 +7,8 @@ docs/benchmarks.md; `--quick` runs one repetition of the fast parts (what `make 
 3. the planner's default grid for llama3-70b;
 4. training overhead: trl_ds's default run against the same training by hand (same ds_config.json), alternating;
 5. a 4-stage sweep: wall time per point against a single run.
+`--vs-accelerate` runs instead one user train.py through trl_ds and through `accelerate launch` with the trl package's
+zero2.yaml (scripts/bench_accelerate.py), and writes docs/benchmarks-accelerate.md.
 Both sides are timed alike: alternating runs, n each (--reps, default 5), medians with min and max. A ratio is printed
 only where the two spreads do not overlap; otherwise the row says "no difference measured". The report states the
 machine's load average before and after, and whether each goal (GOALS) was met.
@@ -265,8 +267,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one repetition of the fast parts")
     parser.add_argument("--reps", type=int, default=5, help="runs per side and benchmark (at least 5 for the docs)")
-    parser.add_argument("--out", default=os.path.join(REPO, "docs", "benchmarks.md"))
+    parser.add_argument("--out", help="default docs/benchmarks.md (--vs-accelerate: docs/benchmarks-accelerate.md)")
+    parser.add_argument("--vs-accelerate", action="store_true",
+                        help="only the side by side of a user train.py with `accelerate launch` (trl's zero2.yaml)")
     args = parser.parse_args(argv)
+    if args.vs_accelerate:
+        import bench_accelerate  # scripts/ is the script's folder, first on sys.path
+
+        return bench_accelerate.main(args)
+    args.out = args.out or os.path.join(REPO, "docs", "benchmarks.md")
     reps = 1 if args.quick else args.reps
     with tempfile.TemporaryDirectory() as work:
         result = {"machine": machine(), "quick": args.quick, "date": time.strftime("%Y-%m-%d"), "load_before": load()}
