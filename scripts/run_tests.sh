@@ -7,6 +7,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+export TRL_DS_TEST_TIMES="${TRL_DS_TEST_TIMES:-$PWD/test_times.jsonl}"  # each test's wall and CPU seconds (conftest.py)
+rm -f "$TRL_DS_TEST_TIMES"
 start=$(date +%s)
 # tests/integration first and --dist loadgroup: one worker starts the xdist_group "waits" at once, the other the
 # CPU-bound tests, so the waits overlap the unit tests instead of each other at the end.

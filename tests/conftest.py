@@ -134,3 +134,27 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if folder in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.integration)
+
+
+TEST_TIMES = os.environ.get("TRL_DS_TEST_TIMES")  # a JSON Lines file: each test's wall and CPU seconds, its own
+# process and the processes it started and waited for (scripts/run_tests.sh sets it; the suite's time budget is
+# planned from it: a test whose CPU is far below its wall mostly waits)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not TEST_TIMES:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu():
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    start, cpu_start = time.monotonic(), cpu()
+    yield
+    with open(TEST_TIMES, "a") as f:
+        f.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - start, 2),
+                            "cpu": round(cpu() - cpu_start, 2)}) + "\n")
