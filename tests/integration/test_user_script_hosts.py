@@ -4,6 +4,7 @@ on node 1 after the first complete checkpoint, then relaunched with one torchrun
 checkpoint and trains to the end. The steps of both launches equal the one-host worker's (same settings: the script's
 losses equal the worker's to the last bit, test_user_script.py), so the resume changed nothing.
 (Its SLURM job: test_slurm.py::test_submitted_job_trains_across_both_nodes.)"""
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,6 @@ from tests.integration.test_hosts_deepspeed import RECORDED, SITECUSTOMIZE
 from tests.integration.test_multinode import finish, reference_run, tiny_model_dir
 from tests.integration.test_resume import complete_steps, rank_pid
 from tests.integration.user_train import user_train_py
-from trl_ds.rundir.metrics import read_rows
 
 pytestmark = pytest.mark.integration
 STEPS, EVERY = 10, 4  # the reference run's 10 steps (constant learning rate, global batch 4)
@@ -42,14 +42,22 @@ def user_run(test_hosts, tmp_path_factory):
 
 
 def trained_rows(run_dir):
-    """metrics.jsonl's training rows, the killed launch's steps that were trained again left out."""
-    return [row for row in read_rows(str(run_dir / "metrics.jsonl")) if "loss" in row]
+    """metrics.jsonl's training rows, the killed launch's steps that were trained again (marked superseded) left out,
+    and a last line the kill may have cut."""
+    rows = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return [row for row in rows if "loss" in row and not row.get("superseded")]
 
 
 @pytest.fixture(scope="module")
 def killed_over_pdsh(user_run, test_hosts, tmp_path_factory):
     """The deepspeed launcher on node 0 (pdsh to both hosts); rank 1 SIGKILLed on node 1 once checkpoint-4 is marked
-    complete. Returns (the launch's CompletedProcess-like tuple, the newest complete checkpoint's step)."""
+    complete. Returns ((exit code, stdout, stderr), the newest complete checkpoint's step, each rank's record:
+    its host's address, by the sitecustomize of test_hosts_deepspeed)."""
     run_dir, args, env, records = user_run
     hostfile = test_hosts.write_hostfile(run_dir.parent / "hosts.txt")
     cmd = test_hosts.in_node(0, [sys.executable, "-m", "trl_ds", "launcher=deepspeed",
@@ -102,6 +110,7 @@ def test_its_run_dir_resumes_with_torchrun_per_host_to_the_uninterrupted_losses(
     summary = read_json(run_dir / "summary.json")
     assert (summary["status"], summary["steps"], summary["world_size"]) == ("completed", STEPS, 2)
     assert summary["script"] == str(user_train_py(tmp_path_factory))
+    assert summary["mean_loss"] == pytest.approx(sum(reference) / STEPS, abs=1e-6)  # both launches' steps
     assert {n: read_json(records / f"rank_{n}.json")["address"] for n in (0, 1)} == {0: "10.88.0.1", 1: "10.88.0.2"}
     for rank in (0, 1):  # each host's rank measured its own engine
         assert read_json(run_dir / "memory" / f"rank_{rank}.json")["model_states"]

@@ -17,6 +17,7 @@ from trl_ds.config.topology import topology
 from trl_ds.rundir.layout import METRICS, SUMMARY, memory_file, write_json
 from trl_ds.rundir.universal import sub_groups
 from trl_ds.worker.measure import measure_rank
+from trl_ds.worker.own_steps import OwnAdamSteps
 from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, summarize
 
 
@@ -39,7 +40,7 @@ class Recorder:
     def resume_point(self, trainer):
         """The checkpoint a train() without resume_from_checkpoint continues from (the worker's choice, in the
         trainer's output_dir), or None. One of another cluster shape was converted to DeepSpeed's universal format
-        (by the launcher, or here): the engine, built in train(), is told to load that."""
+        (by the launcher, or here): the engine, built in train(), is told to load that, as the worker's is."""
         from trl_ds.worker.train import choose_resume
 
         if self.cfg.resume != "auto":
@@ -48,6 +49,8 @@ class Recorder:
         if universal:
             config = trainer.accelerator.state.deepspeed_plugin.hf_ds_config.config  # what deepspeed_init reads
             config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}
+            if self.cfg.zero.stage == 3:  # as the worker: DeepSpeed's stage-3 universal load shares one Adam step
+                trainer.add_callback(OwnAdamSteps())
         return chosen
 
     def record(self, trainer, result, wall: float, resumed: bool) -> None:
