@@ -24,14 +24,15 @@ def overrides(stage):
 
 
 def rank_pid(run_dir, rank):
-    """The pid of the worker with RANK=rank for this run dir (read from /proc, as an operator would with ps)."""
+    """The pid of the rank with RANK=rank for this run dir, trl_ds's worker or a user script's bootstrap (read from
+    /proc, as an operator would with ps)."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
             environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        worker = b"trl_ds.worker.train" in cmdline
+        worker = b"trl_ds.worker.train" in cmdline or b"trl_ds.worker.script" in cmdline
         if worker and str(run_dir).encode() in cmdline and f"RANK={rank}".encode() in environ:
             return int(pid)
     return None

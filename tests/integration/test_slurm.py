@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import REPO, read_json, require
 from tests.integration.test_multinode import free_port, losses, reference_run, tiny_model_dir
+from tests.integration.user_train import user_train_py
 
 pytestmark = pytest.mark.integration
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm_cluster.sh"
@@ -77,11 +78,16 @@ def trl_ds(args, env, timeout=300):
 
 
 def test_submitted_job_trains_across_both_nodes(slurm_env, tmp_path_factory, tmp_path):
-    reference = reference_run(tmp_path_factory)
+    """A user's own train.py (tests/integration/user_train.py), submitted: sbatch.sh and launch.sh are the worker's but
+    for the module each rank runs, and the script runs from the run dir's copy, which every node reads. The worker's
+    own submitted jobs: test_requeued_job_resumes_from_its_checkpoint, test_a_rank_that_dies_ends_the_job_naming_it."""
+    reference = reference_run(tmp_path_factory)  # the worker's: the script's losses equal it (test_user_script.py)
     run_dir = tmp_path / f"run dir {HOSTILE}"
+    model = tiny_model_dir(tmp_path_factory)
+    script = user_train_py(tmp_path_factory)
     out = trl_ds(["launcher=slurm", "cluster.nodes=2", "cluster.gpus_per_node=1", f"cluster.master_port={free_port()}",
-                  f"model.name_or_path={tiny_model_dir(tmp_path_factory)}", f"launcher.slurm.job_name='{HOSTILE}'",
-                  f"hydra.run.dir='{run_dir}'"], slurm_env)
+                  f"model.name_or_path={model}", f"script={script}", f"script_args=[--model,{model}]",
+                  f"launcher.slurm.job_name='{HOSTILE}'", f"hydra.run.dir='{run_dir}'"], slurm_env)
     assert out.returncode == 0, out.stdout + out.stderr
     job_id = re.search(r"submitted SLURM job (\d+)", out.stdout).group(1)
     assert f"job logs     {run_dir}/slurm-{job_id}.out, {run_dir}/slurm-{job_id}.err" in out.stdout
@@ -89,10 +95,12 @@ def test_submitted_job_trains_across_both_nodes(slurm_env, tmp_path_factory, tmp
     err_log = run_dir / f"slurm-{job_id}.err"
     assert job == {"JobState": "COMPLETED", "JobName": HOSTILE}, err_log.read_text()[-3000:]
     summary = read_json(run_dir / "summary.json")
-    assert (summary["status"], summary["world_size"]) == ("completed", 2)
+    assert (summary["status"], summary["world_size"], summary["script"]) == ("completed", 2, str(script))
     assert losses(run_dir) == pytest.approx(reference["losses"], abs=1e-6)
+    assert (run_dir / "trainer" / "my_steps.txt").read_text() == str(len(reference["losses"]))  # the script's callback
     for node in (0, 1):  # srun ran launch.sh on each SLURM node, which took its rank from $SLURM_NODEID
         assert list((run_dir / "logs" / f"node_{node}").glob("*/attempt_0/0/stderr.log"))
+        assert read_json(run_dir / "memory" / f"rank_{node}.json")["model_states"]  # one rank per node
     assert (run_dir / f"slurm-{job_id}.out").exists()
     assert not list(tmp_path.rglob("pwned*")) and not list(REPO.glob("pwned*"))
 

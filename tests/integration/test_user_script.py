@@ -9,6 +9,7 @@ from conftest import read_json, run_app
 
 from tests.integration.stage_runs import STEPS, stage_run
 from tests.integration.test_multinode import losses
+from tests.integration.user_train import user_train_py
 
 pytestmark = pytest.mark.integration
 
@@ -91,49 +92,15 @@ def test_a_script_failing_on_a_rank_names_the_rank_its_error_and_its_log(tmp_pat
     assert summary["reason"] == "RuntimeError: no data for this rank (launcher exited with code 1)"
     assert summary["log"].endswith("/attempt_0/1/stderr.log")  # torchrun's folder of global rank 1
     assert f"first failing rank's log: {summary['log']}" in out.stdout
-    assert "raise RuntimeError('no data for this rank')" in open(summary["log"]).read()
-
-
-TRAIN_PY = '''"""A user's own script: HfArgumentParser, TRL's SFTTrainer, a callback of their own."""
-import os
-from dataclasses import dataclass
-
-from datasets import load_dataset
-from transformers import HfArgumentParser, TrainerCallback
-from trl import SFTConfig, SFTTrainer
-
-
-@dataclass
-class Paths:
-    data_file: str = "data/train.jsonl"  # inside the run dir
-
-
-class CountSteps(TrainerCallback):
-    def __init__(self):
-        self.steps = 0
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.steps += 1
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            with open(os.path.join(args.output_dir, "my_steps.txt"), "w") as f:
-                f.write(str(self.steps))
-
-
-paths, args = HfArgumentParser((Paths, SFTConfig)).parse_args_into_dataclasses()
-run_dir = os.environ["TRL_DS_RUN_DIR"]
-data = load_dataset("json", data_files=os.path.join(run_dir, paths.data_file), split="train")
-trainer = SFTTrainer(model=os.path.join(run_dir, "model"), args=args, train_dataset=data, callbacks=[CountSteps()])
-trainer.train()
-'''
+    log = open(summary["log"]).read()
+    assert f'File "{run_dir}/script/train.py", line 3' in log  # the run dir's copy ran
+    assert "raise RuntimeError('no data for this rank')" in log
 
 
 def test_a_users_hf_argument_parser_script_trains_like_the_worker(tmp_path, tmp_path_factory):
     """Its parser gets TrainingArguments flags only (no max_length: SFTConfig's 1024 truncates nothing the tiny
     data holds, so the computation is the worker's), its own callback runs beside trl_ds's."""
-    script = tmp_path / "train.py"
-    script.write_text(TRAIN_PY)
+    script = user_train_py(tmp_path_factory)
     run_dir = tmp_path / "run"
     out = run_app([f"script={script}", "zero=stage2", f"trainer.max_steps={STEPS}",
                    "script_args=[--data_file,data/train.jsonl]"], run_dir)

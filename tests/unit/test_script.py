@@ -119,6 +119,20 @@ def test_other_scripts_get_only_their_own_arguments(script_run_dir):
     assert script_argv(NO_PARSER, script_run_dir, ["--epochs", "2"]) == ["--epochs", "2"]
 
 
+def test_a_script_file_travels_in_the_run_dir(tmp_path):
+    """Every rank runs <run dir>/script/<its name> (worker/script.py): the file reaches each node the run dir reaches,
+    and a job that starts later runs it as it was when launched (and checked)."""
+    script = tmp_path / "mine" / "train.py"
+    script.parent.mkdir()
+    script.write_text("print('v1')\n")
+    run_dir = tmp_path / "run"
+    out = run_app([f"script={script}", "dry_run=true"], run_dir)
+    assert out.returncode == 0, out.stderr
+    script.write_text("print('v2')\n")  # edited after the launch
+    assert (run_dir / "script" / "train.py").read_text() == "print('v1')\n"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["script"] == str(script)  # named as given
+
+
 def test_every_form_of_accelerator_config_adopts_the_configured_state(tmp_path):
     from transformers.trainer_pt_utils import AcceleratorConfig
 

@@ -15,6 +15,7 @@ from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
 from trl_ds.config.batch import Batch
 from trl_ds.config.quantization import map_model_config_fields
+from trl_ds.config.script_target import is_file_target
 from trl_ds.config.training_steps import training_steps
 from trl_ds.config.values import value
 from trl_ds.errors import ConfigError
@@ -27,7 +28,17 @@ from trl_ds.plan.runtime import current_run, runs_json
 from trl_ds.rundir.deepspeed_config import build_ds_config
 from trl_ds.rundir.disk_space import space_warning
 from trl_ds.rundir.interop import write_interop_files
-from trl_ds.rundir.layout import ENV, OVERRIDES, PLAN, RESOLVED_CONFIG, TINY_DATA_DIR, nvme_path, write_json, write_text
+from trl_ds.rundir.layout import (
+    ENV,
+    OVERRIDES,
+    PLAN,
+    RESOLVED_CONFIG,
+    TINY_DATA_DIR,
+    copy_script,
+    nvme_path,
+    write_json,
+    write_text,
+)
 from trl_ds.rundir.trainer_config import build_trainer_args
 from trl_ds.worker.data import write_tiny_dataset
 
@@ -103,6 +114,8 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     write_text(os.path.join(run_dir, OVERRIDES), yaml.safe_dump(list(overrides)))
     write_interop_files(cfg, run_dir, prepared.ds_config, prepared.trainer_args, run_dir=True)
     write_launch_files(cfg, run_dir, prepared.node_commands)
+    if cfg.get("script") and is_file_target(cfg.script):  # the ranks run this copy (worker/script.py)
+        copy_script(cfg.script, run_dir)
     write_json(os.path.join(run_dir, ENV), collect_env(nvme_path(cfg, run_dir)))
     write_json(os.path.join(run_dir, PLAN), prepared.plan)
     if prepared.recipe_text:

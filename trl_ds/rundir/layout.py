@@ -21,6 +21,7 @@ SBATCH_SCRIPT = "sbatch.sh"
 HOSTFILE = "hostfile"
 DEEPSPEED_ENV = ".deepspeed_env"  # launcher=deepspeed: NAME=value lines its runner passes to every rank (DS_ENV_FILE)
 TINY_DATA_DIR = "data"  # the built-in dataset, written at build time
+SCRIPT_DIR = "script"  # script=FILE: the copy every rank runs, so the script reaches each node with the run dir
 NVME_DIR = "nvme"  # NVMe swap files, unless offload.nvme_path names another place
 
 # Written by the ranks
@@ -60,6 +61,22 @@ def node_log_dir(run_dir: str, node_rank: int) -> str:
 
 def memory_file(rank: int) -> str:
     return f"{MEMORY_DIR}/rank_{rank}.json"
+
+
+def script_copy(run_dir: str, script: str) -> str:
+    """Where a user's script file lies in the run dir: script/<its own name> (argparse's prog is that name)."""
+    return os.path.join(run_dir, SCRIPT_DIR, os.path.basename(script))
+
+
+def copy_script(script: str, run_dir: str) -> None:
+    """Copied whole, then renamed: with a shared run dir every node writes it (same bytes), and a rank may read it."""
+    import shutil
+
+    path = script_copy(run_dir, script)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    shutil.copyfile(script, tmp)
+    os.replace(tmp, path)
 
 
 def nvme_path(cfg, run_dir: str) -> str:

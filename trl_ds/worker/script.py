@@ -16,7 +16,7 @@ from trl_ds.config.script_target import is_file_target, read_parser_kind, source
 from trl_ds.config.values import world_size
 from trl_ds.op_locks import bound_op_lock_waits
 from trl_ds.python_path import this_python_first
-from trl_ds.rundir.layout import SUMMARY, load_run_config, write_json
+from trl_ds.rundir.layout import SUMMARY, load_run_config, script_copy, write_json
 from trl_ds.rundir.lifeline import LAUNCH_ID, watch_launcher
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.script_argv import script_argv
@@ -64,10 +64,13 @@ def leave_process_group() -> None:
 
 
 def run_script(cfg, run_dir: str) -> None:
-    path = source_file(cfg.script)
+    """A file runs from the run dir's copy (written at launch: it reaches every node the run dir reaches, and a job
+    that starts later runs what was checked); a module as the environment installs it."""
+    path = script_copy(run_dir, cfg.script) if is_file_target(cfg.script) else source_file(cfg.script)
     sys.argv = [path, *script_argv(read_parser_kind(path), run_dir, list(cfg.script_args))]
     if is_file_target(cfg.script):
-        sys.path.insert(0, os.path.dirname(path))  # as `python train.py` puts the script's folder first
+        # as `python train.py` puts the script's folder first: modules beside it import where that folder is reachable
+        sys.path.insert(0, os.path.dirname(cfg.script))
         runpy.run_path(path, run_name="__main__")
     else:
         runpy.run_module(cfg.script, run_name="__main__", alter_sys=True)

@@ -4,7 +4,9 @@
   group the bootstrap joined (on CPU accelerate would otherwise count one process per rank; worker/train.py).
 - Trainer.__init__ / Trainer.train: every Trainer the script builds (SFTTrainer, DPOTrainer, ... are Trainers) gets
   the worker's recording callbacks (metrics.jsonl, progress/rank_K.json, checkpoint markers), and each finished
-  train() writes memory/rank_K.json and, on rank 0, summary.json, exactly as the worker does.
+  train() writes memory/rank_K.json and, on rank 0, summary.json, exactly as the worker does. A train() called
+  without resume_from_checkpoint resumes, with resume=auto, from the newest complete checkpoint in its output_dir,
+  as the worker does: a relaunch of a killed run continues it without the script asking.
 """
 import functools
 import json
@@ -15,6 +17,7 @@ from trl_ds.config.topology import topology
 from trl_ds.rundir.layout import METRICS, SUMMARY, memory_file, write_json
 from trl_ds.rundir.universal import sub_groups
 from trl_ds.worker.measure import measure_rank
+from trl_ds.worker.own_steps import OwnAdamSteps
 from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, summarize
 
 
@@ -34,14 +37,30 @@ class Recorder:
                 LiveMemory(self.run_dir, self.state.process_index), TokenCount(trainer),
                 MarkComplete(cfg.checkpoint.keep_last, self.state.num_processes, cfg.zero.stage, sub_groups(cfg))]
 
-    def record(self, trainer, result, wall: float) -> None:
+    def resume_point(self, trainer):
+        """The checkpoint a train() without resume_from_checkpoint continues from (the worker's choice, in the
+        trainer's output_dir), or None. One of another cluster shape was converted to DeepSpeed's universal format
+        (by the launcher, or here): the engine, built in train(), is told to load that, as the worker's is."""
+        from trl_ds.worker.train import choose_resume
+
+        if self.cfg.resume != "auto":
+            return None
+        chosen, universal = choose_resume(self.cfg, trainer.args.output_dir, self.state)
+        if universal:
+            config = trainer.accelerator.state.deepspeed_plugin.hf_ds_config.config  # what deepspeed_init reads
+            config["checkpoint"] = {**config.get("checkpoint", {}), "load_universal": True}
+            if self.cfg.zero.stage == 3:  # as the worker: DeepSpeed's stage-3 universal load shares one Adam step
+                trainer.add_callback(OwnAdamSteps())
+        return chosen
+
+    def record(self, trainer, result, wall: float, resumed: bool) -> None:
         """After train() returns: before the script saves (a ZeRO-3 save gathers weights) or ends the process group."""
         state = self.state
         self.trained += 1
         write_json(os.path.join(self.run_dir, memory_file(state.process_index)), measure_rank(trainer,
                                                                                              state.process_index))
         if state.is_main_process:
-            summary = summarize(self.run_dir, trainer, result.metrics, wall, state)
+            summary = summarize(self.run_dir, trainer, result.metrics, wall, state, resumed=resumed)
             write_json(os.path.join(self.run_dir, SUMMARY), {**summary, "script": self.cfg.script,
                                                              "trainers_trained": self.trained})
 
@@ -87,10 +106,12 @@ def record_trainers(cls, recorder: Recorder) -> None:
             self.add_callback(callback)
 
     @functools.wraps(original_train)
-    def train(self, *args, **kwargs):
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if resume_from_checkpoint is None:  # the script's own choice (a path, True, False) is kept
+            resume_from_checkpoint = recorder.resume_point(self)
         started = time.time()
-        result = original_train(self, *args, **kwargs)
-        recorder.record(self, result, time.time() - started)
+        result = original_train(self, resume_from_checkpoint, *args, **kwargs)
+        recorder.record(self, result, time.time() - started, resumed=bool(resume_from_checkpoint))
         return result
 
     cls.__init__, cls.train = init, train

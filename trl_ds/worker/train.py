@@ -83,7 +83,8 @@ def train(run_dir: str) -> int:
         forget_other_ranks(run_dir, state.num_processes)
     if cfg.model.name_or_path is None:
         prepare_tiny_model(cfg, run_dir, state)
-    resume_from, universal = choose_resume(cfg, run_dir, state) if cfg.resume == "auto" else (None, False)
+    resume_from, universal = choose_resume(cfg, os.path.join(run_dir, CHECKPOINT_DIR), state) \
+        if cfg.resume == "auto" else (None, False)
     trainer = build_trainer(cfg, run_dir, load_universal=universal)
     trainer.train_dataset = whole_global_batches(trainer, state.num_processes)
     trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage, sub_groups(cfg)))
@@ -146,12 +147,11 @@ def folder_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
 
 
-def choose_resume(cfg, run_dir: str, state):
-    """(the checkpoint to resume from or None, whether to load it in DeepSpeed's universal format).
+def choose_resume(cfg, output_dir: str, state):
+    """(the checkpoint in output_dir to resume from or None, whether to load it in DeepSpeed's universal format).
 
-    Rank 0 readies it (trl_ds/rundir/resume.py); the other ranks wait, then read the same answer from the run dir.
+    Rank 0 readies it (trl_ds/rundir/resume.py); the other ranks wait, then read the same answer from the folder.
     """
-    output_dir = os.path.join(run_dir, CHECKPOINT_DIR)
     if state.is_main_process:
         for line in prepare_resume(output_dir, state.num_processes, cfg.zero.stage, sub_groups(cfg))[2]:
             print(line, flush=True)
