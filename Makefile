@@ -5,7 +5,8 @@
 #              libaio), lint, build DeepSpeed's JIT ops once (cached), then run the whole test suite (CI):
 #              unit + config tests on both cores with the light integration tests beside them, then the other
 #              integration tests one at a time (scripts/run_tests.sh)
-# make test-fast — lint, then tests/unit and tests/configs only (not tests/integration)
+# make test-fast — lint, then tests/unit and tests/configs only (not tests/integration), less the modules marked slow
+#              (whole products: every option, every documented sample, every imported file; make test runs them)
 # make lint  — ruff (rules and line length in pyproject.toml); installs the test tools like make test
 PY := .venv/bin/python
 
@@ -30,7 +31,7 @@ test: lint
 	bash scripts/run_tests.sh
 
 test-fast: lint
-	$(PY) -m pytest -q -ra -n 2 tests/unit tests/configs
+	$(PY) -m pytest -q -ra -n 2 -m "not slow" tests/unit tests/configs
 
 dry-run: setup
 	$(PY) -m trl_ds cluster=2x8 zero=stage3 model=llama3-8b dry_run=true

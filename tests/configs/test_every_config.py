@@ -13,6 +13,9 @@ from trl_ds.config.compose import CONFIG_DIR
 from trl_ds.config.values import world_size
 from trl_ds.errors import ConfigError
 
+# every option of every group composed and built: make test only (not make test-fast)
+pytestmark = pytest.mark.slow
+
 GROUPS = ["model", "zero", "offload", "cluster", "trainer", "precision", "launcher", "peft", "sp", "tp"]
 OPTIONS = {g: sorted(p.stem for p in (Path(CONFIG_DIR) / g).glob("*.yaml")) for g in GROUPS}
 ZERO, OFFLOAD = ([o for o in OPTIONS[g] if o != "auto"] for g in ("zero", "offload"))  # auto: tests/unit/test_autofit

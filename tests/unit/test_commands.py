@@ -53,6 +53,7 @@ def test_no_command_or_an_unknown_one_is_a_user_mistake():
                            "watch, report, export, doctor, env, calibrate, check-equivalence, build-ops.\n")
 
 
+@pytest.mark.slow  # whole products or fresh interpreters: make test only
 def test_a_command_takes_the_same_overrides_and_exit_codes_as_its_module_form():
     args = ["model=llama3-8b", "cluster=1x8", "--json"]
     new, old = trl_ds("plan", *args), trl_ds(*args, module="trl_ds.plan")

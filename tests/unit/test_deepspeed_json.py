@@ -18,6 +18,9 @@ from trl_ds.cli.app import build
 from trl_ds.config.compose import compose
 from trl_ds.errors import ConfigError
 
+# every imported DeepSpeed JSON through DeepSpeed's and transformers' own classes: make test only (not make test-fast)
+pytestmark = pytest.mark.slow
+
 IMPORTED = Path(__file__).resolve().parents[1] / "data" / "imported"
 # Files refused before launch, each pinned with its exact lines (test_llamafactory_alst_..., test_llamafactory_fp8_...).
 REFUSED = {"llamafactory_ds_z3_alst_config.json", "llamafactory_ds_z3_fp8_config.json"}

@@ -13,6 +13,9 @@ from conftest import REPO, read_json, run_app
 sys.path.insert(0, str(REPO / "scripts"))
 import render_docs  # noqa: E402  (a script, not a package module)
 
+# every documented sample rendered and every documented command checked: make test only (not make test-fast)
+pytestmark = pytest.mark.slow
+
 SAMPLES = [s for page in render_docs.pages() for s in render_docs.samples(page)]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 EXTERNAL = ("http://", "https://", "mailto:")

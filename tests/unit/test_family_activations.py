@@ -15,6 +15,9 @@ from trl_ds.plan.saved_activations import COEFFICIENTS, layer_bytes, measured
 sys.path.insert(0, "scripts")
 import measure_activations as ma  # noqa: E402  (scripts/ is not a package)
 
+# activations measured with torch, family by family: make test only (not make test-fast)
+pytestmark = pytest.mark.slow
+
 DTYPES = [(torch.bfloat16, 2), (torch.float32, 4)]
 KINDS = [(t, k) for t, kinds in COEFFICIENTS.items() for k in kinds]
 def test_every_fast_family_is_measured():

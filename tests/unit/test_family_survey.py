@@ -40,6 +40,7 @@ def test_every_recorded_variant_counts_as_the_meta_device_did(model_type, varian
                                                                     variant["active"])
 
 
+@pytest.mark.slow  # whole products or fresh interpreters: make test only
 def test_a_sample_of_the_aliases_builds_to_the_recorded_counts_on_the_meta_device():
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -64,6 +65,7 @@ def plan_wall(model: str):
     return out.stdout, out.stderr.strip().splitlines()[-1], time.perf_counter() - start
 
 
+@pytest.mark.slow  # whole products or fresh interpreters: make test only
 def test_planning_an_alias_takes_under_a_second_without_torch(tmp_path):
     """Under a second on an idle machine; the machine running the suite is shared, so a preset's plan measured beside
     it (the same imports, no count to make) sets the bar when it is loaded."""

@@ -130,6 +130,7 @@ def test_the_gpu_modes_dpo_and_grpo_runs_pass_trl_ds_checks_on_their_data(traine
         assert 8 % prepared.trainer_args["num_generations"] == 0  # TRL's rule: the batch holds whole groups
 
 
+@pytest.mark.slow  # whole products or fresh interpreters: make test only
 def test_every_fit_case_of_the_gpu_study_passes_trl_ds_fit_checks(tmp_path, monkeypatch):
     """What would end a case before its engine: the overrides fit_boundary.py gives `trl-ds fit`. The study runs on a
     machine with one GPU; this one has none, so fit's machine check is given that GPU count and every other check

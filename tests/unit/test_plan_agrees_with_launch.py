@@ -20,6 +20,9 @@ from trl_ds.errors import ConfigError
 from trl_ds.plan.memory import setup_from_config
 from trl_ds.plan.planner import recommend, run_command
 
+# 576 configs through the planner and the launch's checks: make test only (not make test-fast)
+pytestmark = pytest.mark.slow
+
 RUN = "/nonexistent/trl_ds-plan-agrees"  # no run dir: the dry run's check of a new one
 STAGES = ("zero=stage0", "zero=stage1", "zero=stage2", "zero=stage3")
 OFFLOADS = ("offload=none", "offload=cpu", "offload=nvme")

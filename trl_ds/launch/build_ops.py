@@ -14,7 +14,7 @@ import time
 from typing import List, Optional
 
 from trl_ds.launch import spawn_env
-from trl_ds.op_locks import bound_op_lock_waits, clear_if_stale
+from trl_ds.op_locks import bound_op_lock_waits, clear_if_stale, cleared_line
 
 # Accelerator builder names for the ops trl_ds's offload paths JIT-build (the accelerator maps them to its own
 # implementation; ops it lacks, such as the shared-memory CPU collectives on a GPU, are skipped).
@@ -22,8 +22,9 @@ BUILDERS = {"deepspeed_shm_comm": "ShareMemCommBuilder", "pin_memory": "PinMemor
             "cpu_adam": "CPUAdamBuilder", "async_io": "AsyncIOBuilder"}
 
 
-def build(name: str) -> Optional[str]:
-    """Build (or load from the cache) one op; None when this accelerator has no such op or cannot build it here."""
+def build(name: str, say_cleared: bool = False) -> Optional[str]:
+    """Build (or load from the cache) one op; None when this accelerator has no such op or cannot build it here.
+    say_cleared: a stale lock removed is also said in the line every other command prints (trl-ds calibrate)."""
     from deepspeed.accelerator import get_accelerator
     from torch.utils.cpp_extension import _get_build_directory
 
@@ -31,7 +32,10 @@ def build(name: str) -> Optional[str]:
     if builder is None or not builder.is_compatible(verbose=False):
         return None
     folder = _get_build_directory(builder.name, verbose=False)
-    note = "cleared a stale build lock; " if clear_if_stale(os.path.join(folder, "lock")) else ""
+    lock = os.path.join(folder, "lock")
+    note = "cleared a stale build lock; " if clear_if_stale(lock) else ""
+    if note and say_cleared:
+        print(cleared_line(lock), file=sys.stderr, flush=True)
     library = os.path.join(folder, f"{builder.name}.so")
     before = os.path.getmtime(library) if os.path.isfile(library) else None
     builder.load(verbose=False)
