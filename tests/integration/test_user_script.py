@@ -121,20 +121,25 @@ def test_trl_scripts_train_like_the_worker(trl_script_run, tmp_path_factory):
 
 
 @pytest.mark.parametrize("trl_script_run", ["rloo-stage2"], indirect=True)
-def test_trl_rloo_script_at_zero2_scores_and_keeps_a_whole_reference(trl_script_run):
+def test_trl_rloo_script_at_zero2_scores_updates_and_keeps_a_whole_reference(trl_script_run):
     """As rloo.py at ZeRO-3 (test_trainers.py); below ZeRO-3 prepare_deepspeed gives the reference stage 0: a whole
-    fp32 copy on each rank, the plan's bytes exactly."""
+    fp32 copy on each rank, the plan's bytes exactly, and the model states the plan's within 1 %."""
     _, run_dir, _ = trl_script_run
     rows = [row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
     assert rows[0]["kl"] == 0  # the policy before its first update is the reference
     for r in rows:
         assert 0 <= r["reward"] <= 1 and math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"])
         assert r["completions/max_length"] <= 4 and "kl" in r  # the preset's max_completion_length; beta 0.05
-    planned = read_json(run_dir / "plan.json")["current"]["reference_after_step_bytes"]
+    assert all(r["kl"] > 0 for r in rows[1:])  # each update moved the policy away from its reference
+    plan = read_json(run_dir / "plan.json")["current"]
+    states = {kind: sum(v.values()) for kind, v in plan["after_step_bytes"].items()}
     for rank in (0, 1):
         memory = read_json(run_dir / f"memory/rank_{rank}.json")
         assert sum(memory["reference"].values()) == 4 * memory["parameters"] == 4 * 869_504
-        assert {"cpu" if k == "device" else k: v for k, v in planned.items()} == memory["reference"]
+        assert {"cpu" if k == "device" else k: v for k, v in plan["reference_after_step_bytes"].items()} == \
+            memory["reference"]
+        for kind, held in memory["model_states"].items():  # within 1 %, as test_trainer_memory.py weighs the others
+            assert sum(held.values()) == pytest.approx(states.get(kind, 0), rel=0.01, abs=0.01 * sum(states.values()))
 
 
 @pytest.mark.light
