@@ -24,10 +24,10 @@ RUNS = {
     "reward-stage3": ["trainer=reward", "zero=stage3", "trainer.max_steps=8", "trainer.per_device_train_batch_size=8"],
     # beta 0.1: TRL builds the reference model (test_trainer_memory weighs it in this run)
     "grpo-stage3": ["trainer=grpo", "zero=stage3", "trainer.beta=0.1", "trainer.max_steps=4"],
-    # KTO and RLOO: one run each, also weighed by test_trainer_memory; KTO through trl_ds's worker, RLOO through TRL's
-    # own rloo.py (script=), so each path runs one of them. RLOO's preset beta 0.05 builds the reference; the larger
-    # model has tensors above the persistence threshold, so ZeRO-3 partitions them and generation really gathers them
-    # (ds3_gather_for_generation)
+    # KTO and RLOO: one run each, also weighed by test_trainer_memory; KTO through trl_ds's worker (test_user_script
+    # compares TRL's kto.py with this run), RLOO through TRL's own rloo.py (script=). RLOO's preset beta 0.05 builds
+    # the reference; the larger model has tensors above the persistence threshold, so ZeRO-3 partitions them and
+    # generation really gathers them (ds3_gather_for_generation)
     "kto-stage2": ["trainer=kto", "zero=stage2", "trainer.max_steps=4"],
     "rloo-script-stage3-larger": ["script=trl.scripts.rloo", "trainer=rloo", "zero=stage3", "trainer.max_steps=3",
                                   *LARGER],

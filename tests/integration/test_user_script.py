@@ -1,13 +1,15 @@
-"""script=: TRL's own installed sft.py (not a copy) trains on 2 CPU ranks at ZeRO-2 through trl_ds, unchanged, and
-records what trl_ds's worker records; a script that trains no Trainer, one that fails, and one whose parser refuses
-its arguments end as docs/scripts.md says."""
+"""script=: TRL's own installed sft.py, dpo.py, kto.py and rloo.py (not copies) train on 2 CPU ranks through trl_ds,
+unchanged, and record what trl_ds's worker records, with the worker's losses at the same settings; a script that
+trains no Trainer, one that fails, and one whose parser refuses its arguments end as docs/scripts.md says."""
 import json
+import math
 import re
 
 import pytest
 from conftest import read_json, run_app
+from stage_runs import STEPS, stage_run  # as the other modules import it: one module, so one cache of runs
+from test_trainers import train
 
-from tests.integration.stage_runs import STEPS, stage_run
 from tests.integration.test_multinode import losses
 from tests.integration.user_train import user_train_py
 
@@ -52,6 +54,92 @@ def test_the_script_run_is_recorded_like_a_worker_run(sft_script_run, tmp_path_f
     assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
     assert all(row["samples_per_second"] > 0 for row in rows)
     assert (run_dir / "trainer" / "model.safetensors").exists()  # sft.py's own save, into the run dir
+
+
+# TRL's other scripts, each launched once, for 3 steps: with a constant learning rate, steps 1-3 are those of the
+# longer worker run the suite already makes at the same settings (stage_runs.py's stage3, test_trainers.py's
+# dpo-stage3 and kto-stage2), which they are compared with. RLOO has no worker run: it is checked as test_trainers
+# checks rloo.py at ZeRO-3.
+SCRIPT_STEPS = 3
+TRL_SCRIPTS = {
+    "sft-stage3": ["script=trl.scripts.sft", "zero=stage3"],
+    "dpo-stage3": ["script=trl.scripts.dpo", "trainer=dpo", "zero=stage3"],
+    "kto-stage2": ["script=trl.scripts.kto", "trainer=kto", "zero=stage2"],
+    "rloo-stage2": ["script=trl.scripts.rloo", "trainer=rloo", "zero=stage2"],
+}
+LIKE_A_WORKER_RUN = ["sft-stage3", "dpo-stage3", "kto-stage2"]
+
+
+def worker_run(name, tmp_path_factory):
+    """The run dir of the worker's run at the script run's settings."""
+    if name == "sft-stage3":
+        return stage_run("stage3", tmp_path_factory)[0]
+    return train(name, tmp_path_factory)[0]
+
+
+@pytest.fixture(scope="module", params=list(TRL_SCRIPTS))
+def trl_script_run(request, tmp_path_factory):
+    """(name, run dir, CompletedProcess) of TRL's installed script (a module: the package's own file) for 3 steps."""
+    run_dir = tmp_path_factory.mktemp(f"{request.param}-script") / "run"
+    out = run_app([*TRL_SCRIPTS[request.param], f"trainer.max_steps={SCRIPT_STEPS}"], run_dir)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return request.param, run_dir, out
+
+
+def test_trl_scripts_are_recorded_like_worker_runs(trl_script_run):
+    name, run_dir, out = trl_script_run
+    summary = read_json(run_dir / "summary.json")
+    assert summary["status"] == "completed" and summary["script"] == TRL_SCRIPTS[name][0].split("=")[1]
+    assert (summary["steps"], summary["world_size"], summary["global_batch"]) == (SCRIPT_STEPS, 2, 4)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = [row for row in rows if "loss" in row]
+    assert [row["step"] for row in rows] == list(range(1, SCRIPT_STEPS + 1))
+    assert all(row["samples_per_second"] > 0 for row in rows)
+    assert summary["final_loss"] == rows[-1]["loss"]
+    assert re.search(rf"trl_ds: step \d/{SCRIPT_STEPS} \| epoch [\d.]+ \| loss -?\d\.\d{{4}} \|", out.stderr)
+    stage = int(name[-1])
+    for rank in (0, 1):
+        assert (run_dir / f"progress/rank_{rank}.json").exists()
+        memory = read_json(run_dir / f"memory/rank_{rank}.json")
+        assert memory["deepspeed_config"]["zero_optimization"]["stage"] == stage
+        assert sum(memory["model_states"]["optimizer"].values()) > 0
+    assert (run_dir / "trainer" / "model.safetensors").exists()  # the script's own save, into the run dir
+
+
+@pytest.mark.parametrize("trl_script_run", LIKE_A_WORKER_RUN, indirect=True)
+def test_trl_scripts_train_like_the_worker(trl_script_run, tmp_path_factory):
+    """They load the model by its path where the worker passes it loaded: the same weights, data, order, DeepSpeed JSON
+    and trainer arguments, so the same losses to the last bit and the same engines (model states, reference)."""
+    name, run_dir, _ = trl_script_run
+    worker_dir = worker_run(name, tmp_path_factory)
+    assert losses(run_dir) == losses(worker_dir)[:SCRIPT_STEPS]
+    for rank in (0, 1):
+        mine = read_json(run_dir / f"memory/rank_{rank}.json")
+        theirs = read_json(worker_dir / f"memory/rank_{rank}.json")
+        mine.pop("peak_rss_bytes"), theirs.pop("peak_rss_bytes")
+        assert mine == theirs
+
+
+@pytest.mark.parametrize("trl_script_run", ["rloo-stage2"], indirect=True)
+def test_trl_rloo_script_at_zero2_scores_updates_and_keeps_a_whole_reference(trl_script_run):
+    """As rloo.py at ZeRO-3 (test_trainers.py); below ZeRO-3 prepare_deepspeed gives the reference stage 0: a whole
+    fp32 copy on each rank, the plan's bytes exactly, and the model states the plan's within 1 %."""
+    _, run_dir, _ = trl_script_run
+    rows = [row for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in row]
+    assert rows[0]["kl"] == 0  # the policy before its first update is the reference
+    for r in rows:
+        assert 0 <= r["reward"] <= 1 and math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"])
+        assert r["completions/max_length"] <= 4 and "kl" in r  # the preset's max_completion_length; beta 0.05
+    assert all(r["kl"] > 0 for r in rows[1:])  # each update moved the policy away from its reference
+    plan = read_json(run_dir / "plan.json")["current"]
+    states = {kind: sum(v.values()) for kind, v in plan["after_step_bytes"].items()}
+    for rank in (0, 1):
+        memory = read_json(run_dir / f"memory/rank_{rank}.json")
+        assert sum(memory["reference"].values()) == 4 * memory["parameters"] == 4 * 869_504
+        assert {"cpu" if k == "device" else k: v for k, v in plan["reference_after_step_bytes"].items()} == \
+            memory["reference"]
+        for kind, held in memory["model_states"].items():  # within 1 %, as test_trainer_memory.py weighs the others
+            assert sum(held.values()) == pytest.approx(states.get(kind, 0), rel=0.01, abs=0.01 * sum(states.values()))
 
 
 @pytest.mark.light
