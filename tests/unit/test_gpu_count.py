@@ -1,6 +1,7 @@
 """GPUs are counted where the ranks run: the launching host only for local launches, each node in launch.sh, and
 SLURM's partition (sinfo GRES) for launcher=slurm."""
 import subprocess
+import time
 
 import pytest
 
@@ -59,6 +60,18 @@ def run_check(tmp_path, gpus_on_machine, env):
     script = "\n".join(["set -euo pipefail", "NODE_RANK=1", *node_gpu_check_lines(8), "echo started"])
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                           env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURMD_NODENAME": "gpu-7", **env})
+
+
+def test_node_check_ends_in_one_line_when_nvidia_smi_hangs(tmp_path):
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 60\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    script = "\n".join(["set -euo pipefail", "NODE_RANK=1", *node_gpu_check_lines(8, smi_limit_s=1), "echo started"])
+    start = time.monotonic()
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURMD_NODENAME": "gpu-7"})
+    assert time.monotonic() - start < 10 and (out.returncode, out.stdout) == (1, "")
+    assert out.stderr == ("trl_ds: node 1 (gpu-7): nvidia-smi -L did not answer within 1 s; is the NVIDIA driver hung? "
+                          "(run nvidia-smi there by hand)\n")
 
 
 def test_node_check_counts_usable_gpus(tmp_path):

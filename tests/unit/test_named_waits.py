@@ -93,3 +93,25 @@ def test_watch_of_a_slurm_job_whose_squeue_never_answers_ends_at_its_limit(tmp_p
     assert capsys.readouterr().err == (
         f"trl_ds watch: squeue -j 4242 did not answer within 1 s (is SLURM's controller up? sinfo says); the job's "
         f"state is unknown. Watch it again later with trl-ds watch {run_dir}\n")
+
+
+def test_a_run_dir_flock_held_past_its_limit_ends_in_one_line(tmp_path, monkeypatch):
+    """The run dir's flock (the judge of a stale launch lock) held by a stopped launcher: one line, not a hang."""
+    import fcntl
+
+    from trl_ds.errors import ConfigError
+    from trl_ds.launch import run_dir_lock
+
+    monkeypatch.setattr(run_dir_lock, "FLOCK_LIMIT_S", 0.3)
+    held = os.open(tmp_path, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another open file description: flock conflicts within one process too
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as err, run_dir_lock._serialised(str(tmp_path)):
+        pass
+    assert time.monotonic() - start < 5
+    assert str(err.value) == (f"{tmp_path}: another process has held the run dir's flock (the judge of a stale launch "
+                              f"lock) for 0.3 s; is a trl_ds launcher stopped there (fuser -v {tmp_path})? End it, "
+                              "or give another hydra.run.dir.")
+    os.close(held)
+    with run_dir_lock._serialised(str(tmp_path)):  # released: taken at once
+        pass

@@ -38,7 +38,7 @@ def launch_script_checks_gpus(cfg) -> bool:
     return not (value(cfg.launcher.name) == "deepspeed" and cfg.cluster.nodes > 1 and not cfg.launcher.no_ssh)
 
 
-def node_gpu_check_lines(gpus_per_node: int) -> List[str]:
+def node_gpu_check_lines(gpus_per_node: int, smi_limit_s: int = 10) -> List[str]:
     """Shell lines: count this node's usable GPUs and end at once, with one line, when there are too few.
 
     Usable: nvidia-smi's GPUs (or /dev/nvidiaN without it), no more than CUDA_VISIBLE_DEVICES lists (CUDA sees
@@ -47,7 +47,13 @@ def node_gpu_check_lines(gpus_per_node: int) -> List[str]:
     return [
         "# The ranks need this node's GPUs: stop before the launcher starts if there are fewer than it would use.",
         "if command -v nvidia-smi >/dev/null 2>&1; then",
-        "  GPUS=\"$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)\"",
+        f"  SMI=0; LIST=\"$(timeout -k 5 {smi_limit_s} nvidia-smi -L 2>/dev/null)\" || SMI=$?",
+        '  if [ "$SMI" = 124 ] || [ "$SMI" = 137 ]; then',
+        '    echo "trl_ds: node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}): nvidia-smi -L did not answer within '
+        f'{smi_limit_s} s; is the NVIDIA driver hung? (run nvidia-smi there by hand)" >&2',
+        "    exit 1",
+        "  fi",
+        "  GPUS=\"$(printf '%s\\n' \"$LIST\" | grep -c '^GPU ' || true)\"",
         "else",
         "  GPUS=\"$(find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2>/dev/null | wc -l)\"",
         "fi",

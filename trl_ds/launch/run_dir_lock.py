@@ -91,6 +91,7 @@ class RunDirLock:
 
 
 STILL_RUNNING = "processes of its launch still run"
+FLOCK_LIMIT_S = 30  # the run dir's flock is held for a read and a write; longer is a launcher stopped in between
 WRITING_GRACE_S = 5.0  # _create_exclusive creates the lock, then writes it: an unreadable lock this young is held
 
 
@@ -102,10 +103,21 @@ class _serialised:
 
     def __enter__(self):
         self.fd = os.open(self.run_dir, os.O_RDONLY)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        except OSError:  # a file system without locks (NFS mounted nolock): the takeover is then not serialised
-            pass
+        deadline = time.monotonic() + FLOCK_LIMIT_S  # another launcher holds it for one read and one write
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(self.fd)
+                    line = (f"{self.run_dir}: another process has held the run dir's flock (the judge of a stale "
+                            f"launch lock) for {FLOCK_LIMIT_S} s; is a trl_ds launcher stopped there (fuser -v "
+                            f"{self.run_dir})? End it, or give another hydra.run.dir.")
+                    raise ConfigError([line]) from None
+                time.sleep(0.1)
+            except OSError:  # a file system without locks (NFS mounted nolock): the takeover is then not serialised
+                return
 
     def __exit__(self, *exc):
         os.close(self.fd)  # closing releases the flock

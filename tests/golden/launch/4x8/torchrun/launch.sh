@@ -19,7 +19,12 @@ export NCCL_SOCKET_IFNAME=ib0
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 # The ranks need this node's GPUs: stop before the launcher starts if there are fewer than it would use.
 if command -v nvidia-smi >/dev/null 2>&1; then
-  GPUS="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+  SMI=0; LIST="$(timeout -k 5 10 nvidia-smi -L 2>/dev/null)" || SMI=$?
+  if [ "$SMI" = 124 ] || [ "$SMI" = 137 ]; then
+    echo "trl_ds: node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}): nvidia-smi -L did not answer within 10 s; is the NVIDIA driver hung? (run nvidia-smi there by hand)" >&2
+    exit 1
+  fi
+  GPUS="$(printf '%s\n' "$LIST" | grep -c '^GPU ' || true)"
 else
   GPUS="$(find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2>/dev/null | wc -l)"
 fi
