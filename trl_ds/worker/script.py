@@ -8,6 +8,7 @@ the arguments its parser expects (worker/script_argv.py).
 `--check <run dir>` (the launcher, before spawning ranks): run the script only up to its argument parser, with the
 same arguments, and print the parser's verdict: exit 0 once it parsed, 2 with one line when it refused.
 """
+import atexit
 import os
 import runpy
 import sys
@@ -145,8 +146,19 @@ def stop_after_parsing() -> None:
     transformers.Trainer.__init__ = no_trainer
 
 
+def end_here(code: int) -> None:
+    """End a finished rank without the interpreter's teardown: the script's exit handlers run (atexit), but not the
+    destruction of C++ objects, where a thread a library left joinable still aborted a rank after a completed run
+    ("terminate called without an active exception", SIGABRT: TRL's rloo.py at ZeRO-3, even after
+    leave_process_group), and the launch failed."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
     if CHECK_FLAG not in sys.argv:
         watch_launcher()  # never outlive the launch: a SIGKILLed launcher ends its ranks within a second
     skip_final_collection()
-    sys.exit(main(sys.argv[1:]))
+    end_here(main(sys.argv[1:]))
