@@ -15,10 +15,9 @@ import time
 
 from trl_ds.config.topology import topology
 from trl_ds.rundir.layout import METRICS, SUMMARY, memory_file, write_json
-from trl_ds.rundir.universal import sub_groups
 from trl_ds.worker.measure import measure_rank
 from trl_ds.worker.own_steps import OwnAdamSteps
-from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, summarize
+from trl_ds.worker.records import MetricsLogger, summarize
 
 
 class Recorder:
@@ -30,12 +29,10 @@ class Recorder:
 
     def callbacks(self, trainer):
         """The worker's callbacks (worker/train.py adds the same), for one Trainer of the script."""
-        from trl_ds.worker.train import MarkComplete
+        from trl_ds.worker.train import recording_callbacks
 
-        cfg = self.cfg
-        return [MetricsLogger(os.path.join(self.run_dir, METRICS), topology(cfg).shares_samples),
-                LiveMemory(self.run_dir, self.state.process_index), TokenCount(trainer),
-                MarkComplete(cfg.checkpoint.keep_last, self.state.num_processes, cfg.zero.stage, sub_groups(cfg))]
+        logger = MetricsLogger(os.path.join(self.run_dir, METRICS), topology(self.cfg).shares_samples)
+        return [logger, *recording_callbacks(self.cfg, self.run_dir, self.state, trainer)]
 
     def resume_point(self, trainer):
         """The checkpoint a train() without resume_from_checkpoint continues from (the worker's choice, in the

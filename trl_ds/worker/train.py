@@ -87,9 +87,8 @@ def train(run_dir: str) -> int:
         if cfg.resume == "auto" else (None, False)
     trainer = build_trainer(cfg, run_dir, load_universal=universal)
     trainer.train_dataset = whole_global_batches(trainer, state.num_processes)
-    trainer.add_callback(MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage, sub_groups(cfg)))
-    trainer.add_callback(LiveMemory(run_dir, state.process_index))
-    trainer.add_callback(TokenCount(trainer))
+    for callback in recording_callbacks(cfg, run_dir, state, trainer):
+        trainer.add_callback(callback)
     if universal and cfg.zero.stage == 3:  # DeepSpeed's stage-3 universal load shares one step among sub-groups
         trainer.add_callback(OwnAdamSteps())
     started = time.time()
@@ -251,6 +250,13 @@ def prepare_tiny_model(cfg, run_dir: str, state) -> None:
     if state.is_local_main_process:
         save_tiny_model(cfg.model, os.path.join(run_dir, TINY_MODEL_DIR), cfg.seed)
     state.wait_for_everyone()
+
+
+def recording_callbacks(cfg, run_dir: str, state, trainer) -> list:
+    """What every trainer of a run records beside metrics.jsonl (the worker's, and each one a user's script builds:
+    worker/script_hooks.py): checkpoint markers, live memory, token counts."""
+    return [MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage, sub_groups(cfg)),
+            LiveMemory(run_dir, state.process_index), TokenCount(trainer)]
 
 
 def build_trainer(cfg, run_dir: str, load_universal: bool = False):
