@@ -169,6 +169,28 @@ def test_launch_sh_refuses_a_slurm_step_of_the_wrong_size(compose_cfg, tmp_path)
     assert "this SLURM step has 1 node(s); the run was built for cluster.nodes=2" in out.stderr
 
 
+def test_a_refusal_srun_did_not_forward_reaches_the_job_log_once(compose_cfg, tmp_path):
+    """srun --kill-on-bad-exit can end a job before it forwards a failed node's last line (a CI run's slurm-5.err
+    held only srun's own lines): launch.sh keeps its refusal beside the log, and sbatch.sh prints what the log lacks."""
+    cfg = compose_cfg(["cluster=2x8", "launcher=slurm"])
+    write_launch_files(cfg, str(tmp_path), build_commands(cfg, str(tmp_path)))
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "a", "SLURM_NODEID": "0",
+           "SLURM_NNODES": "1"}
+    out = subprocess.run(["bash", str(tmp_path / "launch.sh")], env=env, capture_output=True, text=True)
+    line = "trl_ds: this SLURM step has 1 node(s); the run was built for cluster.nodes=2"
+    assert (out.returncode, out.stderr, (tmp_path / "slurm-77.refusals").read_text()) == (2, line + "\n", line + "\n")
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    for name, body in {"srun": "exit 2", "python": "exit 0"}.items():  # srun: the node failed, its line never came
+        (fakes / name).write_text(f"#!/bin/sh\n{body}\n")
+        (fakes / name).chmod(0o755)
+    sbatch = {"PATH": f"{fakes}:/usr/bin:/bin", "SLURM_JOB_ID": "77"}
+    for logged, printed in (("", line + "\n"), (line + "\n", "")):  # once: not again when srun did forward it
+        (tmp_path / "slurm-77.err").write_text(logged)
+        out = subprocess.run(["bash", str(tmp_path / "sbatch.sh")], env=sbatch, capture_output=True, text=True)
+        assert (out.returncode, out.stderr) == (2, printed)
+
+
 def test_sbatch_sh_runs_launch_sh_on_every_node_with_hostile_values(compose_cfg, tmp_path):
     run_dir = hostile_run_dir(tmp_path, line_break=False)  # an #SBATCH line cannot hold one: refused, tested below
     cfg = with_values(compose_cfg(["cluster=2x8", "launcher=slurm"]),

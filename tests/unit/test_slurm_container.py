@@ -12,19 +12,20 @@ def test_srun_runs_every_node_in_the_image_with_the_run_dir_mounted(compose_cfg,
     cfg = compose_cfg([*SLURM, "launcher.slurm.container_mounts=['/data:/data:ro','/scratch:/mnt/scratch']"])
     run_dir = str(tmp_path / "run")
     script = render_sbatch(cfg, run_dir)
-    srun = script.splitlines()[-1]
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
     # pyxis's options, as `srun --help` lists them with the plugin: the run dir first, at its own path
     assert srun == (f"srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image='{IMAGE}' "
                     f"--container-mounts={run_dir}:{run_dir},/data:/data:ro,/scratch:/mnt/scratch "
-                    f'bash "$RUN_DIR/launch.sh"')
+                    f'bash "$RUN_DIR/launch.sh" || STATUS=$?')
     (tmp_path / "sbatch.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "sbatch.sh")]).returncode == 0
     assert check_slurm(cfg) == []  # submit=false: written here, checked where it is submitted
 
 
 def test_without_an_image_the_srun_line_is_unchanged(compose_cfg, tmp_path):
-    srun = render_sbatch(compose_cfg(["cluster=2x8", "launcher=slurm"]), str(tmp_path)).splitlines()[-1]
-    assert srun == 'srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$RUN_DIR/launch.sh"'
+    script = render_sbatch(compose_cfg(["cluster=2x8", "launcher=slurm"]), str(tmp_path))
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert srun == 'srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$RUN_DIR/launch.sh" || STATUS=$?'
 
 
 def test_container_mistakes_are_named(compose_cfg):

@@ -49,9 +49,8 @@ def node_gpu_check_lines(gpus_per_node: int, smi_limit_s: int = 10) -> List[str]
         "if command -v nvidia-smi >/dev/null 2>&1; then",
         f"  SMI=0; LIST=\"$(timeout -k 5 {smi_limit_s} nvidia-smi -L 2>/dev/null)\" || SMI=$?",
         '  if [ "$SMI" = 124 ] || [ "$SMI" = 137 ]; then',
-        '    echo "trl_ds: node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}): nvidia-smi -L did not answer within '
-        f'{smi_limit_s} s; is the NVIDIA driver hung? (run nvidia-smi there by hand)" >&2',
-        "    exit 1",
+        '    refuse 1 "node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}): nvidia-smi -L did not answer within '
+        f'{smi_limit_s} s; is the NVIDIA driver hung? (run nvidia-smi there by hand)"',
         "  fi",
         "  GPUS=\"$(printf '%s\\n' \"$LIST\" | grep -c '^GPU ' || true)\"",
         "else",
@@ -67,10 +66,9 @@ def node_gpu_check_lines(gpus_per_node: int, smi_limit_s: int = 10) -> List[str]
         "fi",
         f'if [ "$GPUS" -lt {need} ]; then',
         '  if [ "$GPUS" -gt 0 ]; then FIX="cluster.gpus_per_node=$GPUS"; else FIX="cluster=local to train on CPU"; fi',
-        f'  echo "trl_ds: node $NODE_RANK (${{SLURMD_NODENAME:-$(hostname)}}) has $GPUS usable GPU(s) but the run '
+        f'  refuse 2 "node $NODE_RANK (${{SLURMD_NODENAME:-$(hostname)}}) has $GPUS usable GPU(s) but the run '
         f'starts {need} ranks per node (cluster.gpus_per_node={need}). Run on nodes with {need} GPUs, or rebuild '
-        f'the run dir with $FIX." >&2',
-        "  exit 2",
+        f'the run dir with $FIX."',
         "fi",
     ]
 

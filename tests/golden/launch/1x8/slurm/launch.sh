@@ -3,14 +3,18 @@
 set -euo pipefail
 RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_RANK="${1:-0}"
+refuse() {
+  echo "trl_ds: $2" >&2
+  [ -z "${SLURM_JOB_ID:-}" ] || echo "trl_ds: $2" >>"$RUN_DIR/slurm-${SLURM_JOB_ID:-}.refusals"
+  exit "$1"
+}
 export NCCL_SOCKET_IFNAME=ib0
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 # The ranks need this node's GPUs: stop before the launcher starts if there are fewer than it would use.
 if command -v nvidia-smi >/dev/null 2>&1; then
   SMI=0; LIST="$(timeout -k 5 10 nvidia-smi -L 2>/dev/null)" || SMI=$?
   if [ "$SMI" = 124 ] || [ "$SMI" = 137 ]; then
-    echo "trl_ds: node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}): nvidia-smi -L did not answer within 10 s; is the NVIDIA driver hung? (run nvidia-smi there by hand)" >&2
-    exit 1
+    refuse 1 "node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}): nvidia-smi -L did not answer within 10 s; is the NVIDIA driver hung? (run nvidia-smi there by hand)"
   fi
   GPUS="$(printf '%s\n' "$LIST" | grep -c '^GPU ' || true)"
 else
@@ -26,10 +30,9 @@ if [ -n "${SLURM_GPUS_ON_NODE:-}" ] && [ "$SLURM_GPUS_ON_NODE" -lt "$GPUS" ]; th
 fi
 if [ "$GPUS" -lt 8 ]; then
   if [ "$GPUS" -gt 0 ]; then FIX="cluster.gpus_per_node=$GPUS"; else FIX="cluster=local to train on CPU"; fi
-  echo "trl_ds: node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}) has $GPUS usable GPU(s) but the run starts 8 ranks per node (cluster.gpus_per_node=8). Run on nodes with 8 GPUs, or rebuild the run dir with $FIX." >&2
-  exit 2
+  refuse 2 "node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}) has $GPUS usable GPU(s) but the run starts 8 ranks per node (cluster.gpus_per_node=8). Run on nodes with 8 GPUs, or rebuild the run dir with $FIX."
 fi
 case "$NODE_RANK" in
   0) exec torchrun --nnodes 1 --nproc_per_node 8 --standalone --rdzv_conf timeout=900 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_0 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
-  *) echo "trl_ds: NODE_RANK must be 0..0, got $NODE_RANK" >&2; exit 2 ;;
+  *) refuse 2 "NODE_RANK must be 0..0, got $NODE_RANK" ;;
 esac

@@ -3,10 +3,15 @@
 set -euo pipefail
 RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_RANK="${1:-0}"
+refuse() {
+  echo "trl_ds: $2" >&2
+  [ -z "${SLURM_JOB_ID:-}" ] || echo "trl_ds: $2" >>"$RUN_DIR/slurm-${SLURM_JOB_ID:-}.refusals"
+  exit "$1"
+}
 MAIN_ADDR=node-0
 if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
   if [ "${SLURM_NNODES:-0}" != 4 ]; then
-    echo "trl_ds: this SLURM step has ${SLURM_NNODES:-?} node(s); the run was built for cluster.nodes=4" >&2; exit 2
+    refuse 2 "this SLURM step has ${SLURM_NNODES:-?} node(s); the run was built for cluster.nodes=4"
   fi
   if ! MAIN_NODE="$(timeout -k 5 30 scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)" || [ -z "$MAIN_NODE" ]; then
     echo "trl_ds: scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST) within 30 s; is SLURM's controller up? (sinfo says)" >&2; exit 1
@@ -19,5 +24,5 @@ export DS_ENV_FILE="$RUN_DIR"/.deepspeed_env
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 : 1 ))}"
 case "$NODE_RANK" in
   0) exec deepspeed --hostfile "$RUN_DIR"/hostfile --master_addr "$MAIN_ADDR" --master_port 29500 --enable_each_rank_log "$RUN_DIR"/logs/node_%n --module trl_ds.worker.train "$RUN_DIR" ;;
-  *) echo "trl_ds: NODE_RANK must be 0..0, got $NODE_RANK" >&2; exit 2 ;;
+  *) refuse 2 "NODE_RANK must be 0..0, got $NODE_RANK" ;;
 esac

@@ -3,11 +3,16 @@
 set -euo pipefail
 RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_RANK="${1:-${SLURM_NODEID:-0}}"
+refuse() {
+  echo "trl_ds: $2" >&2
+  [ -z "${SLURM_JOB_ID:-}" ] || echo "trl_ds: $2" >>"$RUN_DIR/slurm-${SLURM_JOB_ID:-}.refusals"
+  exit "$1"
+}
 export TRL_DS_NODE_RANK="$NODE_RANK"
 MAIN_ADDR=node-0
 if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
   if [ "${SLURM_NNODES:-0}" != 4 ]; then
-    echo "trl_ds: this SLURM step has ${SLURM_NNODES:-?} node(s); the run was built for cluster.nodes=4" >&2; exit 2
+    refuse 2 "this SLURM step has ${SLURM_NNODES:-?} node(s); the run was built for cluster.nodes=4"
   fi
   if ! MAIN_NODE="$(timeout -k 5 30 scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)" || [ -z "$MAIN_NODE" ]; then
     echo "trl_ds: scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST) within 30 s; is SLURM's controller up? (sinfo says)" >&2; exit 1
@@ -23,8 +28,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( $(nproc) / 8 > 0 ? $(nproc) / 8 :
 if command -v nvidia-smi >/dev/null 2>&1; then
   SMI=0; LIST="$(timeout -k 5 10 nvidia-smi -L 2>/dev/null)" || SMI=$?
   if [ "$SMI" = 124 ] || [ "$SMI" = 137 ]; then
-    echo "trl_ds: node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}): nvidia-smi -L did not answer within 10 s; is the NVIDIA driver hung? (run nvidia-smi there by hand)" >&2
-    exit 1
+    refuse 1 "node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}): nvidia-smi -L did not answer within 10 s; is the NVIDIA driver hung? (run nvidia-smi there by hand)"
   fi
   GPUS="$(printf '%s\n' "$LIST" | grep -c '^GPU ' || true)"
 else
@@ -40,13 +44,12 @@ if [ -n "${SLURM_GPUS_ON_NODE:-}" ] && [ "$SLURM_GPUS_ON_NODE" -lt "$GPUS" ]; th
 fi
 if [ "$GPUS" -lt 8 ]; then
   if [ "$GPUS" -gt 0 ]; then FIX="cluster.gpus_per_node=$GPUS"; else FIX="cluster=local to train on CPU"; fi
-  echo "trl_ds: node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}) has $GPUS usable GPU(s) but the run starts 8 ranks per node (cluster.gpus_per_node=8). Run on nodes with 8 GPUs, or rebuild the run dir with $FIX." >&2
-  exit 2
+  refuse 2 "node $NODE_RANK (${SLURMD_NODENAME:-$(hostname)}) has $GPUS usable GPU(s) but the run starts 8 ranks per node (cluster.gpus_per_node=8). Run on nodes with 8 GPUs, or rebuild the run dir with $FIX."
 fi
 case "$NODE_RANK" in
   0) exec torchrun --nnodes 1:4 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint "$MAIN_ADDR":29500 --rdzv_id trl_ds-10-00-00-3c0d5433 --local_addr "$LOCAL_ADDR" --rdzv_conf is_host=1,join_timeout=900,read_timeout=900,last_call_timeout=30 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_0 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
   1) exec torchrun --nnodes 1:4 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint "$MAIN_ADDR":29500 --rdzv_id trl_ds-10-00-00-3c0d5433 --local_addr "$LOCAL_ADDR" --rdzv_conf is_host=0,join_timeout=900,read_timeout=900,last_call_timeout=30 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_1 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
   2) exec torchrun --nnodes 1:4 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint "$MAIN_ADDR":29500 --rdzv_id trl_ds-10-00-00-3c0d5433 --local_addr "$LOCAL_ADDR" --rdzv_conf is_host=0,join_timeout=900,read_timeout=900,last_call_timeout=30 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_2 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
   3) exec torchrun --nnodes 1:4 --nproc_per_node 8 --rdzv_backend c10d --rdzv_endpoint "$MAIN_ADDR":29500 --rdzv_id trl_ds-10-00-00-3c0d5433 --local_addr "$LOCAL_ADDR" --rdzv_conf is_host=0,join_timeout=900,read_timeout=900,last_call_timeout=30 --max_restarts 0 --log_dir "$RUN_DIR"/logs/node_3 --redirects 3 -m trl_ds.worker.train "$RUN_DIR" ;;
-  *) echo "trl_ds: NODE_RANK must be 0..3, got $NODE_RANK" >&2; exit 2 ;;
+  *) refuse 2 "NODE_RANK must be 0..3, got $NODE_RANK" ;;
 esac
