@@ -58,7 +58,8 @@ def run_check(tmp_path, gpus_on_machine, env):
     (tmp_path / "nvidia-smi").write_text("#!/bin/sh\n" + "".join(f"echo 'GPU {i}: H200 (UUID: GPU-{i})'\n"
                                                                    for i in range(gpus_on_machine)))
     (tmp_path / "nvidia-smi").chmod(0o755)
-    script = "\n".join(["set -euo pipefail", "NODE_RANK=1", *refusal_lines(), *node_gpu_check_lines(8), "echo started"])
+    script = "\n".join(["set -euo pipefail", "NODE_RANK=1", *refusal_lines(), *node_gpu_check_lines(8),
+                        "echo started"])
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                           env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURMD_NODENAME": "gpu-7", **env})
 
@@ -66,7 +67,8 @@ def run_check(tmp_path, gpus_on_machine, env):
 def test_node_check_ends_in_one_line_when_nvidia_smi_hangs(tmp_path):
     (tmp_path / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 60\n")
     (tmp_path / "nvidia-smi").chmod(0o755)
-    script = "\n".join(["set -euo pipefail", "NODE_RANK=1", *refusal_lines(), *node_gpu_check_lines(8, smi_limit_s=1), "echo started"])
+    script = "\n".join(["set -euo pipefail", "NODE_RANK=1", *refusal_lines(), *node_gpu_check_lines(8, smi_limit_s=1),
+                        "echo started"])
     start = time.monotonic()
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
                          env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURMD_NODENAME": "gpu-7"})

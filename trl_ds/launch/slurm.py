@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 from trl_ds.config.values import value
 from trl_ds.rundir.layout import SBATCH_SCRIPT, SLURM_JOB_ID
 
-SLURM_REFUSALS = "slurm-${SLURM_JOB_ID:-}.refusals"  # launch.sh's refusals under srun, in the run dir (launch/script.py)
+SLURM_REFUSALS = "slurm-${SLURM_JOB_ID:-}.refusals"  # launch.sh's refusals under srun, in the run dir
 SCONTROL_TIMEOUT_S = 30  # scontrol show node asks the controller; SLURM's own message timeout is 10 s by default
 
 
@@ -73,9 +73,10 @@ def render_sbatch(cfg, run_dir: str) -> str:
               "# --kill-on-bad-exit: a node whose ranks fail ends the whole job instead of leaving the others waiting.",
               " ".join(["srun", f"--nodes={cfg.cluster.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
                         *container_options(cfg, run_dir), 'bash "$RUN_DIR/launch.sh" || STATUS=$?']),
-              "# srun can end the job before it forwards a node's refusal: print those its log lacks (launch.sh kept them).",
+              "# srun can end a job before it forwards a node's refusal: print the ones launch.sh kept that the log lacks.",
               'if [ "${STATUS:-0}" != 0 ]; then',
-              f'  grep -vxFf "$RUN_DIR/slurm-${{SLURM_JOB_ID:-}}.err" "$RUN_DIR/{SLURM_REFUSALS}" >&2 2>/dev/null || true',
+              f'  grep -vxFf "$RUN_DIR/slurm-${{SLURM_JOB_ID:-}}.err" "$RUN_DIR/{SLURM_REFUSALS}" >&2 2>/dev/null '
+              '|| true',
               '  exit "$STATUS"',
               'fi']
     return "\n".join(lines) + "\n"
