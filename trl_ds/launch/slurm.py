@@ -73,7 +73,7 @@ def render_sbatch(cfg, run_dir: str) -> str:
               "# --kill-on-bad-exit: a node whose ranks fail ends the whole job instead of leaving the others waiting.",
               " ".join(["srun", f"--nodes={cfg.cluster.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
                         *container_options(cfg, run_dir), 'bash "$RUN_DIR/launch.sh" || STATUS=$?']),
-              "# srun may end a job before it forwards a node's refusal: print those launch.sh kept that the log lacks.",
+              "# srun may end a job before it forwards a node's refusal: print those launch.sh kept and the log lacks.",
               'if [ "${STATUS:-0}" != 0 ]; then',
               f'  grep -vxFf "$RUN_DIR/slurm-${{SLURM_JOB_ID:-}}.err" "$RUN_DIR/{SLURM_REFUSALS}" >&2 2>/dev/null '
               '|| true',

@@ -24,7 +24,7 @@ trap 'kill "$WATCH_PID" 2>/dev/null || true' EXIT
 # One task per node; launch.sh finds its node rank and the main node in SLURM's environment.
 # --kill-on-bad-exit: a node whose ranks fail ends the whole job instead of leaving the others waiting.
 srun --nodes=1 --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$RUN_DIR/launch.sh" || STATUS=$?
-# srun may end a job before it forwards a node's refusal: print those launch.sh kept that the log lacks.
+# srun may end a job before it forwards a node's refusal: print those launch.sh kept and the log lacks.
 if [ "${STATUS:-0}" != 0 ]; then
   grep -vxFf "$RUN_DIR/slurm-${SLURM_JOB_ID:-}.err" "$RUN_DIR/slurm-${SLURM_JOB_ID:-}.refusals" >&2 2>/dev/null || true
   exit "$STATUS"
