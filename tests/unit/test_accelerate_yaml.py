@@ -103,6 +103,7 @@ def test_a_deepspeed_config_file_is_read_relative_to_the_yaml(tmp_path):
             zero["round_robin_gradients"]) == (source["stage"], "cpu", source["allgather_bucket_size"], True)
 
 
+@pytest.mark.slow  # two fresh interpreters
 def test_a_run_dirs_own_accelerate_yaml_imports_back_to_the_same_run(tmp_path):
     """Round trip: the accelerate.yaml (and the ds_config.json it names) of a run dir give back the same files."""
     first = run_app(["zero=stage3", "offload=cpu", "trainer.max_grad_norm=0.5", "dry_run=true"], tmp_path / "a")

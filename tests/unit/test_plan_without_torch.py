@@ -12,6 +12,9 @@ import pytest
 from test_model_families import instantiate, meta_counts, write_config
 from transformers import AutoConfig
 
+# whole commands, each timed against a preset's plan beside it: make test runs them, make test-fast leaves them out
+pytestmark = pytest.mark.slow
+
 # The published configs' dimensions (bigcode/starcoder2-3b, allenai/OLMoE-1B-7B-0924 config.json), fewer layers.
 CONFIGS = {
     "starcoder2": {"model_type": "starcoder2", "vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288,
