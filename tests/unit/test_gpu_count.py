@@ -9,7 +9,7 @@ import trl_ds.check.validate as validate_mod
 from trl_ds.check.validate import validate
 from trl_ds.errors import ConfigError
 from trl_ds.launch.gpu_count import gpu_count, gres_problems, node_gpu_check_lines, ranks_run_here
-from trl_ds.launch.script import refusal_lines
+from trl_ds.launch.slurm import refusal_lines
 
 
 @pytest.mark.parametrize("gres, count", [("gpu:8", 8), ("gpu:a100:8(S:0-1)", 8), ("gpu:4,nvme:1", 4),

@@ -73,7 +73,8 @@ def test_scontrol_that_never_answers_ends_at_its_limit_in_one_line(tmp_path, mon
     line = ("trl_ds: scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=gpu-a[01-02]) within 1 s; "
             "is SLURM's controller up? (sinfo says)")
     assert ended.value.code == line  # printed by Python on stderr, exit code 1
-    script = "\n".join(["set -euo pipefail", *slurm.main_addr_from_slurm_lines(), "echo unreached"])
+    script = "\n".join(["set -euo pipefail", *slurm.refusal_lines(), *slurm.main_addr_from_slurm_lines(),
+                        "echo unreached"])
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)  # as launch.sh runs it
     assert (done.returncode, done.stdout, done.stderr) == (1, "", line + "\n")
 

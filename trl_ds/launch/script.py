@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 from .gpu_count import node_gpu_check_lines
 from .shell_words import LOCAL_ADDR_VAR, RUN_DIR_VAR, Shell
-from .slurm import SLURM_REFUSALS, main_addr_from_slurm_lines
+from .slurm import main_addr_from_slurm_lines, refusal_lines
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -48,16 +48,6 @@ def render_launch_script(node_commands: List[List[str]], run_dir: str, env: Dict
     lines.append(f'  *) refuse 2 "NODE_RANK must be 0..{last}, got $NODE_RANK" ;;')
     lines.append("esac")
     return "\n".join(lines) + "\n"
-
-
-def refusal_lines() -> List[str]:
-    """refuse CODE LINE: launch.sh's one-line end. Under srun the line is also kept beside the job's log, since srun
-    can end a job before it forwards a failed node's last line (seen on SLURM 22.05); sbatch.sh prints it then."""
-    return ['refuse() {',
-            '  echo "trl_ds: $2" >&2',
-            f'  [ -z "${{SLURM_JOB_ID:-}}" ] || echo "trl_ds: $2" >>"$RUN_DIR/{SLURM_REFUSALS}"',
-            '  exit "$1"',
-            '}']
 
 
 def _main_addr_lines(main_addr: str, nodes: int) -> List[str]:

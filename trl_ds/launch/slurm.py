@@ -15,6 +15,18 @@ SLURM_REFUSALS = "slurm-${SLURM_JOB_ID:-}.refusals"  # launch.sh's refusals unde
 SCONTROL_TIMEOUT_S = 30  # scontrol show node asks the controller; SLURM's own message timeout is 10 s by default
 
 
+def refusal_lines() -> List[str]:
+    """refuse CODE LINE: launch.sh's one-line end. Under srun the line is also kept beside the job's log, since srun
+    can end a job before it forwards a failed node's last line (seen on SLURM 22.05); sbatch.sh prints it then."""
+    return ['refuse() {',
+            '  echo "trl_ds: $2" >&2',
+            # no RUN_DIR: main_addr_from_slurm's own bash, whose line trl_ds prints itself
+            f'  [ -z "${{SLURM_JOB_ID:-}}" ] || [ -z "${{RUN_DIR:-}}" ] || '
+            f'echo "trl_ds: $2" >>"$RUN_DIR/{SLURM_REFUSALS}"',
+            '  exit "$1"',
+            '}']
+
+
 def main_addr_from_slurm_lines() -> List[str]:
     """Shell lines (launch.sh, and this module under an allocation): rank 0's node is the job's first node, at the
     address SLURM itself reaches it by (NodeAddr), which may differ from its name. Each scontrol has a limit; a job
@@ -23,8 +35,8 @@ def main_addr_from_slurm_lines() -> List[str]:
     return [
         f'if ! MAIN_NODE="$({limit} scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)" '
         f'|| [ -z "$MAIN_NODE" ]; then',
-        f'  echo "trl_ds: scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST) '
-        f'within {SCONTROL_TIMEOUT_S} s; is SLURM\'s controller up? (sinfo says)" >&2; exit 1',
+        f'  refuse 1 "scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST) '
+        f'within {SCONTROL_TIMEOUT_S} s; is SLURM\'s controller up? (sinfo says)"',
         'fi',
         f"MAIN_ADDR=\"$({limit} scontrol show node \"$MAIN_NODE\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')\" "
         "|| MAIN_ADDR=",
@@ -158,7 +170,7 @@ def under_slurm_job() -> bool:
 
 def main_addr_from_slurm() -> str:
     """The same lines launch.sh runs, so both sides agree on the main node; their one line when they cannot."""
-    script = "\n".join(["set -euo pipefail", *main_addr_from_slurm_lines(), 'printf %s "$MAIN_ADDR"'])
+    script = "\n".join(["set -euo pipefail", *refusal_lines(), *main_addr_from_slurm_lines(), 'printf %s "$MAIN_ADDR"'])
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else

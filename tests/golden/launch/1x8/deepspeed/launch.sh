@@ -5,7 +5,7 @@ RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_RANK="${1:-0}"
 refuse() {
   echo "trl_ds: $2" >&2
-  [ -z "${SLURM_JOB_ID:-}" ] || echo "trl_ds: $2" >>"$RUN_DIR/slurm-${SLURM_JOB_ID:-}.refusals"
+  [ -z "${SLURM_JOB_ID:-}" ] || [ -z "${RUN_DIR:-}" ] || echo "trl_ds: $2" >>"$RUN_DIR/slurm-${SLURM_JOB_ID:-}.refusals"
   exit "$1"
 }
 export NCCL_SOCKET_IFNAME=ib0

@@ -5,7 +5,7 @@ RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NODE_RANK="${1:-${SLURM_NODEID:-0}}"
 refuse() {
   echo "trl_ds: $2" >&2
-  [ -z "${SLURM_JOB_ID:-}" ] || echo "trl_ds: $2" >>"$RUN_DIR/slurm-${SLURM_JOB_ID:-}.refusals"
+  [ -z "${SLURM_JOB_ID:-}" ] || [ -z "${RUN_DIR:-}" ] || echo "trl_ds: $2" >>"$RUN_DIR/slurm-${SLURM_JOB_ID:-}.refusals"
   exit "$1"
 }
 export TRL_DS_NODE_RANK="$NODE_RANK"
@@ -15,7 +15,7 @@ if [ -z "${1:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
     refuse 2 "this SLURM step has ${SLURM_NNODES:-?} node(s); the run was built for cluster.nodes=2"
   fi
   if ! MAIN_NODE="$(timeout -k 5 30 scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)" || [ -z "$MAIN_NODE" ]; then
-    echo "trl_ds: scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST) within 30 s; is SLURM's controller up? (sinfo says)" >&2; exit 1
+    refuse 1 "scontrol show hostnames named no node of this job (SLURM_JOB_NODELIST=$SLURM_JOB_NODELIST) within 30 s; is SLURM's controller up? (sinfo says)"
   fi
   MAIN_ADDR="$(timeout -k 5 30 scontrol show node "$MAIN_NODE" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')" || MAIN_ADDR=
   MAIN_ADDR="${MAIN_ADDR:-$MAIN_NODE}"
