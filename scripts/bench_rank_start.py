@@ -1,11 +1,13 @@
-"""Time what a rank imports before it trains, with bitsandbytes visible and kept out (trl_ds/worker/unused_packages.py).
+"""Time what a rank imports before it trains, with nothing kept out and with trl_ds/worker/unused_packages.py's
+keep-outs (bitsandbytes, DeepSpeed's Muon module).
 
     .venv/bin/python scripts/bench_rank_start.py            # 5 of each, alternating
     .venv/bin/python scripts/bench_rank_start.py --n 9
 
 Each sample is a fresh interpreter importing the worker's own module (trl_ds.worker.train, which imports
-transformers, peft, trl and DeepSpeed's pieces) with a run dir's config.yaml of peft=none; the two sides differ only
-in whether the keep-out ran. Prints the median and spread of wall and user+system CPU seconds per side.
+transformers, peft, trl and DeepSpeed's pieces), DeepSpeed's engine and the Muon module the engine imports at its start,
+with a run dir's config.yaml of peft=none and ds_config.json of AdamW; the two sides differ only in whether the
+keep-outs ran. Prints the median and spread of wall and user+system CPU seconds per side.
 """
 import argparse
 import os
@@ -18,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-IMPORT = "import trl_ds.worker.train"
+IMPORT = "import trl_ds.worker.train, deepspeed.runtime.engine, deepspeed.runtime.zero.muon.muon_optimizer"
 KEEP_OUT = "from trl_ds.worker.unused_packages import keep_out_unused_packages; keep_out_unused_packages({run!r}); "
 
 
@@ -36,7 +38,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as run:
         Path(run, "config.yaml").write_text("peft:\n  name: none\n  load_in_4bit: false\n  load_in_8bit: false\n")
-        sides = {"bitsandbytes visible": IMPORT, "kept out": KEEP_OUT.format(run=run) + IMPORT}
+        Path(run, "ds_config.json").write_text('{"optimizer": {"type": "AdamW"}}')
+        sides = {"nothing kept out": IMPORT, "kept out": KEEP_OUT.format(run=run) + IMPORT}
         times = {name: [] for name in sides}
         for _ in range(args.n):
             for name, code in sides.items():
