@@ -6,7 +6,7 @@ keep-outs (bitsandbytes, DeepSpeed's Muon module).
 
 Each sample is a fresh interpreter importing the worker's own module (trl_ds.worker.train, which imports
 transformers, peft, trl and DeepSpeed's pieces), DeepSpeed's engine and the Muon module the engine imports at its start,
-with a run dir's config.yaml of peft=none and ds_config.json of AdamW; the two sides differ only in whether the
+with a run dir's config.yaml of peft=none and ds_config.json of AdamW; the three sides differ only in which
 keep-outs ran. Prints the median and spread of wall and user+system CPU seconds per side.
 """
 import argparse
@@ -21,6 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 IMPORT = "import trl_ds.worker.train, deepspeed.runtime.engine, deepspeed.runtime.zero.muon.muon_optimizer"
+BNB_ONLY = "import sys; sys.modules['bitsandbytes'] = None; "  # the first keep-out alone
 KEEP_OUT = "from trl_ds.worker.unused_packages import keep_out_unused_packages; keep_out_unused_packages({run!r}); "
 
 
@@ -39,7 +40,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as run:
         Path(run, "config.yaml").write_text("peft:\n  name: none\n  load_in_4bit: false\n  load_in_8bit: false\n")
         Path(run, "ds_config.json").write_text('{"optimizer": {"type": "AdamW"}}')
-        sides = {"nothing kept out": IMPORT, "kept out": KEEP_OUT.format(run=run) + IMPORT}
+        sides = {"nothing kept out": IMPORT, "bitsandbytes kept out": BNB_ONLY + IMPORT,
+                 "both kept out": KEEP_OUT.format(run=run) + IMPORT}
         times = {name: [] for name in sides}
         for _ in range(args.n):
             for name, code in sides.items():
