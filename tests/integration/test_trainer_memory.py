@@ -8,12 +8,12 @@ prepare_deepspeed. plan.json in the same run dir holds what the app planned befo
 the plan's exactly. The expected reference size is also derived from the engine alone: 4 bytes (fp32) per
 parameter on every rank below ZeRO-3, the same bytes as the policy's parameters under it.
 
-The runs are test_trainers.py's, shared within a session: dpo-stage3, reward-stage3, grpo-stage3 with beta 0.1,
-kto-stage2, rloo-script-stage3-larger (TRL's rloo.py with the preset's beta 0.05) and dpo-lora-stage3 (every tensor
-partitioned, threshold 0). ZeRO-3 runs with a reference take two or more steps: the plan holds the steady state,
-where the reference keeps its parameters below the persistence threshold whole, and DeepSpeed releases them after
-the first forward of an engine (it is still recording its trace then: partitioned_param_coordinator.py
-release_sub_module).
+The runs of test_trainers.py (dpo-stage3, reward-stage3, grpo-stage3 with beta 0.1, kto-stage2, and
+rloo-script-stage3-larger: TRL's rloo.py with the preset's beta 0.05) are shared within a session; dpo-lora-stage3 is
+this module's own, one optimizer step (it keeps no reference). ZeRO-3 runs with a reference take two or more steps:
+the plan holds the steady state, where the reference keeps its parameters below the persistence threshold whole,
+and DeepSpeed releases them after the first forward of an engine (it is still recording its trace then:
+partitioned_param_coordinator.py release_sub_module).
 
 One run per reference rule, not per trainer × stage: the planner's reference bytes (plan/trainers.py
 reference_places) depend on the stage, the threshold and the offload, never on the trainer, which only decides
@@ -23,27 +23,35 @@ every tensor whole on DPO and GRPO, a partition with large tensors split on RLOO
 reward model and on DPO with LoRA.
 """
 import pytest
-from conftest import read_json
+from conftest import read_json, run_app
 from test_trainers import train
 
 pytestmark = pytest.mark.integration
 
 KINDS = ("params", "gradients", "optimizer")
 FP32 = 4
-RUNS = ("dpo-stage3", "reward-stage3", "grpo-stage3", "kto-stage2", "rloo-script-stage3-larger",
-        "dpo-lora-stage3")  # test_trainers.py's
+OWN = {"dpo-lora-stage3": ["trainer=dpo", "zero=stage3", "peft=lora", "trainer.max_steps=1"]}
+SHARED = ("dpo-stage3", "reward-stage3", "grpo-stage3", "kto-stage2", "rloo-script-stage3-larger")  # test_trainers'
+_runs = {}
 
 
 def run(name, tmp_path_factory):
-    """The run dir of test_trainers.py's run, trained on first use."""
-    return train(name, tmp_path_factory)[0]
+    """The run dir of a case, trained on first use."""
+    if name in SHARED:
+        return train(name, tmp_path_factory)[0]
+    if name not in _runs:
+        run_dir = tmp_path_factory.mktemp(name) / "run"
+        out = run_app(OWN[name], run_dir)
+        assert out.returncode == 0, f"{name}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        _runs[name] = run_dir
+    return _runs[name]
 
 
 def measured(run_dir):
     return [read_json(run_dir / "memory" / f"rank_{r}.json") for r in (0, 1)]
 
 
-@pytest.mark.parametrize("name", RUNS)
+@pytest.mark.parametrize("name", [*SHARED, *OWN])
 def test_model_states_and_reference_match_the_plan(name, tmp_path_factory):
     run_dir = run(name, tmp_path_factory)
     plan = read_json(run_dir / "plan.json")

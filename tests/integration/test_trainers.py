@@ -1,5 +1,5 @@
 """Real training of every trainer on 2 CPU ranks with DeepSpeed ZeRO-3 (KTO at ZeRO-2: the stage-0 reference engine
-prepare_deepspeed builds below ZeRO-3), DPO with LoRA, Ulysses and checkpointing.
+prepare_deepspeed builds below ZeRO-3), LoRA, Ulysses and checkpointing.
 
 Each run is the tiny model for a few steps (15-30 s). Runs are seeded, so the learning checks are deterministic.
 """
@@ -31,10 +31,8 @@ RUNS = {
     "rloo-script-stage3-larger": ["script=trl.scripts.rloo", "trainer=rloo", "zero=stage3", "trainer.max_steps=3",
                                   *LARGER],
     # threshold 0: the small adapter matrices are partitioned too, as a large model's are (a saved adapter must
-    # then be gathered from every rank). DPO: with LoRA TRL builds no reference model but disables the adapters
-    # (test_trainer_memory weighs this run); SFTTrainer's LoRA path is test_qlora's, over a 4-bit base
-    "dpo-lora-stage3": ["trainer=dpo", "peft=lora", "zero=stage3", "trainer.max_steps=6",
-                        "zero.stage3_param_persistence_threshold=0"],
+    # then be gathered from every rank)
+    "lora-stage3": ["peft=lora", "zero=stage3", "trainer.max_steps=6", "zero.stage3_param_persistence_threshold=0"],
     "ulysses-stage3": ["sp=ulysses", "zero=stage3", "trainer.max_steps=6"],
     "one-rank-checkpointing": ["cluster.gpus_per_node=1", "zero=stage3", "trainer.gradient_checkpointing=true",
                                "trainer.max_steps=6"],
@@ -119,9 +117,8 @@ def test_trl_rloo_script_generates_scores_with_a_kl_penalty_and_updates(tmp_path
 
 
 def test_lora_trains_only_the_adapters(tmp_path_factory):
-    """Rank 8 on q, k, v, o of 4 layers (hidden 128, kv width 64): 4 × 8 × (256 + 192 + 192 + 256) = 28,672. Trained
-    by DPO, whose reference is the base with the adapters disabled: at step 1 (lora_B zero) it is the policy."""
-    run_dir, summary, records = train("dpo-lora-stage3", tmp_path_factory)
+    """Rank 8 on q, k, v, o of 4 layers (hidden 128, kv width 64): 4 × 8 × (256 + 192 + 192 + 256) = 28,672."""
+    run_dir, summary, records = train("lora-stage3", tmp_path_factory)
     hidden, kv, r, layers = 128, 64, 8, 4
     lora = layers * r * ((hidden + hidden) + (hidden + kv) + (hidden + kv) + (hidden + hidden))
     assert summary["trainable_parameters"] == lora == 28_672
@@ -129,7 +126,7 @@ def test_lora_trains_only_the_adapters(tmp_path_factory):
     plan = read_json(run_dir / "plan.json")  # the planner counted the same split before launch
     assert (plan["parameters"], plan["trainable_parameters"]) == (869_504 + lora, lora)
     losses = [r["loss"] for r in records]
-    assert abs(losses[0] - LN2) < 1e-4 and losses[-1] < losses[0]
+    assert losses[-1] < losses[0]
 
 
 def test_lora_adapter_saved_under_zero3_is_whole_and_reproduces_the_engine(tmp_path_factory):
@@ -140,7 +137,7 @@ def test_lora_adapter_saved_under_zero3_is_whole_and_reproduces_the_engine(tmp_p
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    run_dir, _, _ = train("dpo-lora-stage3", tmp_path_factory)
+    run_dir, _, _ = train("lora-stage3", tmp_path_factory)
     adapter = load_file(run_dir / "final_model" / "adapter_model.safetensors")
     outputs = {"q_proj": 128, "k_proj": 64, "v_proj": 64, "o_proj": 128}
     expected = {f"base_model.model.model.layers.{i}.self_attn.{m}.lora_{ab}.weight": (8, 128) if ab == "A" else (out, 8)
