@@ -2,8 +2,9 @@
 torchrun's static and c10d rendezvous and the deepspeed launcher with launcher.no_ssh, each started on its host with
 cluster.node_rank=N, as on a cluster without ssh between nodes. Each trains the tiny model to the one-host loss, and
 every rank sees the configured variables in its own environment (the sitecustomize of test_hosts_deepspeed).
-A rank killed on host 1 ends both hosts within seconds, naming the rank, its node and its log. These replace the
-loopback runs of the same trainings: the traffic here crosses hosts with their own addresses."""
+A rank killed on host 1 as it starts, before the process group forms, ends both hosts within seconds, naming the rank,
+its node and its log (summary.json names that log too). These replace the loopback runs of the same trainings and
+failures: the traffic here crosses hosts with their own addresses."""
 import os
 import re
 import subprocess
@@ -81,4 +82,5 @@ def test_rank_killed_on_host_1_ends_both_hosts_naming_rank_node_and_log(launcher
     assert said.group(1).startswith(str(run_dir / "logs" / "node_1")) and os.path.exists(said.group(1))
     assert (f"trl_ds: launch failed: node 0 stopped its ranks because node 1 failed: rank 1 (node 1, local rank 0) "
             f"exited with signal SIGKILL; its log: {said.group(1)}") in err0, err0[-3000:]
-    assert read_json(run_dir / "summary.json")["status"] == "failed"
+    summary = read_json(run_dir / "summary.json")
+    assert (summary["status"], summary["log"]) == ("failed", said.group(1))
