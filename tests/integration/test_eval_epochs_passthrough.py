@@ -1,13 +1,16 @@
-"""Evaluation, epochs and TRL arguments by name, in three short real runs on 2 CPU ranks (about 15 s each idle).
+"""Evaluation, epochs and TRL arguments by name, in three short real runs on 2 CPU ranks (about 15 s each idle) and
+one relaunch.
 
-- zero2-epochs: a 64-row dataset, global batch 8, trainer.max_steps=-1: one epoch, evaluated every 4 steps and
-  before training (eval_on_start, a transformers argument by name);
+- zero2-epochs: a 64-row dataset given by a TRL recipe (trainer.from_trl_config) that saves every epoch and keeps
+  the last 2 checkpoints, global batch 8, trainer.max_steps=-1: one epoch, evaluated every 4 steps and before
+  training (eval_on_start, a transformers argument by name); relaunched in a copy of its run dir with 3 epochs;
 - zero3-neftune: the same data and evaluation at ZeRO-3, with NEFTune noise (neftune_noise_alpha): the noise is
   added in training only, so the evaluation before training equals ZeRO-2's while the first training loss does not;
 - packing: TRL's packing joins rows up to max_length, so each step holds more tokens.
 """
 import json
 import math
+import shutil
 
 import pytest
 from conftest import read_json, run_app
@@ -19,12 +22,14 @@ pytestmark = pytest.mark.integration
 GLOBAL_BATCH, MAX_LENGTH = 8, 64
 EVAL = ["trainer.eval_strategy=steps", "+trainer.args.eval_on_start=true"]
 RUNS = {
-    "zero2-epochs": [*EVAL, "zero=stage2", "trainer.max_steps=-1", "trainer.num_train_epochs=1",
+    "zero2-epochs": ["trainer.from_trl_config={data}/recipe.yaml", *EVAL, "zero=stage2", "trainer.max_steps=-1",
                      "trainer.eval_steps=4"],
     "zero3-neftune": [*EVAL, "zero=stage3", "trainer.max_steps=2", "trainer.eval_steps=2",
                       "+trainer.args.neftune_noise_alpha=5"],
     "packing": ["zero=stage2", "trainer.max_steps=2", "+trainer.args.packing=true"],
 }
+# save_strategy: epoch, a recipe's way, is what the relaunch test reads; saving changes none of the losses
+RECIPE = "dataset_name: {data}/rows64.jsonl\nnum_train_epochs: 1\nsave_strategy: epoch\nsave_total_limit: 2\n"
 
 
 @pytest.fixture(scope="module")
@@ -32,19 +37,28 @@ def data(tmp_path_factory):
     folder = tmp_path_factory.mktemp("data")
     for name, n, seed in (("rows64.jsonl", 64, 5), ("eval16.jsonl", 16, 6)):
         (folder / name).write_text("".join(json.dumps(e) + "\n" for e in tiny_sft_examples(n, seed)))
+    (folder / "recipe.yaml").write_text(RECIPE.format(data=folder))
     return folder
 
 
 _done = {}
 
 
+def overrides(name, data):
+    """The run's command line: the recipe's data, or rows64.jsonl by trainer.dataset_name."""
+    args = [arg.format(data=data) for arg in RUNS[name]]
+    if not any(arg.startswith("trainer.from_trl_config=") for arg in args):
+        args.insert(0, f"trainer.dataset_name={data / 'rows64.jsonl'}")
+    if "trainer.eval_strategy=steps" in args:
+        args.append(f"trainer.eval_dataset_name={data / 'eval16.jsonl'}")
+    return ["batch.global_size=8", *args]
+
+
 def run(name, data, tmp_path_factory):
     """Run once per module; returns (run dir, summary, stdout, training rows, evaluation rows, stderr)."""
     if name not in _done:
         run_dir = tmp_path_factory.mktemp(name) / "run"
-        evaluates = "trainer.eval_strategy=steps" in RUNS[name]
-        out = run_app([f"trainer.dataset_name={data / 'rows64.jsonl'}", "batch.global_size=8", *RUNS[name]]
-                      + ([f"trainer.eval_dataset_name={data / 'eval16.jsonl'}"] if evaluates else []), run_dir)
+        out = run_app(overrides(name, data), run_dir)
         assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
         with open(run_dir / "metrics.jsonl") as f:
             records = [json.loads(line) for line in f]
@@ -100,3 +114,27 @@ def test_report_gains_an_eval_loss_column(data, tmp_path_factory, tmp_path):
     text = write_report(dirs, dirs, str(tmp_path))
     assert "| final loss | eval loss |" in text
     assert f"{run('zero2-epochs', data, tmp_path_factory)[1]['eval_loss']:.4f}" in text
+
+
+def test_a_recipes_save_strategy_epoch_checkpoints_every_epoch_and_resumes(data, tmp_path_factory, tmp_path):
+    """save_strategy: epoch was refused; now each epoch ends in a checkpoint marked complete, and a relaunch with
+    more epochs resumes from the last one. zero2-epochs' recipe: 1 epoch of 8 steps, keep the last 2 checkpoints;
+    the relaunch runs in a copy of its run dir (a copied run dir trains in the copy), so the other tests read the
+    one-epoch run."""
+    run_dir, *_ = run("zero2-epochs", data, tmp_path_factory)
+    assert complete_steps(run_dir) == [8]
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    again = run_app([*overrides("zero2-epochs", data), "trainer.num_train_epochs=3"], copy)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "  num_train_epochs: 1 -> trainer.num_train_epochs=1: overridden on the command line\n" in again.stdout
+    assert f"trl_ds: resuming from {copy}/trainer/checkpoint-8" in again.stderr
+    assert complete_steps(copy) == [16, 24]  # keep the last 2: checkpoint-8 rotated out
+    with open(copy / "metrics.jsonl") as f:
+        steps = [r["step"] for r in map(json.loads, f) if "loss" in r]
+    assert steps == list(range(1, 25))  # each step once: the relaunch trained only epochs 2 and 3
+
+
+def complete_steps(run_dir):
+    markers = (run_dir / "trainer").glob("checkpoint-*/trl_ds_complete.json")
+    return sorted(int(p.parent.name.split("-")[1]) for p in markers)

@@ -8,6 +8,7 @@ import re
 import pytest
 from conftest import read_json, run_app
 from stage_runs import STEPS, stage_run  # as the other modules import it: one module, so one cache of runs
+from test_imported_configs import users_files_run
 from test_trainers import train
 
 from tests.integration.test_multinode import losses
@@ -185,16 +186,14 @@ def test_a_script_failing_on_a_rank_names_the_rank_its_error_and_its_log(tmp_pat
     assert "raise RuntimeError('no data for this rank')" in log
 
 
-def test_a_users_hf_argument_parser_script_trains_like_the_worker(tmp_path, tmp_path_factory):
+def test_a_users_hf_argument_parser_script_trains_like_the_worker(tmp_path_factory):
     """Its parser gets TrainingArguments flags only (no max_length: SFTConfig's 1024 truncates nothing the tiny
-    data holds, so the computation is the worker's), its own callback runs beside trl_ds's."""
-    script = user_train_py(tmp_path_factory)
-    run_dir = tmp_path / "run"
-    out = run_app([f"script={script}", "zero=stage2", f"trainer.max_steps={STEPS}",
-                   "script_args=[--data_file,data/train.jsonl]"], run_dir)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    data holds, so the computation is the worker's), its own callback runs beside trl_ds's. The run is
+    test_imported_configs' (the user's accelerate and DeepSpeed files too: the stage2 run's settings, by files)."""
+    run_dir, _ = users_files_run(tmp_path_factory)
     worker_dir, _ = stage_run("stage2", tmp_path_factory)
     assert losses(run_dir) == losses(worker_dir)
     assert (run_dir / "trainer" / "my_steps.txt").read_text() == str(STEPS)
-    assert read_json(run_dir / "summary.json")["steps"] == STEPS
+    summary = read_json(run_dir / "summary.json")
+    assert summary["steps"] == STEPS and summary["script"] == str(user_train_py(tmp_path_factory))
     assert sorted(p.name for p in (run_dir / "memory").iterdir()) == ["rank_0.json", "rank_1.json"]
