@@ -74,11 +74,24 @@ def baseline(ds_config, ref_dir, steps=10):
             "--steps", str(steps), "--output", os.path.join(os.path.dirname(ref_dir), "baseline_output")]
 
 
+# The tiny model folder as a default run's first rank writes it (trl_ds/worker/train.py prepare_tiny_model)
+SAVE_TINY_MODEL = """
+import sys
+from trl_ds.config.compose import compose
+from trl_ds.worker.models import save_tiny_model
+cfg = compose([])
+save_tiny_model(cfg.model, sys.argv[1], cfg.seed)
+"""
+
+
 def reference_run(work):
-    """One trl_ds run: its model folder, dataset and ds_config.json feed the hand-written side."""
+    """A default run's model folder, dataset and ds_config.json feed the hand-written side: the dry run writes the
+    dataset and the ds_config.json a launch writes, and the model folder is built as the launch's first rank builds
+    it (a training launch costs ~16 s of CPU for these files, written before it trains)."""
     ref = os.path.join(work, "reference")
-    _, code, _, out = timed(trl_ds(run_dir=ref))
-    assert code == 0, out
+    for cmd in (trl_ds("dry_run=true", run_dir=ref), [PY, "-c", SAVE_TINY_MODEL, os.path.join(ref, "model")]):
+        _, code, _, out = timed(cmd)
+        assert code == 0, out
     return ref
 
 

@@ -63,7 +63,7 @@ def test_an_accumulation_shape_that_parts_is_named_too():
 
 
 def test_with_drop_last_an_epoch_is_its_whole_global_batches_whatever_the_shape():
-    """20 rows, global batch 8: 2 steps per epoch for every shape (the integration run of the five shapes logs 5
+    """20 rows, global batch 8: 2 steps per epoch for every shape (the integration run of four shapes logs 5
     steps over 2.5 epochs); before the cut, 1×2×4 counted 3 (10 micro-batches, the last window of 2)."""
     from trl_ds.config.batch import Batch
     from trl_ds.config.training_steps import steps_per_epoch
