@@ -1,4 +1,8 @@
-"""Nothing lost: a rank killed mid-run, a relaunch that resumes, and final weights that reload exactly."""
+"""Nothing lost: a rank killed mid-run, a relaunch that resumes, and final weights that reload exactly.
+
+One uninterrupted ZeRO-2 run is the reference of both relaunches, at ZeRO-2 and at ZeRO-3: ZeRO-2 and ZeRO-3 take
+the same steps (test_training.py), and this run's ZeRO-3 twin ended 1.8e-6 from it in final loss and 3.5e-6 in
+weights (relative), inside the 1e-5 held below."""
 import json
 import os
 import signal
@@ -66,13 +70,18 @@ def final_weights(run_dir):
     return load_file(str(run_dir / "final_model" / "model.safetensors"))
 
 
-@pytest.mark.parametrize("stage", ["stage2", "stage3"])
-def test_killed_rank_then_relaunch_equals_uninterrupted(stage, tmp_path):
-    reference = tmp_path / "reference"
-    out = run_app(overrides(stage), reference)
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The ZeRO-2 run that no kill touched."""
+    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    out = run_app(overrides("stage2"), run_dir)
     assert out.returncode == 0, out.stderr
-    ref = read_json(reference / "summary.json")
+    return run_dir
 
+
+@pytest.mark.parametrize("stage", ["stage2", "stage3"])
+def test_killed_rank_then_relaunch_equals_uninterrupted(stage, uninterrupted, tmp_path):
+    ref = read_json(uninterrupted / "summary.json")
     run_dir = tmp_path / "interrupted"
     code, stdout, stderr = kill_rank_after_checkpoint(run_dir, stage)
     assert code != 0, "the run finished before the rank could be killed"
@@ -91,7 +100,7 @@ def test_killed_rank_then_relaunch_equals_uninterrupted(stage, tmp_path):
     # the relaunch continues the checkpoint's token count (it restarted from 0); the rows' tokens, from the data
     expected = expected_num_tokens(run_dir, global_batch=4, steps=STEPS)
     assert logged_num_tokens(run_dir) == expected and resumed["num_tokens"] == ref["num_tokens"] == expected[STEPS]
-    a, b = final_weights(reference), final_weights(run_dir)
+    a, b = final_weights(uninterrupted), final_weights(run_dir)
     assert max(((a[k] - b[k]).norm() / a[k].norm()).item() for k in a) < 1e-5
     assert complete_steps(run_dir) == [STEPS - EVERY, STEPS]  # keep_last=2
 

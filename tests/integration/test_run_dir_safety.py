@@ -150,9 +150,13 @@ def test_copied_run_dir_with_a_damaged_checkpoint_resumes_in_the_copy(reference,
     assert snapshot(tmp_path.parent, skip=run_dir) | snapshot(reference.parent) == outside
 
 
-# ZeRO-3 in sub-groups of 43,476 elements: ten per rank of the tiny model's 434,752 (the ratio check's suggestion)
-ZERO3 = ["zero=stage3", "zero.sub_group_size=43476"]
-SHAPES = [(["cluster.gpus_per_node=1"], 1, 2), (["cluster.gpus_per_node=3"], 3, 2), (ZERO3, 2, 3)]
+# ZeRO-3 on 3 ranks in sub-groups of 14,492 elements: ten per rank of the tiny model's 434,752.
+ZERO3 = ["cluster.gpus_per_node=3", "zero=stage3", "zero.sub_group_size=14492"]
+# 2 -> 1 ranks at ZeRO-2, and 2 -> 3 ranks with ZeRO-2 -> ZeRO-3 in one launch: a world change and a stage change each
+# make a checkpoint another shape (told apart in tests/unit/test_nothing_lost_rules.py), and this launch converts
+# and loads it into a ZeRO-3 engine of another world size. ZeRO-2 -> ZeRO-3 on the same 2 ranks is converted and
+# trained in test_nothing_lost.py::test_a_killed_conversion_to_zero3_is_redone_from_scratch.
+SHAPES = [(["cluster.gpus_per_node=1"], 1, 2), (ZERO3, 3, 3)]
 
 
 @pytest.fixture(scope="module")
@@ -193,15 +197,15 @@ def test_resume_on_another_cluster_shape_continues_the_run(change, world, stage,
 def test_resume_with_other_sub_groups_converts_and_continues(resumed, continued):
     """ZeRO-3 saves its optimizer state per sub-group, so another zero.sub_group_size failed inside DeepSpeed's loader
     ("loaded state dict contains a parameter group that doesn't match"): it is converted like a world change. The
-    ZeRO-3 run above (sub-groups of 43,476, checkpoint-6 written at stage 3) continued to step 9 in sub-groups of
-    1e9 takes the losses of the ZeRO-2 reference continued to step 9."""
+    ZeRO-3 run above (3 ranks, sub-groups of 14,492, checkpoint-6 written at stage 3) continued to step 9 on the same 3
+    ranks in sub-groups of 1e9 takes the losses of the ZeRO-2 reference continued to step 9."""
     run_dir = resumed(ZERO3)[0]
     checkpoint = run_dir / "trainer" / "checkpoint-6"
-    assert read_json(checkpoint / "trl_ds_complete.json")["sub_group_size"] == 43476
-    out = run_app(["trainer.max_steps=9", *BASE[1:], "zero=stage3"], run_dir)
+    assert read_json(checkpoint / "trl_ds_complete.json")["sub_group_size"] == 14492
+    out = run_app(["trainer.max_steps=9", *BASE[1:], *ZERO3[:2]], run_dir)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert (f"trl_ds: {checkpoint} was written by world size 2 with ZeRO stage 3 and zero.sub_group_size=43476; this "
-            f"launch has world size 2 with ZeRO stage 3 and zero.sub_group_size=1000000000: converted it to "
+    assert (f"trl_ds: {checkpoint} was written by world size 3 with ZeRO stage 3 and zero.sub_group_size=14492; this "
+            f"launch has world size 3 with ZeRO stage 3 and zero.sub_group_size=1000000000: converted it to "
             f"DeepSpeed's universal format in {checkpoint}/global_step6_universal; resuming from it\n") in out.stderr
     got, ref = losses(run_dir), losses(continued[0])
     assert sorted(got) == sorted(ref) == list(range(1, 10))

@@ -49,8 +49,10 @@ def wait_for(condition, timeout, what):
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("launcher, signum", [("torchrun", signal.SIGTERM), ("deepspeed", signal.SIGTERM),
-                                              ("deepspeed", signal.SIGINT)])
+# Each launcher and each signal once: either signal (Stopped or KeyboardInterrupt in run_node) ends in the same
+# launcher-independent stop of the node's tree (_stop in trl_ds/launch/run.py: SIGTERM to the launcher and every
+# process under it), so neither signal is tried again with the other launcher.
+@pytest.mark.parametrize("launcher, signum", [("torchrun", signal.SIGTERM), ("deepspeed", signal.SIGINT)])
 def test_stopping_a_launch_ends_every_rank_with_one_line(launcher, signum, tmp_path):
     proc, cmd = start(launcher, tmp_path)
     rerun = launcher == "torchrun"  # this case is stopped after a checkpoint, then the same command is run again
