@@ -1,7 +1,7 @@
 """Runs beside torch's op locks on a shared machine (issue 41), on a copy of the built ops (conftest.copy_op_cache), so
 the user's own cache is never locked: torch's default folder (under a HOME of the test's own) and TORCH_EXTENSIONS_DIR,
 which name the same op folders here. `trl-ds calibrate` and `trl-ds check-equivalence` beside a left lock: in
-test_calibration.py and test_equivalence.py, sharing their runs."""
+test_calibration.py and test_partial_batch.py, sharing their runs."""
 import json
 import os
 import time
