@@ -134,6 +134,12 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if folder in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.integration)
+    # tests that time what they run go last: scripts/run_tests.sh runs the unit tests beside the integration tests'
+    # first minutes
+    items.sort(key=lambda item: Path(str(item.fspath)).name in TIMED_LAST)  # stable: the rest keep their order
+
+
+TIMED_LAST = ("test_bench.py", "test_calibration.py")  # bounds in seconds; the calibration ranks measured step times
 
 
 TEST_TIMES = os.environ.get("TRL_DS_TEST_TIMES")  # a JSON Lines file: each test's wall and CPU seconds, its own
