@@ -128,6 +128,14 @@ def own_op_cache(tmp_path_factory):
         yield tag
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_trl_ds_cache(tmp_path_factory):
+    """trl_ds's cache (counts, accepted parser verdicts) starts empty in each session, whatever earlier runs kept."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRL_DS_CACHE", str(tmp_path_factory.mktemp("trl_ds_cache")))
+        yield
+
+
 def pytest_collection_modifyitems(items):
     """Everything under tests/integration is an integration test, marked or not: scripts/run_tests.sh selects by it."""
     folder = REPO / "tests" / "integration"

@@ -30,7 +30,7 @@ def test_the_second_plan_of_a_meta_family_reads_its_count_back_without_torch(tmp
     folder, cache = write_config(tmp_path / "stablelm", RAW), tmp_path / "cache"
     total, largest, _ = meta_counts(instantiate(AutoConfig.for_model(**RAW)))
     first, first_torch = plan(folder, cache)
-    assert first_torch and len(os.listdir(cache)) == 1
+    assert first_torch and len(os.listdir(cache / "counts")) == 1
     second, second_torch = plan(folder, cache)
     assert not second_torch
     assert first["parameters"] == second["parameters"] == total
@@ -41,8 +41,8 @@ def test_the_second_plan_of_a_meta_family_reads_its_count_back_without_torch(tmp
 def test_a_damaged_entry_is_counted_again(tmp_path):
     folder, cache = write_config(tmp_path / "stablelm", RAW), tmp_path / "cache"
     plan(folder, cache)
-    (entry,) = os.listdir(cache)
-    (cache / entry).write_text("{not json")
+    (entry,) = (cache / "counts").iterdir()
+    entry.write_text("{not json")
     again, torch_loaded = plan(folder, cache)
     assert torch_loaded and again["parameters"] == meta_counts(instantiate(AutoConfig.for_model(**RAW)))[0]
-    assert json.loads((cache / entry).read_text())["architecture"]["model_type"] == "stablelm"
+    assert json.loads(entry.read_text())["architecture"]["model_type"] == "stablelm"

@@ -9,7 +9,8 @@
     study   ← config, rundir, plan, launch   reports over finished runs, calibration
     cli     ← everything                the `trl-ds` command and its pipeline
 
-trl_ds/errors.py, short_lived.py, python_path.py and op_locks.py import nothing of trl_ds and every folder may use them.
+trl_ds/errors.py, short_lived.py, python_path.py, op_locks.py and cache_files.py import nothing of trl_ds and every folder
+may use them.
 """
 import ast
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trl_ds"
-BASE = {"errors", "short_lived", "python_path", "op_locks"}
+BASE = {"errors", "short_lived", "python_path", "op_locks", "cache_files"}
 ALLOWED = {
     "config": {"config"},
     "rundir": {"config", "rundir"},
