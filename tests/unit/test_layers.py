@@ -9,8 +9,8 @@
     study   ← config, rundir, plan, launch   reports over finished runs, calibration
     cli     ← everything                the `trl-ds` command and its pipeline
 
-trl_ds/errors.py, short_lived.py, python_path.py, op_locks.py and cache_files.py import nothing of trl_ds and every folder
-may use them.
+trl_ds/errors.py, short_lived.py, python_path.py, op_locks.py and cache_files.py import nothing of trl_ds and every
+folder may use them.
 """
 import ast
 from pathlib import Path
