@@ -15,7 +15,6 @@ ACTION="${1:?usage: slurm_cluster.sh start|stop DIR}"
 DIR="${2:?usage: slurm_cluster.sh start|stop DIR}"
 CTLD_PORT="${TRL_DS_SLURM_PORT:-16817}"
 CPUS="${TRL_DS_SLURM_CPUS:-2}"
-DAEMONS=(slurmd.node2 slurmd.node1 slurmctld munged)
 
 start_munge() {
   mkdir -p "$DIR/munge"
@@ -87,15 +86,26 @@ start() {
 }
 
 stop() {
-  local name pid
-  for name in "${DAEMONS[@]}"; do
+  # the SLURM daemons together (one after another took 2 s each), then munged, which they talk to until they end
+  stop_daemons slurmd.node2 slurmd.node1 slurmctld
+  stop_daemons munged
+}
+
+stop_daemons() {
+  local name pid pids=()
+  for name in "$@"; do
     [ -f "$DIR/$name.pid" ] || continue
     pid="$(cat "$DIR/$name.pid")"
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -9 "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null && pids+=("$pid")
     rm -f "$DIR/$name.pid"
   done
+  for _ in $(seq 40); do
+    local alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && return 0
+    sleep 0.25
+  done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
 }
 
 case "$ACTION" in

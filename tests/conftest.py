@@ -82,6 +82,46 @@ def test_hosts(tmp_path_factory):
     hosts.stop()
 
 
+SLURM_CLUSTER = REPO / "scripts" / "slurm_cluster.sh"
+SLURM_TOOLS = ("slurmctld", "slurmd", "munged", "munge", "sbatch", "squeue", "scontrol", "srun")
+
+
+def free_port_block(count: int) -> int:
+    """A base port with `count` free ports from it (slurmctld, then one per slurmd)."""
+    import random
+    import socket
+
+    for _ in range(50):
+        base = random.randint(20000, 60000)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port block")
+
+
+@pytest.fixture(scope="session")
+def slurm_env(tmp_path_factory):
+    """A real 2-node SLURM cluster on this machine (scripts/slurm_cluster.sh), once per session for every module that
+    submits to it (test_slurm, test_sweep); its environment: SLURM_CONF."""
+    require(os.geteuid() == 0, "the local SLURM cluster runs its daemons as root")
+    missing = [tool for tool in SLURM_TOOLS if not shutil.which(tool)]
+    require(not missing, f"SLURM is not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm "
+                         f"munge (scripts/setup_test_env.sh does it as root)")
+    folder = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "TRL_DS_SLURM_PORT": str(free_port_block(3))}
+    started = subprocess.run(["bash", str(SLURM_CLUSTER), "start", str(folder)], env=env, capture_output=True,
+                             text=True, timeout=180)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield {"SLURM_CONF": str(folder / "slurm.conf")}
+    finally:
+        subprocess.run(["bash", str(SLURM_CLUSTER), "stop", str(folder)], env=env, timeout=180)
+
+
 def torch_default_tag() -> str:
     """The <py+device> level of torch's default extensions folder (cpp_extension._get_build_directory)."""
     import torch

@@ -2,11 +2,9 @@
 loopback), a job submitted by `python -m trl_ds launcher=slurm`, and torchrun under an allocation taking its node
 rank and main node from SLURM. Each job trains the tiny model across both SLURM nodes, 1 CPU rank each."""
 import os
-import random
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,42 +16,9 @@ from tests.integration.test_multinode import free_port, losses, reference_run, t
 from tests.integration.user_train import user_train_py
 
 pytestmark = pytest.mark.integration
-CLUSTER_SCRIPT = REPO / "scripts" / "slurm_cluster.sh"
-TOOLS = ("slurmctld", "slurmd", "munged", "munge", "sbatch", "squeue", "scontrol", "srun")
 JOB_TIMEOUT_S = 600
 # Hydra's quoted-string grammar carries these; the job name and run dir must reach SLURM and bash as data.
 HOSTILE = 'tiny run; $(touch pwned) "q" `touch pwned2`'
-
-
-def free_port_block(count: int) -> int:
-    """A base port with `count` free ports from it (slurmctld, then one per slurmd)."""
-    for _ in range(50):
-        base = random.randint(20000, 60000)
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port block")
-
-
-@pytest.fixture(scope="module")
-def slurm_env(tmp_path_factory):
-    require(os.geteuid() == 0, "the local SLURM cluster runs its daemons as root")
-    missing = [tool for tool in TOOLS if not shutil.which(tool)]
-    require(not missing, f"SLURM is not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm "
-                         f"munge (scripts/setup_test_env.sh does it as root)")
-    folder = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "TRL_DS_SLURM_PORT": str(free_port_block(3))}
-    started = subprocess.run(["bash", str(CLUSTER_SCRIPT), "start", str(folder)], env=env, capture_output=True,
-                             text=True, timeout=180)
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        yield {"SLURM_CONF": str(folder / "slurm.conf")}
-    finally:
-        subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop", str(folder)], env=env, timeout=180)
 
 
 def wait_for_job(job_id: str, env: dict) -> dict:
@@ -209,9 +174,12 @@ README_SLURM = ["launcher=slurm", "cluster=2x8", "model=llama3-8b", "zero=stage3
 def test_readme_slurm_command_writes_the_job_on_a_machine_without_gpus(tmp_path):
     """A login node: no GPU here, and no SLURM answering either (the cluster is reached later, from elsewhere)."""
     require(not shutil.which("nvidia-smi"), "this test stands for a login node without GPUs")
+    started = time.monotonic()
     out = trl_ds([*README_SLURM, "launcher.slurm.submit=false", f"hydra.run.dir={tmp_path}"],
                  {"SLURM_CONF": str(tmp_path / "no-such-slurm.conf")})
     assert out.returncode == 0, out.stderr
+    # sinfo is not asked without a config: it would retry for 60 s (gpu_count.py stopped it at 10) before failing
+    assert time.monotonic() - started < 5
     assert f"wrote {tmp_path}/sbatch.sh (launcher.slurm.submit=false)" in out.stdout
     assert "#SBATCH --gpus-per-node=8" in (tmp_path / "sbatch.sh").read_text()
 

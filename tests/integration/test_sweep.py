@@ -19,7 +19,6 @@ import pytest
 from conftest import REPO, require
 
 from tests.integration.test_multinode import free_port, tiny_model_dir
-from tests.integration.test_slurm import slurm_env  # noqa: F401  (the real 2-node SLURM cluster, a fixture)
 
 pytestmark = pytest.mark.integration
 SWEEP_TIMEOUT_S = 1800
@@ -136,7 +135,7 @@ def test_report_names_runs_with_a_missing_or_half_written_summary_and_reports_th
            "summary.json missing" in printed
 
 
-def test_a_submitit_slurm_sweep_runs_every_point_as_a_two_node_slurm_job(slurm_env, tmp_path_factory,  # noqa: F811
+def test_a_submitit_slurm_sweep_runs_every_point_as_a_two_node_slurm_job(slurm_env, tmp_path_factory,
                                                                          tmp_path):
     """hydra/launcher=submitit_slurm: each point is one SLURM job over both nodes; submitit runs the app on each
     node, which takes its node rank from SLURM. One job at a time (array_parallelism=1): the points share

@@ -4,6 +4,7 @@ trains no Trainer, one that fails, and one whose parser refuses its arguments en
 import json
 import math
 import re
+import shutil
 
 import pytest
 from conftest import read_json, run_app
@@ -69,6 +70,7 @@ TRL_SCRIPTS = {
     "rloo-stage2": ["script=trl.scripts.rloo", "trainer=rloo", "zero=stage2"],
 }
 LIKE_A_WORKER_RUN = ["sft-stage3", "dpo-stage3", "kto-stage2"]
+RESUMED = "sft-stage3"  # its last step is a checkpoint, which a copy of its run dir resumes from on another shape
 
 
 def worker_run(name, tmp_path_factory):
@@ -82,7 +84,9 @@ def worker_run(name, tmp_path_factory):
 def trl_script_run(request, tmp_path_factory):
     """(name, run dir, CompletedProcess) of TRL's installed script (a module: the package's own file) for 3 steps."""
     run_dir = tmp_path_factory.mktemp(f"{request.param}-script") / "run"
-    out = run_app([*TRL_SCRIPTS[request.param], f"trainer.max_steps={SCRIPT_STEPS}"], run_dir)
+    # the global batch set (4, as unset on 2 ranks), so a relaunch on another world size keeps it
+    checkpoint = [f"checkpoint.every_steps={SCRIPT_STEPS}", "batch.global_size=4"] if request.param == RESUMED else []
+    out = run_app([*TRL_SCRIPTS[request.param], f"trainer.max_steps={SCRIPT_STEPS}", *checkpoint], run_dir)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return request.param, run_dir, out
 
@@ -119,6 +123,28 @@ def test_trl_scripts_train_like_the_worker(trl_script_run, tmp_path_factory):
         theirs = read_json(worker_dir / f"memory/rank_{rank}.json")
         mine.pop("peak_rss_bytes"), theirs.pop("peak_rss_bytes")
         assert mine == theirs
+
+
+@pytest.mark.parametrize("trl_script_run", [RESUMED], indirect=True)
+def test_trl_sft_script_resumes_on_another_shape_to_the_uninterrupted_workers_losses(trl_script_run, tmp_path,
+                                                                                      tmp_path_factory):
+    """sft.py's 3 steps on 2 ranks at ZeRO-3, their run dir copied and relaunched on 1 rank (micro-batch 2 ×
+    accumulation 2: the same global batch, 4) to step 6. The launcher converts checkpoint-3 to DeepSpeed's universal
+    format, sft.py's engine loads it (load_universal, each Adam sub-group its own step), and all six steps equal the
+    worker's uninterrupted 2-rank run's. A script changed nothing for this: it passes resume_from_checkpoint=None."""
+    _, run_dir, _ = trl_script_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    out = run_app([*TRL_SCRIPTS[RESUMED], f"trainer.max_steps={STEPS}", f"checkpoint.every_steps={SCRIPT_STEPS}",
+                   "cluster.gpus_per_node=1", "batch.global_size=4"], copy)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    checkpoint = copy / "trainer" / f"checkpoint-{SCRIPT_STEPS}"
+    assert (f"trl_ds: {checkpoint} was written by world size 2 with ZeRO stage 3; this launch has world size 1 with "
+            f"ZeRO stage 3: converted it to DeepSpeed's universal format in {checkpoint}/global_step{SCRIPT_STEPS}"
+            "_universal; resuming from it") in out.stderr
+    assert losses(copy) == pytest.approx(losses(worker_run(RESUMED, tmp_path_factory)), abs=1e-6)
+    summary = read_json(copy / "summary.json")
+    assert (summary["status"], summary["steps"], summary["world_size"]) == ("completed", STEPS, 1)
 
 
 @pytest.mark.parametrize("trl_script_run", ["rloo-stage2"], indirect=True)

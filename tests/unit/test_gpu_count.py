@@ -8,7 +8,7 @@ import pytest
 import trl_ds.check.validate as validate_mod
 from trl_ds.check.validate import validate
 from trl_ds.errors import ConfigError
-from trl_ds.launch.gpu_count import gpu_count, gres_problems, node_gpu_check_lines, ranks_run_here
+from trl_ds.launch.gpu_count import gpu_count, gres_problems, node_gpu_check_lines, ranks_run_here, slurm_configured
 from trl_ds.launch.slurm import refusal_lines
 
 
@@ -88,3 +88,12 @@ def test_node_check_counts_usable_gpus(tmp_path):
     assert "has 4 usable" in run_check(tmp_path, 8, {"SLURM_GPUS_ON_NODE": "4"}).stderr
     assert "has 0 usable" in run_check(tmp_path, 8, {"CUDA_VISIBLE_DEVICES": ""}).stderr
     assert "has 6 usable" in run_check(tmp_path, 6, {}).stderr
+
+
+def test_sinfo_is_asked_only_where_a_slurm_config_exists(tmp_path):
+    """Without one sinfo retries for 60 s ("s_p_parse_file: cannot stat file ..., retrying in 1sec up to 60sec", seen
+    here): a login node with SLURM's tools but not its config would wait out the check's 10 s on every launch."""
+    conf = tmp_path / "slurm.conf"
+    assert not slurm_configured({"SLURM_CONF": str(conf)})
+    conf.write_text("ClusterName=test\n")
+    assert slurm_configured({"SLURM_CONF": str(conf)})

@@ -6,7 +6,6 @@ import time
 
 import pytest
 from conftest import run_app
-from omegaconf import open_dict
 
 from trl_ds.check import parser_cache
 from trl_ds.check.parser_cache import MAX_FILES, accepted_before, remember_accepted
@@ -45,15 +44,17 @@ def script_run(tmp_path_factory):
 
 @pytest.fixture
 def case(script_run, tmp_path, monkeypatch):
-    """A fresh copy of the user's folder and run dir, and an empty cache."""
-    shutil.copytree(script_run, tmp_path / "case")
+    """A fresh copy of the user's folder and run dir (which names the copy's script, as the check reads it there),
+    and an empty cache."""
     folder = tmp_path / "case"
+    shutil.copytree(script_run, folder)
+    config = folder / "run" / "config.yaml"
+    config.write_text(config.read_text().replace(str(script_run), str(folder)))
     monkeypatch.setenv("TRL_DS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("MARKER", str(tmp_path / "marker"))
     monkeypatch.chdir(folder)
     cfg = load_run_config(str(folder / "run"))
-    with open_dict(cfg):
-        cfg.script = str(folder / "user" / "train.py")  # the copy's
+    assert cfg.script == str(folder / "user" / "train.py")
     return folder, cfg
 
 
@@ -114,5 +115,5 @@ def test_the_check_runs_once_then_again_when_an_imported_module_changes(case):
     (folder / "user" / "helper.py").write_text(HELPER.replace(' = "data/train.jsonl"', ""))  # now required
     refused = parser_verdict(cfg, run_dir)
     assert marker.read_text() == "ran\nran\n"
-    assert len(refused) == 1 and refused[0].endswith("the following arguments are required: --data_file. Fix "
-                                                     "script_args or the trainer keys."), refused
+    assert len(refused) == 1 and refused[0].endswith(
+        "the following arguments are required: --data_file/--data-file. Fix script_args or the trainer keys."), refused

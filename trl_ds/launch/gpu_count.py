@@ -4,6 +4,7 @@ A SLURM login node or a head node that starts ranks elsewhere has no GPU to coun
 its own GPUs only when every rank runs on it; launch.sh checks each node's GPUs before its launcher starts; and for
 launcher=slurm, where SLURM answers, the partition's GPUs (sinfo's GRES) are compared with cluster.gpus_per_node.
 """
+import os
 import re
 import shutil
 import socket
@@ -13,6 +14,10 @@ from typing import List, Optional
 from trl_ds.config.values import value
 
 SINFO_TIMEOUT_S = 10
+# Where sinfo finds its configuration when SLURM_CONF is not set: the Debian and source builds' default, and a
+# configless node's copy fetched by its slurmd
+SLURM_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf",
+               "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
 
@@ -77,6 +82,8 @@ def partition_gpu_problems(cfg, env: Optional[dict] = None) -> List[str]:
     """launcher=slurm on CUDA: refuse only when SLURM answers and no node of the partition has enough GPUs."""
     if value(cfg.launcher.name) != "slurm" or value(cfg.cluster.device) != "cuda" or not shutil.which("sinfo"):
         return []
+    if not slurm_configured(os.environ if env is None else env):
+        return []  # sinfo would retry for 60 s before failing (a login node with SLURM's tools, not its config)
     partition = cfg.launcher.slurm.partition
     cmd = ["sinfo", "-h", "-o", "%P|%G"] + (["-p", partition] if partition else [])
     try:
@@ -89,6 +96,14 @@ def partition_gpu_problems(cfg, env: Optional[dict] = None) -> List[str]:
     if not partition:
         rows = [(p, g) for p, g in rows if p.endswith("*")]  # the default partition is marked with *
     return gres_problems(partition, rows, cfg.cluster.gpus_per_node)
+
+
+def slurm_configured(env) -> bool:
+    """A configuration sinfo can read: the file SLURM_CONF names, else one at SLURM's usual places. (A configless
+    client that finds its controller only through DNS has neither: it is not asked, and the job's own check in
+    launch.sh still refuses nodes with too few GPUs.)"""
+    named = env.get("SLURM_CONF")
+    return os.path.isfile(named) if named else any(os.path.isfile(path) for path in SLURM_CONFS)
 
 
 def gres_problems(partition: Optional[str], rows: List[tuple], need: int) -> List[str]:
