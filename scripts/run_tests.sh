@@ -13,7 +13,9 @@ PY="${PY:-.venv/bin/python}"  # a worktree measured with the main checkout's env
 export TRL_DS_TEST_TIMES="${TRL_DS_TEST_TIMES:-$PWD/test_times.jsonl}"  # each test's wall and CPU seconds (conftest.py)
 rm -f "$TRL_DS_TEST_TIMES"
 part1=$(mktemp -d)
-trap 'rm -rf "$part1"' EXIT
+# part 1 is a session of its own: should this script end first (a CI timeout, ^C), its whole group ends with it
+trap 'kill -- -"$(cat "$part1/pid" 2>/dev/null)" 2>/dev/null; rm -rf "$part1"' EXIT
+trap 'exit 130' INT TERM
 start=$(date +%s)
 # tests/integration first and --dist loadgroup: one worker starts the xdist_group "waits" at once, the other the
 # CPU-bound tests, so the waits overlap the unit tests instead of each other at the end.
@@ -23,7 +25,9 @@ start=$(date +%s)
 (
   setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' part1 \
     "$PY" -m pytest -q -ra --durations=10 -n 2 --dist loadgroup -m "light or not integration" \
-    tests/integration tests/unit tests/configs "$@" >"$part1/out" 2>&1
+    tests/integration tests/unit tests/configs "$@" >"$part1/out" 2>&1 &
+  echo $! >"$part1/pid"
+  wait $!
   echo $? >"$part1/rc"
   echo $(( $(date +%s) - start )) >"$part1/s"
 ) &
