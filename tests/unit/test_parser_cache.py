@@ -8,7 +8,7 @@ import pytest
 from conftest import run_app
 
 from trl_ds.check import parser_cache
-from trl_ds.check.parser_cache import MAX_FILES, accepted_before, remember_accepted
+from trl_ds.check.parser_cache import MAX_FILES, accepted_before, remember_accepted, verdict_key
 from trl_ds.check.script import parser_verdict
 from trl_ds.rundir.layout import load_run_config
 
@@ -62,10 +62,10 @@ def test_the_same_script_and_arguments_in_another_run_dir_read_the_verdict_back(
     """script_args naming files in the run dir name the new run dir's (scripts/bench_accelerate.py's --model)."""
     folder, cfg = case
     cfg.script_args.append(f"--data_file={folder / 'run' / 'data' / 'train.jsonl'}")
-    remember_accepted(cfg, str(folder / "run"))
+    remember_accepted(verdict_key(cfg, str(folder / "run")), cfg.script)
     shutil.copytree(folder / "run", folder / "run2")
     cfg.script_args[-1] = f"--data_file={folder / 'run2' / 'data' / 'train.jsonl'}"
-    assert accepted_before(cfg, str(folder / "run2"))
+    assert accepted_before(verdict_key(cfg, str(folder / "run2")))
 
 
 @pytest.mark.parametrize("change", ["script", "module beside it", "trainer.yaml", "ds_config.json", "script_args",
@@ -73,8 +73,8 @@ def test_the_same_script_and_arguments_in_another_run_dir_read_the_verdict_back(
 def test_anything_the_parser_reads_changed_asks_again(case, change, monkeypatch):
     folder, cfg = case
     run_dir = str(folder / "run")
-    remember_accepted(cfg, run_dir)
-    assert accepted_before(cfg, run_dir)
+    remember_accepted(verdict_key(cfg, run_dir), cfg.script)
+    assert accepted_before(verdict_key(cfg, run_dir))
     edits = {
         "script": lambda: (folder / "user" / "train.py").write_text(SCRIPT + "# edited\n"),
         "module beside it": lambda: (folder / "user" / "helper.py").write_text(HELPER.replace("data/", "rows/")),
@@ -85,15 +85,15 @@ def test_anything_the_parser_reads_changed_asks_again(case, change, monkeypatch)
         "launched from elsewhere": lambda: monkeypatch.chdir(folder / "user"),
     }
     edits[change]()
-    assert not accepted_before(cfg, run_dir)
+    assert not accepted_before(verdict_key(cfg, run_dir))
 
 
 def test_a_folder_too_large_to_fingerprint_is_never_kept(case):
     folder, cfg = case
     for i in range(MAX_FILES):
         (folder / "user" / f"m{i}.py").write_text("")
-    remember_accepted(cfg, str(folder / "run"))
-    assert not accepted_before(cfg, str(folder / "run"))
+    assert verdict_key(cfg, str(folder / "run")) is None
+    remember_accepted(verdict_key(cfg, str(folder / "run")), cfg.script)
     assert not os.path.exists(os.path.join(os.environ["TRL_DS_CACHE"], parser_cache.KIND))
 
 

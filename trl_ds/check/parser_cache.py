@@ -28,19 +28,18 @@ MAX_FILES = 200
 CHECK_CODE = ("script.py", "script_argv.py")  # trl_ds/worker/: what runs the check and builds the arguments
 
 
-def accepted_before(cfg, run_dir: str) -> bool:
-    key = verdict_key(cfg, run_dir)
+def accepted_before(key: Optional[str]) -> bool:
     stored = read_entry(entry_path(KIND, key)) if key else None
     return stored is not None and stored.get("key") == key
 
 
-def remember_accepted(cfg, run_dir: str) -> None:
-    key = verdict_key(cfg, run_dir)
+def remember_accepted(key: Optional[str], script: str) -> None:
     if key:
-        write_entry(entry_path(KIND, key), {"key": key, "script": cfg.script})
+        write_entry(entry_path(KIND, key), {"key": key, "script": script})
 
 
 def verdict_key(cfg, run_dir: str) -> Optional[str]:
+    """None where the script's folder is too large to fingerprint (never kept)."""
     script = source_file(cfg.script)
     sources = _source_digest(script)
     if sources is None:

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from typing import List
 
-from trl_ds.check.parser_cache import accepted_before, remember_accepted
+from trl_ds.check.parser_cache import accepted_before, remember_accepted, verdict_key
 from trl_ds.config.script_target import NO_PARSER, is_file_target, module_source, read_parser_kind, source_file
 from trl_ds.config.values import value
 
@@ -62,7 +62,10 @@ def parser_verdict(cfg, run_dir: str) -> List[str]:
     """The script's own parser on the arguments its ranks will get (the run dir's files and script_args); a verdict
 that accepted the same script and arguments before is not asked again (trl_ds/check/parser_cache.py)."""
     path = source_file(cfg.script)
-    if read_parser_kind(path) == NO_PARSER or accepted_before(cfg, run_dir):
+    if read_parser_kind(path) == NO_PARSER:
+        return []
+    key = verdict_key(cfg, run_dir)  # of what is checked now, kept below if the parser accepts it
+    if accepted_before(key):
         return []
     cmd = [sys.executable, "-m", "trl_ds.worker.script", "--check", run_dir]
     try:
@@ -71,7 +74,7 @@ that accepted the same script and arguments before is not asked again (trl_ds/ch
         return [f"script={cfg.script}: its argument parser did not return within {CHECK_TIMEOUT_S} s when trl_ds "
                 f"ran the script up to it. Check what the script does before parsing its arguments."]
     if done.returncode == 0:
-        remember_accepted(cfg, run_dir)
+        remember_accepted(key, cfg.script)
         return []
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     return [f"script={cfg.script}: its parser refused the arguments it would get "
