@@ -14,7 +14,7 @@ from typing import Dict, List, Tuple
 
 from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
-from trl_ds.plan import count_cache
+from trl_ds.plan import count_cache, shape_templates
 from trl_ds.plan.gpt_families import GPT_TYPES, extra_embeddings, gpt_layer, standard_keys
 from trl_ds.plan.hybrid_families import HYBRID_DEFAULTS, gated_delta_net, is_linear_attention
 from trl_ds.plan.more_families import (
@@ -369,20 +369,31 @@ def meta_model(config_json: str):
 def meta_architecture(config_json: str, where: str) -> Architecture:
     """Dimensions of any family, read from transformers' config object (its attribute_map knows every name)."""
     config, _model = meta_model(config_json)
-    h, heads = config.hidden_size, config.num_attention_heads
-    layers, experts_per_token = config.num_hidden_layers, getattr(config, "num_experts_per_tok", None) or 0
-    experts = next((getattr(config, k) for k in EXPERT_COUNT_KEYS if getattr(config, k, None)), 0)
-    routed = meta_layout(config_json).routed
+    return described(lambda name: getattr(config, name, None), config.model_type, meta_layout(config_json).routed,
+                     config_json, where)
+
+
+def described(attr, model_type: str, routed: tuple, config_json: str, where: str) -> Architecture:
+    """The dimensions the estimates use, from `attr(name)` (what getattr(config, name) gives, or None)."""
+    h, heads, layers = attr("hidden_size"), attr("num_attention_heads"), attr("num_hidden_layers")
+    missing = [k for k, v in (("hidden_size", h), ("num_attention_heads", heads), ("num_hidden_layers", layers),
+                              ("vocab_size", attr("vocab_size"))) if not isinstance(v, int)]
+    if missing:  # attention-free (mamba, rwkv) or a composite config whose text model is a sub-config
+        raise ConfigError([f"model_type {model_type!r} has no top-level {', '.join(missing)}: the planner's "
+                           f"estimates are written for attention transformers. Name one with attention heads at the "
+                           f"top level of its config (model.name_or_path=... or model.config_path=...)."])
+    experts_per_token = attr("num_experts_per_tok") or 0
+    experts = next((attr(k) for k in EXPERT_COUNT_KEYS if attr(k)), 0)
     return Architecture(
-        model_type=config.model_type, vocab_size=config.vocab_size, hidden_size=h,
-        intermediate_size=getattr(config, "intermediate_size", None) or 4 * h, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=getattr(config, "num_key_value_heads", None) or heads,
-        head_dim=getattr(config, "head_dim", None) or h // max(heads, 1),
-        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)), moe_layers=len(routed),
+        model_type=model_type, vocab_size=attr("vocab_size"), hidden_size=h,
+        intermediate_size=attr("intermediate_size") or 4 * h, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=attr("num_key_value_heads") or heads,
+        head_dim=attr("head_dim") or h // max(heads, 1),
+        tie_word_embeddings=bool(attr("tie_word_embeddings")), moe_layers=len(routed),
         num_experts=experts if routed else 0, experts_per_token=(experts_per_token or experts) if routed else 0,
-        routed_width=(experts_per_token or experts) * (getattr(config, "moe_intermediate_size", None)
-                                                         or getattr(config, "intermediate_size", 4 * h))
-        if routed else 0, config_json=config_json, source=where)
+        routed_width=(experts_per_token or experts) * (attr("moe_intermediate_size") or attr("intermediate_size")
+                                                         or 4 * h) if routed else 0,
+        config_json=config_json, source=where)
 
 
 @lru_cache(maxsize=16)
@@ -407,7 +418,12 @@ def meta_layout(config_json: str) -> Layout:
 
 def counted_elsewhere(config_json: str, where: str) -> Architecture:
     """A family not written out here: its count kept by config (trl_ds/plan/count_cache.py), else the meta device's
-    count, which is then kept."""
+    count, which is then kept. A shape template (trl_ds/plan/shape_templates.py) counts without either."""
+    templated = template_layout(config_json)
+    if templated is not None:
+        tpl, values, lay = templated
+        return described(lambda name: shape_templates.attribute(tpl, values, name), json.loads(config_json)[
+            "model_type"], lay.routed, config_json, where)
     stored = count_cache.read(config_json)
     if stored is not None:
         try:
@@ -419,7 +435,42 @@ def counted_elsewhere(config_json: str, where: str) -> Architecture:
     return arch
 
 
+@lru_cache(maxsize=16)
+def template_layout(config_json: str):
+    """(template, its variables' values, the layout) where a shape template vouches for the config, else None."""
+    found = shape_templates.variables(json.loads(config_json))
+    if found is None:
+        return None
+    tpl, values = found
+    modules: Dict[str, list] = {}  # module pattern -> [instances, numel of each tensor one instance holds]
+    numel = {}
+    try:
+        found = shape_templates.tensors(tpl, values)
+        groups = {group: shape_templates.evaluate(expr, values) for group, expr in tpl["groups"].items()}
+    except ZeroDivisionError:  # a size of 0 the survey never built: the meta device decides
+        return None
+    for pattern, instances, size in found:
+        if instances:
+            numel[pattern] = size
+            held = modules.setdefault(pattern.rsplit(".", 1)[0], [instances, []])
+            held[1].append(size)
+    routed = []
+    experts = next((shape_templates.attribute(tpl, values, k) for k in EXPERT_COUNT_KEYS
+                    if shape_templates.attribute(tpl, values, k)), 0)
+    per_token = shape_templates.attribute(tpl, values, "num_experts_per_tok") or experts
+    for group, layers in groups.items():
+        held = sum(size * instances for pattern, instances, size in found if pattern.startswith(group + "."))
+        routed += [(held // layers, experts, per_token)] * layers if layers and experts else []
+    lay = Layout(modules=tuple(tuple(sizes) for instances, sizes in modules.values() for _ in range(instances)),
+                 embedding=numel[tpl["embedding"]], lm_head=numel.get(tpl["lm_head"], 0) if tpl["lm_head"] else 0,
+                 routed=tuple(routed), method="template")
+    return tpl, values, lay
+
+
 def stored_layout(config_json: str) -> Layout:
+    templated = template_layout(config_json)
+    if templated is not None:
+        return templated[2]
     stored = count_cache.read(config_json)
     try:
         kept = stored["layout"]

@@ -1,0 +1,685 @@
+"""Learn, on the meta device, the shape templates trl_ds/plan/shape_templates.py counts with, torch-free.
+
+    nice -n 19 .venv/bin/python scripts/shape_survey.py              # every model_type left (minutes), writes both
+    nice -n 19 .venv/bin/python scripts/shape_survey.py phi stablelm # those only, prints, writes nothing
+
+For each model_type transformers builds as a causal LM and params.py does not write out, a base config (the family
+survey's small sizes where the config has those keys) is built on the meta device, then once per key with that key
+changed alone (each int raised, each boolean flipped, each None set, each list reversed or cut, each float doubled,
+each activation swapped), once per sizing key left out (to see what transformers derives), and with random sets of the
+keys that shaped something changed together. Every parameter tensor becomes a name pattern (indices as `*`); its
+count and each dimension is fitted, over all the builds, by the simplest exact integer formula of at most three terms
+(products of two keys, floor divisions) of the keys whose change moved it. A key left out of a config.json takes the
+class default, or a formula fitted the same way. Keys whose change moved shapes that no formula follows (a string, a
+float, a list of dicts), and keys no value of which builds, are held at their default: a config that sets another
+value is counted on the meta device.
+
+A template is kept only if it reproduces, from the config.json save_pretrained writes, the meta device's total, largest
+module, active parameters, embedding and lm_head on every build and on held-out configs of other sizes (another base,
+and random sets of changes around it). Writes trl_ds/plan/shape_templates.json and tests/data/shape_survey.json (every
+model_type: kept or why not, and the held-out configs with their meta counts, which the tests count again).
+"""
+import itertools
+import json
+import multiprocessing
+import random
+import re
+import signal
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+from trl_ds.plan import params, shape_templates
+from trl_ds.plan.params import EXPERT_COUNT_KEYS
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES, DATA = ROOT / "trl_ds/plan/shape_templates.json", ROOT / "tests/data/shape_survey.json"
+SMALL = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+         "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 8, "num_experts": 4, "num_local_experts": 4,
+         "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+         "shared_expert_intermediate_size": 40}
+SMALL2 = {"vocab_size": 352, "hidden_size": 96, "intermediate_size": 160, "num_hidden_layers": 6,
+          "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 8, "num_experts": 6,
+          "num_local_experts": 6, "n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 48,
+          "shared_expert_intermediate_size": 56}
+NOT_SWITCHES = {"use_cache", "return_dict", "output_hidden_states", "output_attentions", "torchscript",
+                "is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "chunk_size_feed_forward",
+                "use_return_dict", "output_router_logits", "_attn_implementation_autoset", "is_composition",
+                "tie_word_embeddings_when_composite"}
+ACTIVATIONS = ("gelu", "silu", "relu")
+PATTERN = re.compile(r"\.\d+(?=\.|$)")
+SECONDS_PER_TYPE = 240
+JOINT, HELD_OUT = 10, 4
+MAX_TERMS = 3
+
+
+class Unsupported(Exception):
+    pass
+
+
+# ---- building ------------------------------------------------------------------------------------------------
+
+def unflatten(flat: dict) -> dict:
+    out = {}
+    for key, value in flat.items():
+        node, *path = key.split(".")[::-1]
+        target = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            target = target.setdefault(p, {})
+        target[parts[-1]] = value
+    return out
+
+
+def build(model_type: str, kwargs: dict):
+    """(config.json as save_pretrained writes it, the rebuilt config's flat values, the meta model)."""
+    config = CONFIG_MAPPING[model_type](**unflatten(kwargs))
+    written = json.loads(config.to_json_string(use_diff=True))
+    written.pop("transformers_version", None)
+    rebuilt = AutoConfig.for_model(**written)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(rebuilt)
+    return written, shape_templates.flatten(rebuilt.to_dict()), model
+
+
+def variables_of(flat: dict) -> dict:
+    """Ints, booleans (0/1), and list counts (`key#len`, `key#<item>`) of a flat config."""
+    out = {}
+    for key, value in flat.items():
+        last = key.split(".")[-1]
+        if last in NOT_SWITCHES or last.startswith("output_") or last.endswith("_token_id"):
+            continue
+        if isinstance(value, bool) or isinstance(value, int):
+            out[key] = int(value)
+        elif isinstance(value, list) and all(isinstance(x, (str, int, bool)) for x in value):
+            out[f"{key}#len"] = len(value)
+            for item in {json.dumps(x) for x in value}:
+                out[f"{key}#{item}"] = shape_templates.list_variable(value, item)
+    return out
+
+
+def patterns(named) -> dict:
+    """name -> pattern: numeric indices as `*`, except where instances under one pattern differ in shape (the
+    children of an nn.Sequential): those keep their last wildcarded index, and so on."""
+    out = {name: PATTERN.sub(".*", name) for name, _ in named}
+    shapes = dict((name, tuple(p.shape)) for name, p in named)
+    for _ in range(4):
+        seen = {}
+        for name, pattern in out.items():
+            seen.setdefault(pattern, set()).add(shapes[name])
+        uneven = {pattern for pattern, s in seen.items() if len(s) > 1}
+        if not uneven:
+            return out
+        for name, pattern in out.items():
+            if pattern in uneven:
+                stars = [m.start() for m in re.finditer(r"\.\*(?=\.|$)", pattern)]
+                index = [m.group() for m in PATTERN.finditer(name)][len(stars) - 1]
+                out[name] = pattern[:stars[-1]] + index + pattern[stars[-1] + 2:]
+    raise Unsupported(f"{sorted(uneven)[0]} has instances of different shapes")
+
+
+def quantities(model) -> tuple:
+    """Per parameter pattern: n:<pattern> instances, d<j>:<pattern> its dimensions; g:<group> routed-expert groups.
+    Also the counts the planner reads, as the meta device gives them."""
+    shapes, out, groups = {}, {}, {}
+    named = list(model.named_parameters())  # without tied duplicates
+    pattern_of = patterns(named)
+    for name, p in named:
+        pattern = pattern_of[name]
+        shapes[pattern] = tuple(p.shape)
+        out[f"n:{pattern}"] = out.get(f"n:{pattern}", 0) + 1
+        if ".experts." in name:
+            group = name[:name.index(".experts") + len(".experts")]
+            groups.setdefault(PATTERN.sub(".*", group), set()).add(group)
+    for pattern, shape in shapes.items():
+        out[f"r:{pattern}"] = len(shape)
+        for j, d in enumerate(shape):
+            out[f"d{j}:{pattern}"] = d
+    for group, members in groups.items():
+        out[f"g:{group}"] = len(members)
+    names = {id(p): n for n, p in named}
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    lm_head = None if head is None or head.weight is embedding else pattern_of[names[id(head.weight)]]
+    total, owners = sum(p.numel() for _, p in named), {}
+    for name, p in named:  # as params.meta_layout groups them: a tied weight belongs to the embedding only
+        owners[name.rsplit(".", 1)[0]] = owners.get(name.rsplit(".", 1)[0], 0) + p.numel()
+    counts = {"total": total, "largest": max(owners.values()), "embedding": embedding.numel(),
+              "lm_head": 0 if lm_head is None else head.weight.numel()}
+    return out, pattern_of[names[id(embedding)]], lm_head, counts
+
+
+class Row:
+    def __init__(self, name, kwargs, written, values, model):
+        self.name, self.kwargs, self.written, self.values, self.parent = name, kwargs, written, values, None
+        self.flat = shape_templates.flatten(AutoConfig.for_model(**written).to_dict())
+        self.q, self.embedding, self.lm_head, self.counts = quantities(model)
+        config = AutoConfig.for_model(**written)
+        experts = next((getattr(config, k) for k in EXPERT_COUNT_KEYS if getattr(config, k, None)), 0)
+        routed = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
+        per_token = getattr(config, "num_experts_per_tok", None) or experts
+        self.counts["active"] = self.counts["total"] - (routed * (experts - per_token) // experts if experts and routed
+                                                        else 0)
+
+
+def try_row(model_type, name, kwargs):
+    try:
+        written, flat, model = build(model_type, kwargs)
+        return Row(name, dict(kwargs), written, variables_of(flat), model)
+    except Unsupported:
+        raise
+    except TimeoutError:
+        raise
+    except Exception:  # noqa: BLE001 - a setting transformers refuses is no evidence
+        return None
+
+
+# ---- probing ---------------------------------------------------------------------------------------------------
+
+def probe_values(key: str, value):
+    last = key.split(".")[-1]
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [v for v in (2 * value, value + 1, value + 2, value - 1, 3 * value) if v >= 0 and v != value]
+    if value is None:
+        return [8, True]
+    if isinstance(value, float):
+        return [value * 2 + 1]
+    if isinstance(value, str):
+        return [a for a in ACTIVATIONS if a != value] if "act" in last else []
+    if isinstance(value, list):
+        if not value:
+            return [[0]]
+        return [value[::-1], [value[0]] * len(value), value[:-1]] if len(set(map(json.dumps, value))) > 1 else [
+            value[:-1]]
+    return []
+
+
+def base_kwargs(cls, defaults: dict, sizes: dict) -> dict:
+    """The sizes set on the config's own keys (and a composite's sub-configs holding them)."""
+    out = {}
+    for key in defaults:
+        last = key.split(".")[-1]
+        if last in sizes:
+            out[key] = sizes[last]
+    for alias, real in cls.attribute_map.items():
+        if alias in sizes and real in defaults:
+            out[real] = sizes[alias]
+    return out
+
+
+def skipped(key: str) -> bool:
+    parts = key.split(".")
+    last = parts[-1]
+    return (last in NOT_SWITCHES or last.startswith("output_") or last.endswith("_token_id")
+            or any(p in shape_templates.IGNORED for p in parts))
+
+
+def children(model_type, parent: Row, changes: dict, skip=()):
+    """The parent with each change applied alone (the change's key recorded, for relevance)."""
+    out = []
+    for key, new in sorted(changes.items()):
+        if key in skip:
+            continue
+        row = try_row(model_type, f"{parent.name} + {key}={new}", {**parent.kwargs, key: new})
+        if row is not None:
+            row.parent = parent.name
+            out.append(row)
+    return out
+
+
+def probe(model_type, base: Row, defaults: dict, rng):
+    """Rows with one key changed (each key's first value that builds), with a sizing key left out (alone and with
+    another size changed), rows around each change that brought new tensors, and random sets of changes."""
+    rows, changes, held, derived_lists = [], {}, {}, set()
+    for key in sorted(set(defaults) | set(base.flat)):
+        if skipped(key):
+            continue
+        value = defaults.get(key)
+        current = base.kwargs.get(key, base.flat.get(key, value))
+        built = False
+        for new in probe_values(key, current):
+            row = try_row(model_type, f"{key}={new}", {**base.kwargs, key: new})
+            if row is None:
+                continue
+            built, row.parent = True, base.name
+            if current is None and row.q != base.q:  # None switches to another formula: configs keep None
+                held[key] = None
+            elif row.q != base.q or row.values != base.values:
+                rows.append(row)
+                changes[key] = new
+            break
+        if not built and current != value and key not in base.kwargs:
+            derived_lists.add(key)  # derived from other keys (one per layer, d_model // n_head): a config's own
+            # value must agree with the derivation
+        elif not built and not shape_templates.HARMLESS.search(key):
+            held[key] = value  # nothing builds (or nothing to try): a config must keep the default
+    odd = {}
+    for key, new in sorted(changes.items()):  # an odd size too: where a division leaves a remainder
+        current = base.kwargs.get(key, base.flat.get(key))
+        if isinstance(current, int) and not isinstance(current, bool) and new != current + 1:
+            row = try_row(model_type, f"{key}={current + 1}", {**base.kwargs, key: current + 1})
+            if row is not None:
+                row.parent = base.name
+                rows.append(row)
+                odd[key] = current + 1
+    sizes = {k: v for k, v in changes.items() if k in base.kwargs}
+    for key in sorted(base.kwargs):
+        left = {k: v for k, v in base.kwargs.items() if k != key}
+        row = try_row(model_type, f"{key} left out", left)
+        if row is None:
+            continue
+        row.parent = base.name
+        rows.append(row)
+        for other, new in sorted(sizes.items()):
+            if other != key:
+                extra = try_row(model_type, f"{row.name} + {other}={new}", {**left, other: new})
+                if extra is not None:
+                    extra.parent = row.name
+                    rows.append(extra)
+    for row in [r for r in rows if r.parent == base.name and set(r.q) - set(base.q)]:
+        rows += children(model_type, row, changes, skip=row.name.split("=")[0])
+        rows += children(model_type, row, odd, skip=row.name.split("=")[0])
+    keys = sorted(changes)
+    for i in range(JOINT * 3):
+        if sum(r.name.startswith("joint") for r in rows) >= JOINT or not keys:
+            break
+        chosen = rng.sample(keys, max(1, len(keys) // 2))
+        kwargs = {**base.kwargs, **{k: changes[k] for k in chosen}}
+        dropped = [k for k in base.kwargs if rng.random() < 0.2]
+        row = try_row(model_type, f"joint {i}", {k: v for k, v in kwargs.items() if k not in dropped})
+        if row is not None:
+            rows.append(row)
+    return rows, changes, held, derived_lists
+
+
+# ---- fitting ---------------------------------------------------------------------------------------------------
+
+def term_list(names):
+    """Candidate terms over the variables `names`, simplest first."""
+    names = sorted(names)
+    out = [("p",)] + [("p", a) for a in names]
+    out += [("p", a, b) for a, b in itertools.combinations_with_replacement(names, 2)]
+    out += [("p", *abc) for abc in itertools.combinations_with_replacement(names, 3)]
+    out += [("m", a, b) for a, b in itertools.combinations(names, 2)]
+    out += [("ne", a, b) for a, b in itertools.combinations(names, 2)]  # a projection only where two sizes differ
+    out += [("q", a, b) for a, b in itertools.permutations(names, 2)]  # patches per image: (image // patch) ** 2
+    consts = (2, 3, 4, 8, 16)
+    for a in names:
+        for d in [n for n in names if n != a] + list(consts):
+            for c in (0, -1) + ((d - 1,) if isinstance(d, int) else ()):
+                out.append(("f", ((1, a),), c, d))
+    for a, b in itertools.permutations(names, 2):
+        for d in [n for n in names if n != a] + list(consts):
+            for s in (1, -1):
+                for c in (0, -1):
+                    out.append(("f", ((1, a), (s, b)), c, d))
+        for c in names:
+            if c != b:
+                out.append(("pf", a, b, c))
+    return out
+
+
+def as_json_term(term):
+    if term[0] == "f":
+        return ["f", [list(x) for x in term[1]], term[2], term[3]]
+    return list(term)
+
+
+def column(term, rows):
+    try:
+        return np.array([shape_templates.term_value(as_json_term(term), r) for r in rows], dtype=np.int64)
+    except (ZeroDivisionError, KeyError):
+        return None
+
+
+def fit(ys, rows, names):
+    """The simplest [[coef, term]...] giving ys exactly on every row's variables, or None."""
+    y = np.array(ys, dtype=np.int64)
+    cols, terms, seen = [], [], set()
+    switches = {n for n in names if all(r.get(n, 0) in (0, 1) for r in rows)}
+    for term in term_list(names):
+        if (term[0] == "f" and term[3] in switches) or (term[0] == "pf" and term[3] in switches):
+            continue  # a division by a switch is no size
+        col = column(term, rows)
+        if col is None or not col.any() or col.tobytes() in seen:
+            continue
+        seen.add(col.tobytes())
+        cols.append(col)
+        terms.append(term)
+    if not cols:
+        return None
+    T = np.stack(cols, axis=1)
+    for j in range(T.shape[1]):  # one term
+        nz = np.flatnonzero(T[:, j])
+        if len(nz) and y[nz[0]] % T[nz[0], j] == 0:
+            c = y[nz[0]] // T[nz[0], j]
+            if (c * T[:, j] == y).all():
+                return [[int(c), as_json_term(terms[j])]]
+    scale = np.linalg.norm(T.astype(float), axis=0)
+    for k in range(2, MAX_TERMS + 1):
+        for combo in combinations(k, T.shape[1], monomials=sum(t[0] == "p" for t in terms)):
+            A = T[:, combo].astype(float) / scale[list(combo)]
+            sol, *_ = np.linalg.lstsq(A, y.astype(float), rcond=None)
+            coefs = np.rint(sol / scale[list(combo)])
+            if not np.all(np.isfinite(coefs)) or (coefs == 0).any() or np.abs(coefs).max() > 1e6:
+                continue
+            coefs = coefs.astype(np.int64)
+            if (T[:, combo] @ coefs == y).all():
+                return [[int(c), as_json_term(terms[j])] for c, j in zip(coefs, combo)]
+    return None
+
+
+def combinations(k, m, monomials):
+    """Index sets of k columns to try: any two of the first 400; for three, any of the monomials, or the constant, a
+    monomial and any term."""
+    if k == 2:
+        yield from itertools.combinations(range(min(400, m)), 2)
+        return
+    yield from itertools.combinations(range(min(30, monomials)), 3)
+    for i in range(1, min(monomials, 30)):
+        for j in range(monomials, min(m, monomials + 300)):
+            yield 0, i, j
+
+
+def relevant(quantity, base, rows):
+    """(the keys whose change moved it, every variable those changes moved): between a reference row holding the
+    quantity (the base, else the first single change that brought it) and that reference's single-change rows; with
+    the change that brought it."""
+    everyone = [base] + rows
+    reference = next((r for r in everyone if r.q.get(quantity) and (r is base or r.parent == base.name)), None)
+    if reference is None:
+        return set(), set()
+    movers = [reference] if reference is not base else []
+    movers += [r for r in everyone if r.parent == reference.name and r.q.get(quantity, 0) != reference.q.get(
+        quantity, 0)]
+    everything = set().union(*(changed(r, base if r is reference else reference) for r in movers))
+    keys = {r.name.split(" + ")[-1].split("=")[0] for r in movers if "=" in r.name}
+    keys |= {r.name.split(" left out")[0] for r in movers if " left out" in r.name}
+    return {v for v in everything if v.split("#")[0] in keys}, everything
+
+
+def changed(a, b):
+    return {k for k in set(a.values) | set(b.values) if a.values.get(k) != b.values.get(k)}
+
+
+def fit_quantity(quantity, base, rows):
+    everyone = [base] + rows
+    defined = [r for r in everyone if quantity in r.q] if not quantity.startswith(("n:", "g:")) else everyone
+    primary, everything = relevant(quantity, base, rows)
+    tries = [names for names in (primary, everything) if len(names) <= 8]
+    tries += [primary | {extra} for extra in sorted(structural(everyone) - primary)[:4] if len(primary) < 8]
+    if not tries:
+        raise Unsupported(f"{quantity} moves with {len(everything)} keys")
+    for names in tries:  # a key that moved it only together with another comes last
+        usable = [r for r in defined if names <= set(r.values)]
+        expr = fit([r.q.get(quantity, 0) for r in usable], [r.values for r in usable], names)
+        if expr is not None:
+            return expr
+    raise Unsupported(f"no formula for {quantity} over {sorted(everything)}")
+
+
+def structural(rows):
+    """Small integer variables (layer periods, offsets, switches) that differ between rows."""
+    seen = {}
+    for r in rows:
+        for k, v in r.values.items():
+            seen.setdefault(k, set()).add(v)
+    return {k for k, vs in seen.items() if len(vs) > 1 and max(vs) <= 64}
+
+
+def used_variables(expr):
+    out = set()
+    for _, term in expr:
+        if term[0] == "f":
+            out |= {n for _, n in term[1]} | ({term[3]} if isinstance(term[3], str) else set())
+        else:
+            out |= set(term[1:])
+    return out
+
+
+def variable_rules(needed, base, rows, defaults_values, cls):
+    """Each variable's value when a config.json leaves it out: the class default, or what transformers derives."""
+    rules, derived = {}, {}
+    everyone = [base] + rows
+    for name in sorted(needed):
+        key = name.split("#")[0]
+        unset = [r for r in everyone if key not in r.kwargs and not any(
+            a in r.kwargs for a, real in cls.attribute_map.items() if real == key) and name in r.values]
+        default = defaults_values.get(name)
+        if all(r.values[name] == default for r in unset) and default is not None:
+            rules[name] = {"default": default}
+        elif unset:
+            derived[name] = unset
+        else:
+            rules[name] = {"default": default} if default is not None else {"required": True}
+    plain = sorted(n for n in rules)
+    for name, unset in derived.items():
+        reference = next((r for r in everyone if r.name == f"{name.split('#')[0]} left out"), base)
+        moved = [r for r in unset if r.parent == reference.name and r.values.get(name) != reference.values.get(name)]
+        keys = {r.name.split(" + ")[-1].split("=")[0] for r in moved if "=" in r.name}
+        primary = {k for k in plain if k.split("#")[0] in keys}
+        everything = {k for r in moved for k in changed(r, reference) if k in plain}
+        expr = None
+        for movers in (primary, everything):
+            movers = {m for m in movers if all(m in r.values for r in unset)} - {name}
+            if expr is None and len(unset) >= 3 and len(movers) <= 6:
+                expr = fit([r.values[name] for r in unset], [r.values for r in unset], sorted(movers))
+        rules[name] = {"derived": expr} if expr else {"required": True}
+    ordered = {n: r for n, r in rules.items() if "derived" not in r}
+    ordered.update({n: r for n, r in rules.items() if "derived" in r})
+    for name, rule in list(ordered.items()):  # a derived formula reads plain variables only
+        if "derived" in rule:
+            for m in used_variables(rule["derived"]):
+                if m not in ordered or "derived" in ordered[m]:
+                    ordered[name] = {"required": True}
+    return ordered
+
+
+def stand_ins(rules, params_out, groups, base, rows):
+    """A required variable that a config may leave None (num_key_value_heads: the model then uses the heads): the
+    plain variable every formula agrees with in the rows that left it out."""
+    for name, rule in rules.items():
+        if "required" not in rule:
+            continue
+        key = name.split("#")[0]
+        left = [r for r in rows if r.name.startswith(f"{key} left out") and name not in r.values]
+        for candidate in sorted(n for n, r in rules.items() if "default" in r):
+            if left and all(agrees(r, {**r.values, name: r.values.get(candidate)}, params_out, groups) for r in left):
+                rules[name] = {"derived": [[1, ["p", candidate]]]}
+                break
+
+
+def agrees(row, values, params_out, groups) -> bool:
+    try:
+        for pattern, count, dims in params_out:
+            n = shape_templates.evaluate(count, values)
+            if n != row.q.get(f"n:{pattern}", 0):
+                return False
+            if n and [shape_templates.evaluate(d, values) for d in dims] != [
+                    row.q[f"d{j}:{pattern}"] for j in range(len(dims))]:
+                return False
+        return all(shape_templates.evaluate(e, values) == row.q.get(f"g:{g}", 0) for g, e in groups.items())
+    except (KeyError, TypeError, ZeroDivisionError):
+        return False
+
+
+ARCH = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", "intermediate_size",
+        "num_key_value_heads", "head_dim", "tie_word_embeddings", "num_experts_per_tok", "moe_intermediate_size",
+        *EXPERT_COUNT_KEYS)
+
+
+def survey(model_type: str, rng) -> dict:
+    cls = CONFIG_MAPPING[model_type]
+    if cls.model_type != model_type:
+        return {"kept": False, "why": f"its config.json names {cls.model_type}"}
+    defaults = shape_templates.flatten(cls().to_dict())
+    base = try_row(model_type, "base", base_kwargs(cls, defaults, SMALL)) or try_row(model_type, "base", {})
+    if base is None:
+        return {"kept": False, "why": "the default config does not build"}
+    rows, changes, held, derived_lists = probe(model_type, base, defaults, rng)
+    patterns = sorted({k[2:] for r in [base] + rows for k in r.q if k.startswith("n:")})
+    if {r.embedding for r in [base] + rows} != {base.embedding} or len(
+            {r.lm_head for r in [base] + rows} - {None}) > 1:
+        raise Unsupported("the embedding or lm_head changes name")
+    params_out = []
+    for pattern in patterns:
+        ranks = {r.q[f"r:{pattern}"] for r in [base] + rows if f"r:{pattern}" in r.q}
+        if len(ranks) != 1:
+            raise Unsupported(f"{pattern} changes rank")
+        params_out.append([pattern, fit_quantity(f"n:{pattern}", base, rows),
+                           [fit_quantity(f"d{j}:{pattern}", base, rows) for j in range(ranks.pop())]])
+    groups = {k[2:]: fit_quantity(k, base, rows) for k in sorted({k for r in [base] + rows for k in r.q
+                                                                   if k.startswith("g:")})}
+    attribute_map = dict(cls.attribute_map)
+    needed = set()
+    for _, count, dims in params_out:
+        needed |= used_variables(count)
+        for d in dims:
+            needed |= used_variables(d)
+    for expr in groups.values():
+        needed |= used_variables(expr)
+    needed |= {attribute_map.get(a, a) for a in ARCH if attribute_map.get(a, a) in base.values}
+    needed |= {n for n in base.values if n.split("#")[0] in derived_lists}  # checked, if not used
+    defaults_values = variables_of(defaults)
+    rules = variable_rules(needed, base, rows, defaults_values, cls)
+    for name, rule in rules.items():
+        if name.split("#")[0] in derived_lists:
+            rule["check"] = True
+    stand_ins(rules, params_out, groups, base, rows)
+    fixed = {k: v for k, v in held.items()}
+    for key, value in defaults.items():  # a shaping key no formula reads: held at its default
+        if key in changes and not any(n.split("#")[0] == key for n in rules):
+            moved = [r for r in rows if r.name.startswith(f"{key}=") and r.q != base.q]
+            if moved:
+                fixed[key] = value
+    tpl = {"keys": sorted(set(defaults) | set(attribute_map)), "aliases": attribute_map,
+           "attribute_map": attribute_map, "fixed": fixed, "vars": rules, "params": params_out, "groups": groups,
+           "embedding": base.embedding, "lm_head": next((r.lm_head for r in [base] + rows if r.lm_head), None)}
+    check(model_type, tpl, [base] + rows, "a build it learned from")
+    held_out = held_out_rows(model_type, cls, defaults, changes, rng)
+    check(model_type, tpl, held_out, "a held-out config")
+    return {"kept": True, "template": tpl, "held_out": [
+        {"variant": r.name, "config": {"model_type": model_type, **r.written}, **r.counts} for r in held_out]}
+
+
+def held_out_rows(model_type, cls, defaults, changes, rng):
+    base = try_row(model_type, "held-out base", base_kwargs(cls, defaults, SMALL2))
+    if base is None:
+        raise Unsupported("the second base does not build")
+    rows, keys = [base], sorted(changes)
+    for i in range(HELD_OUT * 4):
+        if len(rows) > HELD_OUT or not keys:
+            break
+        chosen = rng.sample(keys, max(1, len(keys) // 3))
+        row = try_row(model_type, f"held-out {i}: {', '.join(chosen)}", {**base.kwargs, **{k: changes[k] for k in
+                                                                                           chosen}})
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def check(model_type, tpl, rows, what):
+    for row in rows:
+        row.written = {"model_type": model_type, **row.written}
+        got = counts_from(model_type, tpl, row.written)
+        if got != row.counts:
+            raise Unsupported(f"{what} ({row.name}) counts {got}{why_not(tpl, row)}, the meta device {row.counts}")
+
+
+def why_not(tpl, row) -> str:
+    """Why the template did not take a config it should have."""
+    flat = shape_templates.flatten(row.written)
+    for key, value in flat.items():
+        if key in tpl["fixed"] and value != tpl["fixed"][key]:
+            return f" ({key} held at {str(tpl['fixed'][key])[:60]})"
+    unknown = [k for k in flat if k not in tpl["keys"] and k not in tpl["fixed"] and not (
+        shape_templates.HARMLESS.search(k) or any(p in shape_templates.IGNORED for p in k.split(".")))]
+    if unknown:
+        return f" (unknown keys {unknown[:3]})"
+    missing = [n for n, r in tpl["vars"].items() if "required" in r and shape_templates.given(
+        flat, n, tpl["aliases"]) is None]
+    if missing:
+        return f" (no value for {missing[:3]})"
+    saved = dict(shape_templates.templates())
+    shape_templates.templates()[row.written.get("model_type", "?")] = tpl
+    try:
+        found = shape_templates.variables(row.written)
+    finally:
+        shape_templates.templates().clear()
+        shape_templates.templates().update(saved)
+    wrong = [(n, v, row.values.get(n)) for n, v in (found[1] if found else {}).items() if v != row.values.get(n)]
+    return f" (read {wrong[:3]} as (name, template, config))" if wrong else ""
+
+
+def counts_from(model_type, tpl, raw):
+    """What params.py counts from the config.json with this template in place."""
+    saved = dict(shape_templates.templates())
+    shape_templates.templates().clear()
+    shape_templates.templates()[model_type] = tpl
+    params.template_layout.cache_clear()
+    try:
+        arch = params.from_config(raw, "survey")
+        counts = params.count_params(arch)
+        if counts.method != "template":
+            return {"method": counts.method}
+        lay = params.layout(arch)
+        return {"total": counts.total, "largest": counts.largest_module, "embedding": lay.embedding,
+                "lm_head": lay.lm_head, "active": counts.active}
+    except Exception as err:  # noqa: BLE001 - reported as the miss it is
+        return {"error": f"{type(err).__name__}: {err}"}
+    finally:
+        shape_templates.templates().clear()
+        shape_templates.templates().update(saved)
+        params.template_layout.cache_clear()
+
+
+# ---- driving -----------------------------------------------------------------------------------------------------
+
+def on_alarm(signum, frame):
+    raise TimeoutError()
+
+
+def survey_one(model_type: str) -> tuple:
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(SECONDS_PER_TYPE)
+    try:
+        result = survey(model_type, random.Random(model_type))
+    except Unsupported as err:
+        result = {"kept": False, "why": str(err)[:300]}
+    except TimeoutError:
+        result = {"kept": False, "why": f"took over {SECONDS_PER_TYPE} s"}
+    except Exception as err:  # noqa: BLE001 - one model_type's surprise must not end the survey
+        result = {"kept": False, "why": f"{type(err).__name__}: {str(err)[:200]}"}
+    finally:
+        signal.alarm(0)
+    print(f"{model_type:32} {'kept' if result['kept'] else '-':5} {result.get('why', '')[:150]}", flush=True)
+    return model_type, result
+
+
+def main(argv) -> None:
+    written_out = set(params.FAST_TYPES)
+    todo = argv or sorted(t for t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if t not in written_out)
+    with multiprocessing.Pool(2, maxtasksperchild=8) as pool:
+        results = dict(pool.imap_unordered(survey_one, todo))
+    kept = sorted(t for t, r in results.items() if r["kept"])
+    print(f"{len(kept)} of {len(results)} model_types have a shape template")
+    if argv:
+        return
+    TEMPLATES.write_text(json.dumps({"transformers": transformers.__version__,
+                                     "types": {t: results[t]["template"] for t in kept}}, sort_keys=True) + "\n")
+    DATA.write_text(json.dumps({"transformers": transformers.__version__, "model_types": {
+        t: {k: v for k, v in r.items() if k != "template"} for t, r in sorted(results.items())}}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

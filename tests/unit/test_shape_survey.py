@@ -1,0 +1,142 @@
+"""The model_types counted from shape templates (trl_ds/plan/shape_templates.py, learned by scripts/shape_survey.py)
+count exactly as the meta device does, torch-free: every held-out config the survey recorded (other sizes than it
+learned from, random sets of switches), published configs built on the meta device here, and a plan under a second
+without torch. A config the templates cannot vouch for goes to the meta device. A transformers upgrade fails the
+version test until the survey is run again."""
+import json
+import os
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+
+import pytest
+from conftest import REPO
+
+from trl_ds.plan import shape_templates
+from trl_ds.plan.params import FAST_TYPES, count_params, from_config, layout
+
+SURVEY = json.loads((REPO / "tests/data/shape_survey.json").read_text())
+TEMPLATES = json.loads(shape_templates.DATA.read_text())
+KEPT = sorted(t for t, r in SURVEY["model_types"].items() if r["kept"])
+CASES = [(t, v) for t in KEPT for v in SURVEY["model_types"][t]["held_out"]]
+
+
+def test_the_survey_ran_with_the_installed_transformers():
+    assert SURVEY["transformers"] == TEMPLATES["transformers"] == version("transformers"), (
+        "transformers changed since the shape survey: run nice -n 19 .venv/bin/python scripts/shape_survey.py")
+
+
+def test_the_templates_are_the_kept_survey_results_and_no_written_out_family():
+    assert sorted(TEMPLATES["types"]) == KEPT
+    assert not set(KEPT) & set(FAST_TYPES)
+    assert len(KEPT) >= 70  # of the 153 model_types left to the meta device before the templates
+
+
+@pytest.mark.parametrize("model_type,variant", CASES, ids=[f"{t}-{i}" for t in KEPT for i in range(
+    len(SURVEY["model_types"][t]["held_out"]))])
+def test_every_held_out_config_counts_as_the_meta_device_did(model_type, variant):
+    arch = from_config(dict(variant["config"]), "survey")
+    counts, lay = count_params(arch), layout(arch)
+    assert counts.method == "template"
+    assert (counts.total, counts.largest_module, counts.active, lay.embedding, lay.lm_head) == (
+        variant["total"], variant["largest"], variant["active"], variant["embedding"], variant["lm_head"])
+
+
+# Published config.json files (their dimensions and switches; layers cut to two, which every layer repeats; keys of
+# older transformers versions included). phi-1_5 leaves num_key_value_heads null (the heads), opt-350m projects its
+# 512-wide embeddings to 1024.
+PUBLISHED = {
+    "microsoft/phi-2": {
+        "model_type": "phi", "vocab_size": 51200, "hidden_size": 2560, "intermediate_size": 10240,
+        "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_act": "gelu_new",
+        "max_position_embeddings": 2048, "partial_rotary_factor": 0.4, "qk_layernorm": False, "rope_theta": 10000.0,
+        "resid_pdrop": 0.1, "embd_pdrop": 0.0, "layer_norm_eps": 1e-05, "tie_word_embeddings": False,
+        "bos_token_id": 50256, "eos_token_id": 50256, "torch_dtype": "float16", "architectures": ["PhiForCausalLM"]},
+    "microsoft/phi-1_5": {
+        "model_type": "phi", "vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192,
+        "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": None, "partial_rotary_factor": 0.5,
+        "hidden_act": "gelu_new", "tie_word_embeddings": False, "max_position_embeddings": 2048, "rope_theta": 10000.0,
+        "layer_norm_eps": 1e-05},
+    "stabilityai/stablelm-2-1_6b": {
+        "model_type": "stablelm", "vocab_size": 100352, "hidden_size": 2048, "intermediate_size": 5632,
+        "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 32, "use_qkv_bias": True,
+        "partial_rotary_factor": 0.25, "rope_theta": 10000, "layer_norm_eps": 1e-05, "tie_word_embeddings": False,
+        "qk_layernorm": False, "use_parallel_residual": False, "hidden_act": "silu", "max_position_embeddings": 4096,
+        "bos_token_id": 100257, "eos_token_id": 100257, "torch_dtype": "float16"},
+    "CohereForAI/c4ai-command-r-v01": {
+        "model_type": "cohere", "vocab_size": 256000, "hidden_size": 8192, "intermediate_size": 22528,
+        "num_hidden_layers": 2, "num_attention_heads": 64, "num_key_value_heads": 64, "logit_scale": 0.0625,
+        "use_qk_norm": False, "rope_theta": 8000000.0, "layer_norm_eps": 1e-05, "hidden_act": "silu",
+        "max_position_embeddings": 8192, "tie_word_embeddings": True, "bos_token_id": 5, "eos_token_id": 255001,
+        "pad_token_id": 0, "torch_dtype": "float16"},
+    "bigscience/bloom-560m": {
+        "model_type": "bloom", "vocab_size": 250880, "hidden_size": 1024, "n_layer": 2, "n_head": 16,
+        "layer_norm_epsilon": 1e-05, "apply_residual_connection_post_layernorm": False, "attention_dropout": 0.0,
+        "hidden_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3,
+        "architectures": ["BloomForCausalLM"]},
+    "facebook/opt-350m": {
+        "model_type": "opt", "vocab_size": 50272, "hidden_size": 1024, "ffn_dim": 4096, "num_hidden_layers": 2,
+        "num_attention_heads": 16, "max_position_embeddings": 2048, "word_embed_proj_dim": 512,
+        "do_layer_norm_before": False, "activation_function": "relu", "dropout": 0.1, "enable_bias": True,
+        "layer_norm_elementwise_affine": True, "bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1,
+        "torch_dtype": "float16"},
+}
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+@pytest.mark.parametrize("checkpoint", sorted(PUBLISHED))
+def test_a_published_config_counts_as_the_meta_device_builds_it(checkpoint):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    raw = PUBLISHED[checkpoint]
+    arch = from_config(dict(raw), "published")
+    counts, lay = count_params(arch), layout(arch)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**raw))
+    owners = {}
+    for name, p in model.named_parameters():
+        owners[name.rsplit(".", 1)[0]] = owners.get(name.rsplit(".", 1)[0], 0) + p.numel()
+    assert counts.method == "template"
+    assert (counts.total, counts.largest_module, lay.embedding) == (
+        sum(owners.values()), max(owners.values()), model.get_input_embeddings().weight.numel())
+
+
+def test_a_setting_the_survey_held_fixed_or_a_key_it_never_saw_goes_to_the_meta_device():
+    phi = PUBLISHED["microsoft/phi-2"]
+    assert shape_templates.variables(dict(phi)) is not None
+    assert shape_templates.variables({**phi, "a_key_from_a_newer_version": 3}) is None
+    assert TEMPLATES["types"]["gptj"]["fixed"] == {"n_inner": None}  # set, it replaces 4 * n_embd in the MLP
+    gptj = SURVEY["model_types"]["gptj"]["held_out"][0]["config"]
+    assert shape_templates.variables(dict(gptj)) is not None
+    assert shape_templates.variables({**gptj, "n_inner": 3 * gptj["n_embd"]}) is None
+
+
+def plan_wall(model: str):
+    """(stdout, torch or transformers if imported, wall seconds with the interpreter's start)."""
+    code = ("import sys, runpy; sys.argv = ['trl_ds.plan', '{model}', 'cluster=1x1', '--json']\n"
+            "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print([m for m in ('torch', 'transformers') if m in sys.modules], file=sys.stderr)")
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code.format(model=model)], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, env={**os.environ})
+    return out.stdout, out.stderr.strip().splitlines()[-1], time.perf_counter() - start
+
+
+@pytest.mark.slow  # fresh interpreters: make test only
+@pytest.mark.parametrize("checkpoint", ["microsoft/phi-2", "CohereForAI/c4ai-command-r-v01", "bigscience/bloom-560m"])
+def test_planning_a_templated_family_takes_under_a_second_without_torch(tmp_path, checkpoint):
+    """Under a second on an idle machine; the machine running the suite is shared, so a preset's plan measured beside
+    it (the same imports, no count to make) sets the bar when it is loaded."""
+    folder = tmp_path / checkpoint.split("/")[1]
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(PUBLISHED[checkpoint]))
+    walls, presets = [], []
+    for _ in range(2):
+        stdout, imported, wall = plan_wall(f"model.name_or_path={folder}")
+        assert imported == "[]"  # neither torch nor transformers
+        assert json.loads(stdout)["architecture"]["count"] == "template"
+        walls.append(wall)
+        presets.append(plan_wall("model=llama3-8b")[2])
+    assert min(walls) < max(1.0, 1.5 * min(presets)), (walls, presets)

@@ -1,0 +1,147 @@
+"""Torch-free exact counts of the model_types params.py does not write out, from shape templates that
+scripts/shape_survey.py learned on the meta device (shape_templates.json beside this file).
+
+A template holds each parameter tensor of the model as a name pattern (layer and expert indices as `*`), its number of
+instances and each dimension, all as small integer formulas of the config's keys ("variables": ints, booleans as 0/1,
+counts of a list's items such as layer_types). A variable missing from the config.json takes transformers' default,
+or the formula transformers derives it by (head_dim from hidden_size // num_attention_heads). The survey kept only
+templates that reproduced the meta device's counts on configs it did not learn from (tests/data/shape_survey.json).
+
+Returns None, and the model is counted on the meta device as before, where the survey cannot vouch for the config:
+another transformers version, a key the template does not know, or a setting held fixed in the survey (a string, a
+float or a list that changed the shapes, or one the survey could not vary) that differs from transformers' default.
+"""
+import json
+import re
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+DATA = Path(__file__).with_name("shape_templates.json")
+# keys that never shape a parameter and that configs carry for other readers
+IGNORED = ("architectures", "auto_map", "transformers_version", "_name_or_path", "torch_dtype", "dtype",
+           "id2label", "label2id", "task_specific_params", "quantization_config", "model_type")
+# settings that never hold parameters, under whatever name a config of an older version carries them (rope_theta,
+# rope_scaling, resid_pdrop, layer_norm_epsilon, ...)
+HARMLESS = re.compile(r"(^|[._])(rope|rotary|dropout|pdrop|eps|epsilon|initializer|init|attn_implementation|"
+                      r"use_cache|token_id|logit|scale|softcap|temperature)")
+
+
+@lru_cache(maxsize=1)
+def templates() -> dict:
+    """model_type -> its template, when the survey ran with the installed transformers (else none)."""
+    try:
+        data = json.loads(DATA.read_text())
+        installed = version("transformers")
+    except (OSError, ValueError, PackageNotFoundError):
+        return {}
+    return data["types"] if data.get("transformers") == installed else {}
+
+
+def flatten(raw: dict, prefix: str = "") -> Dict[str, object]:
+    """Nested sub-configs as dotted keys (text_config.hidden_size); lists and scalars as leaves."""
+    out = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def list_variable(items: list, item: str) -> int:
+    """`key#len`: the list's length; `key#<json item>`: how many of its items are that one."""
+    return len(items) if item == "len" else sum(1 for x in items if json.dumps(x) == item)
+
+
+def given(flat: dict, name: str, aliases: dict):
+    key, _, item = name.partition("#")
+    value = flat.get(key)
+    if value is None:
+        value = next((flat[a] for a, real in aliases.items() if real == key and flat.get(a) is not None), None)
+    if item:
+        return list_variable(value, item) if isinstance(value, list) else None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) else None
+
+
+def term_value(term: list, v: Dict[str, int]) -> int:
+    """("p", a, b...): a product (empty: 1); ("f", [[coef, name]...], const, divisor): floor of the sum over the
+    divisor (a variable or a number); ("m", a, b): the smaller; ("ne", a, b): 1 where they differ, else 0;
+    ("q", a, b): (a // b) ** 2; ("pf", a, b, c): a * (b // c)."""
+    kind = term[0]
+    if kind == "p":
+        out = 1
+        for name in term[1:]:
+            out *= v[name]
+        return out
+    if kind == "f":
+        divisor = term[3] if isinstance(term[3], int) else v[term[3]]
+        return (sum(c * v[n] for c, n in term[1]) + term[2]) // divisor
+    if kind == "m":
+        return min(v[term[1]], v[term[2]])
+    if kind == "ne":
+        return int(v[term[1]] != v[term[2]])
+    if kind == "q":
+        return (v[term[1]] // v[term[2]]) ** 2
+    return v[term[1]] * (v[term[2]] // v[term[3]])
+
+
+def evaluate(expr: list, v: Dict[str, int]) -> int:
+    return sum(coef * term_value(term, v) for coef, term in expr)
+
+
+def applies(flat: dict, tpl: dict) -> bool:
+    """Every key held fixed has the surveyed value, and every other key is one the survey knew or one that holds no
+    parameters."""
+    for key, value in flat.items():
+        if key in tpl["fixed"]:
+            if value != tpl["fixed"][key]:
+                return False
+        elif key not in tpl["keys"] and not (any(p in IGNORED for p in key.split(".")) or HARMLESS.search(key)):
+            return False
+    return True
+
+
+def variables(raw: dict) -> Optional[Tuple[dict, Dict[str, int]]]:
+    """(the template, the values of its variables) for a config.json, or None where no template vouches for it."""
+    tpl = templates().get(raw.get("model_type"))
+    if tpl is None:
+        return None
+    flat = flatten(raw)
+    if not applies(flat, tpl):
+        return None
+    values: Dict[str, int] = {}
+    for name, rule in sorted(tpl["vars"].items(), key=lambda item: "derived" in item[1]):  # derived ones last
+        value = given(flat, name, tpl["aliases"])
+        try:
+            derived = evaluate(rule["derived"], values) if "derived" in rule else None
+        except ZeroDivisionError:
+            return None
+        if rule.get("check") and value is not None and value != derived:
+            return None  # a per-layer list the survey could not vary, unlike the one transformers derives
+        value = rule.get("default", derived) if value is None else value
+        if value is None:
+            return None
+        values[name] = value
+    return tpl, values
+
+
+def attribute(tpl: dict, values: Dict[str, int], name: str):
+    """What getattr(config, name) gives: the attribute_map resolves another name for the same key."""
+    return values.get(tpl["attribute_map"].get(name, name))
+
+
+def tensors(tpl: dict, values: Dict[str, int]) -> List[Tuple[str, int, int]]:
+    """(pattern, instances, numel of one) of every parameter tensor the model holds."""
+    out = []
+    for pattern, count, dims in tpl["params"]:
+        instances, numel = evaluate(count, values), 1
+        for d in dims if instances else ():  # a tensor the config switches off has no dimensions to read
+            numel *= evaluate(d, values)
+        out.append((pattern, instances, numel))
+    return out
