@@ -162,10 +162,13 @@ class Row:
         self.q, self.embedding, self.lm_head, self.counts = quantities(model)
         config = AutoConfig.for_model(**written)
         experts = next((getattr(config, k) for k in EXPERT_COUNT_KEYS if getattr(config, k, None)), 0)
-        routed = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
         per_token = getattr(config, "num_experts_per_tok", None) or experts
-        self.counts["active"] = self.counts["total"] - (routed * (experts - per_token) // experts if experts and routed
-                                                        else 0)
+        routed = {}  # as params.meta_layout: per layer's experts module, the experts one token does not pass through
+        for n, p in model.named_parameters():
+            if ".experts." in n:
+                routed[n[:n.index(".experts")]] = routed.get(n[:n.index(".experts")], 0) + p.numel()
+        idle = sum(n // experts * (experts - per_token) for n in routed.values()) if experts else 0
+        self.counts["active"] = self.counts["total"] - idle
 
 
 def try_row(model_type, name, kwargs):
@@ -491,10 +494,16 @@ def stand_ins(rules, params_out, groups, base, rows):
             continue
         key = name.split("#")[0]
         left = [r for r in rows if r.name.startswith(f"{key} left out") and name not in r.values]
-        for candidate in sorted(n for n, r in rules.items() if "default" in r):
-            if left and all(agrees(r, {**r.values, name: r.values.get(candidate)}, params_out, groups) for r in left):
-                rules[name] = {"derived": [[1, ["p", candidate]]]}
-                break
+        plain = sorted(n for n, r in rules.items() if "default" in r)
+        candidates = [["p", a] for a in plain] + [["f", [[1, a]], 0, b] for a in plain for b in plain if a != b]
+        for term in candidates:
+            try:
+                if left and all(agrees(r, {**r.values, name: shape_templates.term_value(term, r.values)},
+                                       params_out, groups) for r in left):
+                    rules[name] = {"derived": [[1, term]]}
+                    break
+            except (KeyError, ZeroDivisionError):
+                continue
 
 
 def agrees(row, values, params_out, groups) -> bool:
