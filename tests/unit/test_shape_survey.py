@@ -4,14 +4,11 @@ learned from, random sets of switches), published configs built on the meta devi
 without torch. A config the templates cannot vouch for goes to the meta device. A transformers upgrade fails the
 version test until the survey is run again."""
 import json
-import os
-import subprocess
-import sys
-import time
 from importlib.metadata import version
 
 import pytest
 from conftest import REPO
+from test_family_survey import plan_wall
 
 from trl_ds.plan import shape_templates
 from trl_ds.plan.params import FAST_TYPES, count_params, from_config, layout
@@ -111,17 +108,6 @@ def test_a_setting_the_survey_held_fixed_or_a_key_it_never_saw_goes_to_the_meta_
     gptj = SURVEY["model_types"]["gptj"]["held_out"][0]["config"]
     assert shape_templates.variables(dict(gptj)) is not None
     assert shape_templates.variables({**gptj, "n_inner": 3 * gptj["n_embd"]}) is None
-
-
-def plan_wall(model: str):
-    """(stdout, torch or transformers if imported, wall seconds with the interpreter's start)."""
-    code = ("import sys, runpy; sys.argv = ['trl_ds.plan', '{model}', 'cluster=1x1', '--json']\n"
-            "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print([m for m in ('torch', 'transformers') if m in sys.modules], file=sys.stderr)")
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code.format(model=model)], cwd=REPO, capture_output=True, text=True,
-                         timeout=60, env={**os.environ})
-    return out.stdout, out.stderr.strip().splitlines()[-1], time.perf_counter() - start
 
 
 @pytest.mark.slow  # fresh interpreters: make test only
