@@ -68,7 +68,6 @@ class Unsupported(Exception):
 def unflatten(flat: dict) -> dict:
     out = {}
     for key, value in flat.items():
-        node, *path = key.split(".")[::-1]
         target = out
         parts = key.split(".")
         for p in parts[:-1]:
@@ -161,8 +160,7 @@ class Row:
         self.flat = shape_templates.flatten(AutoConfig.for_model(**written).to_dict())
         self.q, self.embedding, self.lm_head, self.counts = quantities(model)
         config = AutoConfig.for_model(**written)
-        experts = next((getattr(config, k) for k in EXPERT_COUNT_KEYS if getattr(config, k, None)), 0)
-        per_token = getattr(config, "num_experts_per_tok", None) or experts
+        experts, per_token = params.routing(lambda name: getattr(config, name, None))
         routed = {}  # as params.meta_layout: per layer's experts module, the experts one token does not pass through
         for n, p in model.named_parameters():
             if ".experts." in n:
@@ -563,15 +561,15 @@ def survey(model_type: str, rng) -> dict:
         if name.split("#")[0] in derived_lists:
             rule["check"] = True
     stand_ins(rules, params_out, groups, base, rows)
-    fixed = {k: v for k, v in held.items()}
+    fixed = dict(held)
     for key, value in defaults.items():  # a shaping key no formula reads: held at its default
         if key in changes and not any(n.split("#")[0] == key for n in rules):
             moved = [r for r in rows if r.name.startswith(f"{key}=") and r.q != base.q]
             if moved:
                 fixed[key] = value
-    tpl = {"keys": sorted(set(defaults) | set(attribute_map)), "aliases": attribute_map,
-           "attribute_map": attribute_map, "fixed": fixed, "vars": rules, "params": params_out, "groups": groups,
-           "embedding": base.embedding, "lm_head": next((r.lm_head for r in [base] + rows if r.lm_head), None)}
+    tpl = {"keys": sorted(set(defaults) | set(attribute_map)), "attribute_map": attribute_map, "fixed": fixed,
+           "vars": rules, "params": params_out, "groups": groups, "embedding": base.embedding,
+           "lm_head": next((r.lm_head for r in [base] + rows if r.lm_head), None)}
     check(model_type, tpl, [base] + rows, "a build it learned from")
     held_out = held_out_rows(model_type, cls, defaults, changes, rng)
     check(model_type, tpl, held_out, "a held-out config")
@@ -614,7 +612,7 @@ def why_not(tpl, row) -> str:
     if unknown:
         return f" (unknown keys {unknown[:3]})"
     missing = [n for n, r in tpl["vars"].items() if "required" in r and shape_templates.given(
-        flat, n, tpl["aliases"]) is None]
+        flat, n, tpl["attribute_map"]) is None]
     if missing:
         return f" (no value for {missing[:3]})"
     saved = dict(shape_templates.templates())

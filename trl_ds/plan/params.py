@@ -163,8 +163,14 @@ def from_config(raw: dict, where: str) -> Architecture:
 
 
 def expert_counts(raw: dict) -> Tuple[int, int]:
-    experts = next((get(raw, k) for k in EXPERT_COUNT_KEYS if get(raw, k)), 0)
-    return experts, get(raw, "num_experts_per_tok") or experts  # unknown routing: every expert (an upper bound)
+    return routing(lambda key: get(raw, key))
+
+
+def routing(attr) -> Tuple[int, int]:
+    """(routed experts per MoE layer, experts one token passes through) from `attr(name)` (a config's value or None);
+    unknown routing: every expert (an upper bound)."""
+    experts = next((attr(k) for k in EXPERT_COUNT_KEYS if attr(k)), 0)
+    return experts, attr("num_experts_per_tok") or experts
 
 
 def config_dict(arch: Architecture) -> dict:
@@ -382,17 +388,16 @@ def described(attr, model_type: str, routed: tuple, config_json: str, where: str
         raise ConfigError([f"model_type {model_type!r} has no top-level {', '.join(missing)}: the planner's "
                            f"estimates are written for attention transformers. Name one with attention heads at the "
                            f"top level of its config (model.name_or_path=... or model.config_path=...)."])
-    experts_per_token = attr("num_experts_per_tok") or 0
-    experts = next((attr(k) for k in EXPERT_COUNT_KEYS if attr(k)), 0)
+    experts, per_token = routing(attr)
     return Architecture(
         model_type=model_type, vocab_size=attr("vocab_size"), hidden_size=h,
         intermediate_size=attr("intermediate_size") or 4 * h, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=attr("num_key_value_heads") or heads,
         head_dim=attr("head_dim") or h // max(heads, 1),
         tie_word_embeddings=bool(attr("tie_word_embeddings")), moe_layers=len(routed),
-        num_experts=experts if routed else 0, experts_per_token=(experts_per_token or experts) if routed else 0,
-        routed_width=(experts_per_token or experts) * (attr("moe_intermediate_size") or attr("intermediate_size")
-                                                         or 4 * h) if routed else 0,
+        num_experts=experts if routed else 0, experts_per_token=per_token if routed else 0,
+        routed_width=per_token * (attr("moe_intermediate_size") or attr("intermediate_size") or 4 * h)
+        if routed else 0,
         config_json=config_json, source=where)
 
 
@@ -410,8 +415,7 @@ def meta_layout(config_json: str) -> Layout:
     embedding = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     lm_head = 0 if head is None or head.weight is embedding else head.weight.numel()
-    experts = next((getattr(config, k) for k in EXPERT_COUNT_KEYS if getattr(config, k, None)), 0)
-    per_token = getattr(config, "num_experts_per_tok", None) or experts
+    experts, per_token = routing(lambda name: getattr(config, name, None))
     return Layout(modules=tuple(tuple(v) for v in modules.values()), embedding=embedding.numel(), lm_head=lm_head,
                   routed=tuple((n, experts, per_token) for n in routed.values()) if experts else (), method="meta")
 
@@ -438,10 +442,10 @@ def counted_elsewhere(config_json: str, where: str) -> Architecture:
 @lru_cache(maxsize=16)
 def template_layout(config_json: str):
     """(template, its variables' values, the layout) where a shape template vouches for the config, else None."""
-    found = shape_templates.variables(json.loads(config_json))
-    if found is None:
+    vouched = shape_templates.variables(json.loads(config_json))
+    if vouched is None:
         return None
-    tpl, values = found
+    tpl, values = vouched
     modules: Dict[str, list] = {}  # module pattern -> [instances, numel of each tensor one instance holds]
     numel = {}
     try:
@@ -455,9 +459,7 @@ def template_layout(config_json: str):
             held = modules.setdefault(pattern.rsplit(".", 1)[0], [instances, []])
             held[1].append(size)
     routed = []
-    experts = next((shape_templates.attribute(tpl, values, k) for k in EXPERT_COUNT_KEYS
-                    if shape_templates.attribute(tpl, values, k)), 0)
-    per_token = shape_templates.attribute(tpl, values, "num_experts_per_tok") or experts
+    experts, per_token = routing(lambda name: shape_templates.attribute(tpl, values, name))
     for group, layers in groups.items():
         held = sum(size * instances for pattern, instances, size in found if pattern.startswith(group + "."))
         routed += [(held // layers, experts, per_token)] * layers if layers and experts else []

@@ -55,11 +55,12 @@ def list_variable(items: list, item: str) -> int:
     return len(items) if item == "len" else sum(1 for x in items if json.dumps(x) == item)
 
 
-def given(flat: dict, name: str, aliases: dict):
+def given(flat: dict, name: str, attribute_map: dict):
+    """A variable's value in the config.json, under its own key or another name the attribute_map gives it."""
     key, _, item = name.partition("#")
     value = flat.get(key)
     if value is None:
-        value = next((flat[a] for a, real in aliases.items() if real == key and flat.get(a) is not None), None)
+        value = next((flat[a] for a, real in attribute_map.items() if real == key and flat.get(a) is not None), None)
     if item:
         return list_variable(value, item) if isinstance(value, list) else None
     if isinstance(value, bool):
@@ -117,7 +118,7 @@ def variables(raw: dict) -> Optional[Tuple[dict, Dict[str, int]]]:
         return None
     values: Dict[str, int] = {}
     for name, rule in sorted(tpl["vars"].items(), key=lambda item: "derived" in item[1]):  # derived ones last
-        value = given(flat, name, tpl["aliases"])
+        value = given(flat, name, tpl["attribute_map"])
         try:
             derived = evaluate(rule["derived"], values) if "derived" in rule else None
         except ZeroDivisionError:
