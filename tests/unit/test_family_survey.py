@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+import resource
 from importlib.metadata import version
 
 import pytest
@@ -54,29 +54,34 @@ def test_a_sample_of_the_aliases_builds_to_the_recorded_counts_on_the_meta_devic
             assert (total, largest) == (variant["total"], variant["largest"]), (model_type, variant["variant"])
 
 
-def plan_wall(model: str):
-    """(stdout, the modules of torch and transformers imported, wall seconds with the interpreter's start)."""
+def plan_cost(model: str):
+    """(stdout, the modules of torch and transformers imported, CPU seconds with the interpreter's start).
+
+    CPU time, not wall: the suite's part 1 runs at nice 19 beside the launches of part 2, so its wall time says more
+    about part 2 than about the plan (CI measured 4-9 s of wall for a plan that costs 0.5 s of CPU)."""
     code = ("import sys, runpy; sys.argv = ['trl_ds.plan', '{model}', 'cluster=1x1', '--json']\n"
             "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print([m for m in ('torch', 'transformers') if m in sys.modules], file=sys.stderr)")
-    start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([sys.executable, "-c", code.format(model=model)], cwd=REPO, capture_output=True, text=True,
                          timeout=60, env={**os.environ})
-    return out.stdout, out.stderr.strip().splitlines()[-1], time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return out.stdout, out.stderr.strip().splitlines()[-1], cpu
 
 
 @pytest.mark.slow  # whole products or fresh interpreters: make test only
 def test_planning_an_alias_takes_under_a_second_without_torch(tmp_path):
-    """Under a second on an idle machine; the machine running the suite is shared, so a preset's plan measured beside
-    it (the same imports, no count to make) sets the bar when it is loaded."""
+    """Under a second of wall on an idle machine (scripts/bench_plan_count.py). Here, on a shared machine: within 3x
+    the CPU time of a preset's plan (the same imports, no count to make) measured beside it."""
     variant = SURVEY["model_types"]["ernie4_5"]["variants"][0]
     (tmp_path / "ernie").mkdir()
     (tmp_path / "ernie" / "config.json").write_text(json.dumps(variant["config"]))
-    walls, presets = [], []
+    costs, presets = [], []
     for _ in range(2):
-        stdout, imported, wall = plan_wall(f"model.name_or_path={tmp_path / 'ernie'}")
+        stdout, imported, cost = plan_cost(f"model.name_or_path={tmp_path / 'ernie'}")
         assert imported == "[]"  # neither torch nor transformers
         assert json.loads(stdout)["parameters"] == variant["total"]
-        walls.append(wall)
-        presets.append(plan_wall("model=llama3-8b")[2])
-    assert min(walls) < max(1.0, 1.5 * min(presets)), (walls, presets)
+        costs.append(cost)
+        presets.append(plan_cost("model=llama3-8b")[2])
+    assert min(costs) < 3 * min(presets), (costs, presets)

@@ -8,7 +8,7 @@ from importlib.metadata import version
 
 import pytest
 from conftest import REPO
-from test_family_survey import plan_wall
+from test_family_survey import plan_cost
 
 from trl_ds.plan import shape_templates
 from trl_ds.plan.params import FAST_TYPES, count_params, from_config, layout
@@ -113,16 +113,16 @@ def test_a_setting_the_survey_held_fixed_or_a_key_it_never_saw_goes_to_the_meta_
 @pytest.mark.slow  # fresh interpreters: make test only
 @pytest.mark.parametrize("checkpoint", ["microsoft/phi-2", "CohereForAI/c4ai-command-r-v01", "bigscience/bloom-560m"])
 def test_planning_a_templated_family_takes_under_a_second_without_torch(tmp_path, checkpoint):
-    """Under a second on an idle machine; the machine running the suite is shared, so a preset's plan measured beside
-    it (the same imports, no count to make) sets the bar when it is loaded."""
+    """Under a second of wall on an idle machine (scripts/bench_plan_count.py). Here, on a shared machine: within 3x
+    the CPU time of a preset's plan (the same imports, no count to make) measured beside it."""
     folder = tmp_path / checkpoint.split("/")[1]
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(PUBLISHED[checkpoint]))
-    walls, presets = [], []
+    costs, presets = [], []
     for _ in range(2):
-        stdout, imported, wall = plan_wall(f"model.name_or_path={folder}")
+        stdout, imported, cost = plan_cost(f"model.name_or_path={folder}")
         assert imported == "[]"  # neither torch nor transformers
         assert json.loads(stdout)["architecture"]["count"] == "template"
-        walls.append(wall)
-        presets.append(plan_wall("model=llama3-8b")[2])
-    assert min(walls) < max(1.0, 1.5 * min(presets)), (walls, presets)
+        costs.append(cost)
+        presets.append(plan_cost("model=llama3-8b")[2])
+    assert min(costs) < 3 * min(presets), (costs, presets)
