@@ -5,13 +5,11 @@ head_dim, the family's other switches); a sample is built on the meta device her
 under a second without torch. A transformers upgrade fails the version test until the survey is run again."""
 import json
 import os
-import subprocess
 import sys
-import resource
 from importlib.metadata import version
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_for_cpu
 
 from trl_ds.plan.params import FAST_TYPES, count_params, from_config
 from trl_ds.plan.surveyed_aliases import SURVEYED, SURVEYED_WITH
@@ -55,18 +53,12 @@ def test_a_sample_of_the_aliases_builds_to_the_recorded_counts_on_the_meta_devic
 
 
 def plan_cost(model: str):
-    """(stdout, the modules of torch and transformers imported, CPU seconds with the interpreter's start).
-
-    CPU time, not wall: the suite's part 1 runs at nice 19 beside the launches of part 2, so its wall time says more
-    about part 2 than about the plan (CI measured 4-9 s of wall for a plan that costs 0.5 s of CPU)."""
+    """(stdout, the modules of torch and transformers imported, CPU seconds with the interpreter's start)."""
     code = ("import sys, runpy; sys.argv = ['trl_ds.plan', '{model}', 'cluster=1x1', '--json']\n"
             "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print([m for m in ('torch', 'transformers') if m in sys.modules], file=sys.stderr)")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run([sys.executable, "-c", code.format(model=model)], cwd=REPO, capture_output=True, text=True,
-                         timeout=60, env={**os.environ})
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    out, cpu = run_for_cpu([sys.executable, "-c", code.format(model=model)], cwd=REPO, capture_output=True, text=True,
+                           timeout=60, env={**os.environ})
     return out.stdout, out.stderr.strip().splitlines()[-1], cpu
 
 
