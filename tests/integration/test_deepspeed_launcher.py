@@ -5,6 +5,9 @@ DeepSpeed's launcher has no rendezvous deadline of its own (its ranks would wait
 the process group): a node started alone must end within launcher.rdzv_timeout, naming the missing node, and leave
 no rank behind.
 """
+import glob
+import os
+
 import pytest
 
 from tests.conftest import read_json, run_app
@@ -26,7 +29,8 @@ pytestmark = pytest.mark.integration
 def test_single_node_from_the_shipped_localhost_hostfile(tmp_path_factory, tmp_path):
     reference = reference_run(tmp_path_factory)
     # DeepSpeed has no --standalone: a free port keeps it clear of other runs on this machine.
-    out = run_app(["launcher=deepspeed", "cluster.hostfile=hostfiles/local.txt", f"cluster.master_port={free_port()}",
+    port = free_port()
+    out = run_app(["launcher=deepspeed", "cluster.hostfile=hostfiles/local.txt", f"cluster.master_port={port}",
                    f"model.name_or_path={tiny_model_dir(tmp_path_factory)}"], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert (tmp_path / "hostfile").read_text().splitlines()[1:] == ["localhost slots=2"]
@@ -35,6 +39,9 @@ def test_single_node_from_the_shipped_localhost_hostfile(tmp_path_factory, tmp_p
     assert losses(tmp_path) == pytest.approx(reference["losses"], abs=1e-6)
     assert sorted(p.name.split("_")[-1] for p in (tmp_path / "logs" / "node_0").glob("*_rank*.log")) == [
         "rank0.log", "rank1.log"]
+    # DeepSpeed's launcher sets LOCAL_SIZE, so its CPU all-reduce gave each rank a /dev/shm buffer (66 MB) that it
+    # never unlinks: each rank did (trl_ds/worker/shm_buffers.py)
+    assert glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_*") == []
 
 
 def two_node_args(tmp_path_factory, tmp_path, port, timeout=900):

@@ -21,6 +21,7 @@ from trl_ds.rundir.layout import SUMMARY, load_run_config, script_copy, write_js
 from trl_ds.rundir.lifeline import LAUNCH_ID, watch_launcher
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.script_argv import script_argv
+from trl_ds.worker.shm_buffers import unlink_at_exit
 from trl_ds.worker.unused_packages import skip_muon
 
 RUN_DIR_ENV = "TRL_DS_RUN_DIR"  # for scripts that want to find the run dir's files themselves
@@ -34,6 +35,7 @@ def main(argv) -> int:
     if CHECK_FLAG in argv:
         return check(cfg, run_dir)
     os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
+    unlink_at_exit()  # DeepSpeed's shared-memory all-reduce buffer (shm_buffers.py)
     bound_op_lock_waits()  # as the worker: DeepSpeed's ops load in this rank, never waiting forever on a lock
     skip_muon(run_dir)  # as the worker (a script may use bitsandbytes itself: that one stays visible)
     from trl_ds.worker.records import forget_other_ranks

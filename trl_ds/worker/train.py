@@ -46,6 +46,7 @@ from trl_ds.worker.gpu_cap import apply_gpu_cap
 from trl_ds.worker.measure import measure_rank
 from trl_ds.worker.own_steps import OwnAdamSteps
 from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, forget_other_ranks, summarize
+from trl_ds.worker.shm_buffers import unlink_at_exit
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
 
@@ -57,6 +58,7 @@ class DiskFullError(OSError):
 def main(argv) -> int:
     run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank")][0])
     os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
+    unlink_at_exit()  # DeepSpeed's shared-memory all-reduce buffer (shm_buffers.py)
     bound_op_lock_waits()  # DeepSpeed's ops load in this rank: a lock left behind is cleared, a held one waited on
     try:
         return train(run_dir)
