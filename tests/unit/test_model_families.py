@@ -151,7 +151,7 @@ def test_variants_of_the_newer_families_count_exactly_from_their_config(tmp_path
 
 
 # families neither written out nor templated (tests/data/shape_survey.json says why)
-@pytest.mark.parametrize("model_type,extra", [("apertus", {}), ("recurrent_gemma", {}),
+@pytest.mark.parametrize("model_type,extra", [("lfm2", {}), ("recurrent_gemma", {}),
                                               ("flint", {"num_experts": 4, "num_experts_per_tok": 2})])
 def test_other_families_count_exactly_on_the_meta_device(tmp_path, model_type, extra):
     raw = {"model_type": model_type, **SMALL, **extra}
@@ -174,4 +174,23 @@ def test_an_attention_free_model_is_one_clear_error_not_a_traceback(tmp_path):
                                            "num_hidden_layers": 2})
     with pytest.raises(ConfigError, match=r"model_type 'mamba' has no top-level num_attention_heads: .*"
                                           r"model.name_or_path=.*model.config_path="):
+        count_params(read_hf_config(folder))
+
+
+def test_a_config_json_transformers_wrote_with_infinity_counts_exactly(tmp_path):
+    """transformers 5 writes float("inf") as {"__float__": "Infinity"} (nemotron_h's time_step_limit); read back
+    as-is, the config failed its own validation and the plan ended in a traceback."""
+    config = AutoConfig.for_model("nemotron_h", vocab_size=320, num_hidden_layers=4,
+                                  hybrid_override_pattern="M*-M")
+    config.save_pretrained(tmp_path / "m")
+    assert '"__float__": "Infinity"' in (tmp_path / "m" / "config.json").read_text()
+    total, largest, _ = meta_counts(instantiate(config))
+    counts = count_params(read_hf_config(str(tmp_path / "m")))
+    assert (counts.total, counts.largest_module) == (total, largest)
+
+
+def test_a_config_transformers_validation_refuses_is_one_clear_error(tmp_path):
+    folder = write_config(tmp_path / "m", {"model_type": "falcon_h1", "hidden_size": 64, "mamba_n_heads": 7})
+    with pytest.raises(ConfigError, match=r"model_type 'falcon_h1' is not a causal LM that transformers can build "
+                                          r"here \(StrictDataclassClassValidationError: .*model.config_path="):
         count_params(read_hf_config(folder))

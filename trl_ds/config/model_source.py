@@ -73,12 +73,18 @@ def read_json(path: str, key: str) -> dict:
     file = os.path.join(expanded, "config.json") if os.path.isdir(expanded) else expanded
     try:
         with open(file) as f:
-            raw = json.load(f)
+            raw = json.load(f, object_hook=special_floats)
     except (OSError, ValueError) as err:
         raise ConfigError([f"{key} cannot be read as a model's config.json ({err}). {FIX}"]) from None
     if not isinstance(raw, dict) or not raw.get("model_type"):
         raise ConfigError([f"{key}: {file} has no model_type, so the architecture is unknown. {FIX}"])
     return raw
+
+
+def special_floats(obj: dict):
+    """Infinity and NaN as transformers writes them since v5 ({"__float__": "Infinity"}), read back as floats, as
+    its own from_pretrained does (nemotron_h's time_step_limit: the tagged form fails its config's validation)."""
+    return float(obj["__float__"]) if obj.keys() == {"__float__"} else obj
 
 
 def hub_config_file(repo_id: str) -> str:

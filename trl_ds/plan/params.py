@@ -356,6 +356,7 @@ def fast_layout(arch: Architecture) -> Layout:
 def meta_model(config_json: str):
     """The model on the meta device (no memory, no weights), or ConfigError when transformers cannot build it."""
     import torch
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, AutoModelForCausalLM
 
     raw = json.loads(config_json)
@@ -364,7 +365,7 @@ def meta_model(config_json: str):
         config = AutoConfig.for_model(kind, **raw)
         with torch.device("meta"):
             return config, AutoModelForCausalLM.from_config(config)
-    except (ValueError, KeyError, TypeError, AttributeError, ImportError) as err:
+    except (ValueError, KeyError, TypeError, AttributeError, ImportError, StrictDataclassError) as err:
         raise ConfigError([f"model_type {kind!r} is not a causal LM that transformers can build here "
                            f"({type(err).__name__}: {str(err).splitlines()[0][:200]}), so its size is unknown. "
                            f"Name a causal LM's folder or hub id (model.name_or_path=...) or its config.json "
