@@ -27,6 +27,8 @@ CONFIGS = {  # the published config.json files' dimensions (all their layers)
                                        "intermediate_size": 22528, "num_hidden_layers": 40,
                                        "num_attention_heads": 64, "num_key_value_heads": 64,
                                        "tie_word_embeddings": True},
+    "bigcode/starcoderbase-1b": {"model_type": "gpt_bigcode", "vocab_size": 49152, "n_embd": 2048, "n_head": 16,
+                                 "n_inner": 8192, "n_layer": 24, "n_positions": 8192, "multi_query": True},
 }
 PLAN = ("import sys, runpy; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
         "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n")

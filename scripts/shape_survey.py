@@ -35,6 +35,7 @@ import transformers
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from trl_ds.config.model_source import special_floats
 from trl_ds.plan import params, shape_templates
 from trl_ds.plan.params import EXPERT_COUNT_KEYS
 
@@ -43,11 +44,11 @@ TEMPLATES, DATA = ROOT / "trl_ds/plan/shape_templates.json", ROOT / "tests/data/
 SMALL = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
          "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 8, "num_experts": 4, "num_local_experts": 4,
          "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-         "shared_expert_intermediate_size": 40}
+         "shared_expert_intermediate_size": 40, "mamba_n_heads": 8}
 SMALL2 = {"vocab_size": 352, "hidden_size": 96, "intermediate_size": 160, "num_hidden_layers": 6,
           "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 8, "num_experts": 6,
           "num_local_experts": 6, "n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 48,
-          "shared_expert_intermediate_size": 56}
+          "shared_expert_intermediate_size": 56, "mamba_n_heads": 12}
 NOT_SWITCHES = {"use_cache", "return_dict", "output_hidden_states", "output_attentions", "torchscript",
                 "is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "chunk_size_feed_forward",
                 "use_return_dict", "output_router_logits", "_attn_implementation_autoset", "is_composition",
@@ -79,7 +80,7 @@ def unflatten(flat: dict) -> dict:
 def build(model_type: str, kwargs: dict):
     """(config.json as save_pretrained writes it, the rebuilt config's flat values, the meta model)."""
     config = CONFIG_MAPPING[model_type](**unflatten(kwargs))
-    written = json.loads(config.to_json_string(use_diff=True))
+    written = json.loads(config.to_json_string(use_diff=True), object_hook=special_floats)
     written.pop("transformers_version", None)
     rebuilt = AutoConfig.for_model(**written)
     with torch.device("meta"):
@@ -204,12 +205,15 @@ def probe_values(key: str, value):
 
 
 def base_kwargs(cls, defaults: dict, sizes: dict) -> dict:
-    """The sizes set on the config's own keys (and a composite's sub-configs holding them)."""
+    """The sizes set on the config's own keys (and a composite's sub-configs holding them); token ids the smaller
+    vocabulary would not hold, inside it."""
     out = {}
-    for key in defaults:
+    for key, value in defaults.items():
         last = key.split(".")[-1]
         if last in sizes:
             out[key] = sizes[last]
+        elif last.endswith("_token_id") and isinstance(value, int) and value >= sizes["vocab_size"]:
+            out[key] = sizes["vocab_size"] - 1
     for alias, real in cls.attribute_map.items():
         if alias in sizes and real in defaults:
             out[real] = sizes[alias]
@@ -251,8 +255,8 @@ def probe(model_type, base: Row, defaults: dict, rng):
             if row is None:
                 continue
             built, row.parent = True, base.name
-            if current is None and row.q != base.q:  # None switches to another formula: configs keep None
-                held[key] = None
+            if current is None and row.q != base.q:  # None switches to another formula: configs keep None,
+                held[key] = None  # unless survey() finds the size None stands for (gpt_bigcode's n_inner)
             elif row.q != base.q or row.values != base.values:
                 rows.append(row)
                 changes[key] = new
@@ -301,6 +305,13 @@ def probe(model_type, base: Row, defaults: dict, rng):
     return rows, changes, held, derived_lists
 
 
+def shaping_strings(base, rows, changes):
+    """Strings whose change moved the shapes (apertus's xIELU activation holds parameters, gelu none): no formula
+    reads a string, so a config must keep the default, and the rows that changed one teach nothing."""
+    return [k for k, v in changes.items() if isinstance(v, str) and any(
+        r.name == f"{k}={v}" and r.q != base.q for r in rows)]
+
+
 # ---- fitting ---------------------------------------------------------------------------------------------------
 
 def term_list(names):
@@ -325,6 +336,9 @@ def term_list(names):
         for c in names:
             if c != b:
                 out.append(("pf", a, b, c))
+    for a, b in itertools.combinations_with_replacement(names, 2):  # mamba's head_dim: expand * hidden // heads
+        out += [("pd", a, b, c) for c in names if c not in (a, b)]
+    out += [("k", *abc) for abc in itertools.permutations(names, 3)]
     return out
 
 
@@ -347,7 +361,8 @@ def fit(ys, rows, names):
     cols, terms, seen = [], [], set()
     switches = {n for n in names if all(r.get(n, 0) in (0, 1) for r in rows)}
     for term in term_list(names):
-        if (term[0] == "f" and term[3] in switches) or (term[0] == "pf" and term[3] in switches):
+        if (term[0] == "f" and term[3] in switches) or (term[0] in ("pf", "pd") and term[3] in switches) or (
+                term[0] == "k" and term[2] in switches):
             continue  # a division by a switch is no size
         col = column(term, rows)
         if col is None or not col.any() or col.tobytes() in seen:
@@ -380,7 +395,7 @@ def fit(ys, rows, names):
 
 def combinations(k, m, monomials):
     """Index sets of k columns to try: any two of the first 400; for three, any of the monomials, or the constant, a
-    monomial and any term."""
+    monomial and any term, or two monomials and any term (gpt_bigcode's fused qkv: 3h - 2·mq·h + 2·mq·(h // heads))."""
     if k == 2:
         yield from itertools.combinations(range(min(400, m)), 2)
         return
@@ -388,6 +403,9 @@ def combinations(k, m, monomials):
     for i in range(1, min(monomials, 30)):
         for j in range(monomials, min(m, monomials + 300)):
             yield 0, i, j
+    for i, i2 in itertools.combinations(range(1, min(monomials, 15)), 2):
+        for j in range(monomials, min(m, monomials + 300)):
+            yield i, i2, j
 
 
 def relevant(quantity, base, rows):
@@ -416,7 +434,10 @@ def fit_quantity(quantity, base, rows):
     defined = [r for r in everyone if quantity in r.q] if not quantity.startswith(("n:", "g:")) else everyone
     primary, everything = relevant(quantity, base, rows)
     tries = [names for names in (primary, everything) if len(names) <= 8]
-    tries += [primary | {extra} for extra in sorted(structural(everyone) - primary)[:4] if len(primary) < 8]
+    extras = sorted(structural(everyone) - primary)
+    tries += [primary | {extra} for extra in extras[:4] if len(primary) < 8]
+    tries += [primary | set(two) for two in itertools.combinations(extras[:6], 2) if len(primary) < 7]  # jamba's
+    # layer period and offset: they move nothing in the base's few layers
     if not tries:
         raise Unsupported(f"{quantity} moves with {len(everything)} keys")
     for names in tries:  # a key that moved it only together with another comes last
@@ -424,6 +445,16 @@ def fit_quantity(quantity, base, rows):
         expr = fit([r.q.get(quantity, 0) for r in usable], [r.values for r in usable], names)
         if expr is not None:
             return expr
+    for names in tries:  # a tensor only where a switch is on, in a number the switch does not say (jamba's
+        # mamba conv bias: in every layer that is not attention)
+        usable = [r for r in defined if names <= set(r.values)]
+        for switch in sorted(n for n in names if {r.values[n] for r in usable} == {0, 1}):
+            if any(r.q.get(quantity, 0) for r in usable if not r.values[switch]):
+                continue
+            on = [r for r in usable if r.values[switch]]
+            expr = fit([r.q.get(quantity, 0) for r in on], [r.values for r in on], names - {switch})
+            if expr is not None:
+                return [[c, ["x", switch, term]] for c, term in expr]
     raise Unsupported(f"no formula for {quantity} over {sorted(everything)}")
 
 
@@ -439,7 +470,9 @@ def structural(rows):
 def used_variables(expr):
     out = set()
     for _, term in expr:
-        if term[0] == "f":
+        if term[0] == "x":
+            out |= {term[1]} | used_variables([[1, term[2]]])
+        elif term[0] == "f":
             out |= {n for _, n in term[1]} | ({term[3]} if isinstance(term[3], str) else set())
         else:
             out |= set(term[1:])
@@ -523,7 +556,48 @@ ARCH = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size",
         *EXPERT_COUNT_KEYS)
 
 
+def none_sizes(model_type, base, rows, held) -> dict:
+    """Keys held at None whose int setting is a size (gpt_bigcode's n_inner: None is 4 * n_embd): key -> the rows
+    setting it to 8 and 16, where a dimension follows it linearly, a * value + b, and gives back the size None stands
+    for in every row that leaves it None (filled into their values; survey() drops them all if no template fits)."""
+    out = {}
+    for key in [k for k, v in held.items() if v is None]:
+        pair = [try_row(model_type, f"{key}={n}", {**base.kwargs, key: n}) for n in (8, 16)]
+        if None in pair or key in pair[0].values and pair[0].values[key] != 8:
+            continue
+        for quantity in sorted(set(pair[0].q) & set(pair[1].q) & set(base.q)):
+            a, rest = divmod(pair[1].q[quantity] - pair[0].q[quantity], 8)
+            b = pair[0].q[quantity] - 8 * a
+            if quantity.startswith("d") and a > 0 and not rest and all(
+                    (r.q.get(quantity, b) - b) % a == 0 and r.q.get(quantity, b) > b for r in [base] + rows):
+                out[key] = (pair, quantity, a, b)
+                break
+    return out
+
+
+def with_none_sizes(model_type, base, rows, changes, held, found) -> list:
+    for key, (pair, quantity, a, b) in found.items():
+        for r in [base] + rows:
+            if key not in r.kwargs:
+                r.values[key] = (r.q[quantity] - b) // a
+        for r in pair:
+            r.parent = base.name
+        rows = rows + pair
+        changes[key] = 8
+        del held[key]
+    return rows
+
+
 def survey(model_type: str, rng) -> dict:
+    try:
+        return survey_with(model_type, rng, fill_nones=True)
+    except Unsupported as err:
+        if not getattr(err, "filled_nones", False):
+            raise
+        return survey_with(model_type, random.Random(model_type), fill_nones=False)  # as if it never tried
+
+
+def survey_with(model_type: str, rng, fill_nones: bool) -> dict:
     cls = CONFIG_MAPPING[model_type]
     if cls.model_type != model_type:
         return {"kept": False, "why": f"its config.json names {cls.model_type}"}
@@ -532,6 +606,20 @@ def survey(model_type: str, rng) -> dict:
     if base is None:
         return {"kept": False, "why": "the default config does not build"}
     rows, changes, held, derived_lists = probe(model_type, base, defaults, rng)
+    found = none_sizes(model_type, base, rows, held) if fill_nones else {}
+    rows = with_none_sizes(model_type, base, rows, changes, held, found)
+    try:
+        return fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, rng)
+    except Unsupported as err:
+        err.filled_nones = bool(found)
+        raise
+
+
+def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, rng) -> dict:
+    for key in shaping_strings(base, rows, changes):
+        held[key] = defaults.get(key)
+        rows = [r for r in rows if r.kwargs.get(key) == base.kwargs.get(key)]
+        del changes[key]
     patterns = sorted({k[2:] for r in [base] + rows for k in r.q if k.startswith("n:")})
     if {r.embedding for r in [base] + rows} != {base.embedding} or len(
             {r.lm_head for r in [base] + rows} - {None}) > 1:

@@ -23,9 +23,9 @@ DATA = Path(__file__).with_name("shape_templates.json")
 IGNORED = ("architectures", "auto_map", "transformers_version", "_name_or_path", "torch_dtype", "dtype",
            "id2label", "label2id", "task_specific_params", "quantization_config", "model_type")
 # settings that never hold parameters, under whatever name a config of an older version carries them (rope_theta,
-# rope_scaling, resid_pdrop, layer_norm_epsilon, ...)
+# rope_scaling, resid_pdrop, layer_norm_epsilon, ...; summary_* feed only the double-heads models' classifier)
 HARMLESS = re.compile(r"(^|[._])(rope|rotary|dropout|pdrop|eps|epsilon|initializer|init|attn_implementation|"
-                      r"use_cache|token_id|logit|scale|softcap|temperature)")
+                      r"use_cache|token_id|logit|scale|softcap|temperature|summary)")
 
 
 @lru_cache(maxsize=1)
@@ -73,7 +73,9 @@ def given(flat: dict, name: str, attribute_map: dict):
 def term_value(term: list, v: Dict[str, int]) -> int:
     """("p", a, b...): a product (empty: 1); ("f", [[coef, name]...], const, divisor): floor of the sum over the
     divisor (a variable or a number); ("m", a, b): the smaller; ("ne", a, b): 1 where they differ, else 0;
-    ("q", a, b): (a // b) ** 2; ("pf", a, b, c): a * (b // c)."""
+    ("q", a, b): (a // b) ** 2; ("pf", a, b, c): a * (b // c); ("pd", a, b, c): a * b // c;
+    ("k", a, b, c): how many i < a have i % b == c (jamba's attention layers: every b-th from the c-th);
+    ("x", s, term): the term where the switch s is on, else 0."""
     kind = term[0]
     if kind == "p":
         out = 1
@@ -89,6 +91,12 @@ def term_value(term: list, v: Dict[str, int]) -> int:
         return int(v[term[1]] != v[term[2]])
     if kind == "q":
         return (v[term[1]] // v[term[2]]) ** 2
+    if kind == "x":
+        return v[term[1]] * term_value(term[2], v)
+    if kind == "k":
+        return max(0, (v[term[1]] - v[term[3]] + v[term[2]] - 1) // v[term[2]])
+    if kind == "pd":
+        return v[term[1]] * v[term[2]] // v[term[3]]
     return v[term[1]] * (v[term[2]] // v[term[3]])
 
 
