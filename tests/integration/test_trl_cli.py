@@ -25,7 +25,12 @@ def test_trl_sft_on_the_exported_files_trains_like_the_run(tmp_path_factory, tmp
                           str(out_dir), "--save_strategy", "steps", "--save_steps", str(steps)], cwd=run_dir,
                          capture_output=True, text=True, timeout=900,
                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
-    assert cli.returncode == 0, cli.stderr[-3000:]
+    # TRL's own CLI leaves gloo's threads to the interpreter's teardown, where a rank can still abort after the run
+    # has trained and saved ("terminate called without an active exception", SIGABRT: one run in several here). Not
+    # what this test checks, nor trl_ds's to fix (its own ranks skip that teardown: worker/script.py end_here); the
+    # saved checkpoint below is checked either way.
+    aborted_in_teardown = "terminate called without an active exception" in cli.stderr
+    assert cli.returncode == 0 or aborted_in_teardown, cli.stderr[-3000:]
     checkpoint = out_dir / f"checkpoint-{steps}"
     # DeepSpeed ZeRO partitioned the optimizer over both ranks (accelerate counted 2 processes, not 1 each).
     shards = sorted(p.name for p in (checkpoint / f"global_step{steps}").glob("zero_pp_rank_*_optim_states.pt"))
