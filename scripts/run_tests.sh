@@ -44,6 +44,7 @@ printf 'make test: unit+configs+light %dm%02ds (exit %d), integration %dm%02ds (
   $((unit_s / 60)) $((unit_s % 60)) "$unit" $((integration_s / 60)) $((integration_s % 60)) "$integration" \
   $((total_s / 60)) $((total_s % 60))
 # DeepSpeed's CPU all-reduce never unlinks its shared-memory buffers (66 MB per rank per run, in memory-backed
-# /dev/shm): remove the ones this suite's runs left, or a machine that runs it often fills up (6 GB seen)
+# /dev/shm); trl_ds's ranks unlink their own at exit, but the ranks tests kill cannot: remove what this suite's runs
+# left, or a machine that runs it often fills up (6 GB seen)
 find /dev/shm -maxdepth 1 -name 'deepspeed_allreduce_buffer_*' -newer "$part1/started" -delete 2>/dev/null
 [ "$unit" = 0 ] && [ "$integration" = 0 ]

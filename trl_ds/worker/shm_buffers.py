@@ -15,11 +15,11 @@ def own_buffer(env=os.environ) -> str:
 
 
 def unlink_at_exit() -> None:
-    atexit.register(_unlink, own_buffer())
+    atexit.register(_unlink_own)  # named at exit: an MPI rank learns its RANK later (train.adopt_launcher_ranks)
 
 
-def _unlink(path: str) -> None:
+def _unlink_own() -> None:
     try:
-        os.unlink(path)
+        os.unlink(own_buffer())
     except FileNotFoundError:  # ranks on several hosts: DeepSpeed made none
         pass
