@@ -3,8 +3,8 @@ meta device: a fresh `python -m trl_ds.plan` process each, wall clock, alternati
 
     nice -n 0 .venv/bin/python scripts/bench_plan_count.py --runs 5
 
-The meta side is the same config.json with one key no template knows (the template steps aside), planned with an
-empty count cache, so every run is a config's first plan, as it was for these families before the templates.
+The meta side is the same config.json planned with the templates out of reach (as before the survey), and both sides
+with an empty count cache, so every run is a config's first plan.
 """
 import argparse
 import json
@@ -29,16 +29,28 @@ CONFIGS = {  # the published config.json files' dimensions (all their layers)
                                        "tie_word_embeddings": True},
     "bigcode/starcoderbase-1b": {"model_type": "gpt_bigcode", "vocab_size": 49152, "n_embd": 2048, "n_head": 16,
                                  "n_inner": 8192, "n_layer": 24, "n_positions": 8192, "multi_query": True},
+    "ai21labs/AI21-Jamba-1.5-Mini": {"model_type": "jamba", "vocab_size": 65536, "hidden_size": 4096,
+                                     "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                                     "num_key_value_heads": 8, "num_experts": 16, "num_experts_per_tok": 2,
+                                     "attn_layer_offset": 4, "attn_layer_period": 8, "expert_layer_offset": 1,
+                                     "expert_layer_period": 2, "mamba_dt_rank": 256, "tie_word_embeddings": False},
+    "LiquidAI/LFM2-350M": {"model_type": "lfm2", "vocab_size": 65536, "hidden_size": 1024, "block_ff_dim": 6656,
+                           "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 8,
+                           "conv_dim": 1024, "tie_embedding": True,
+                           "layer_types": ["conv", "conv", "full_attention"] * 3 + ["conv", "full_attention"] * 3 + [
+                               "conv"]},
 }
-PLAN = ("import sys, runpy; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
+PLAN = ("import sys, runpy; side = sys.argv[2]; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
+        "if side == 'meta':\n    import trl_ds.plan.shape_templates as t\n"
+        "    t.DATA = t.DATA.with_name('absent.json')\n"
         "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n")
 
 
-def plan_once(folder: Path) -> tuple:
+def plan_once(folder: Path, side: str) -> tuple:
     """(wall seconds, the count method plan.json names) of one fresh plan with an empty count cache."""
     with tempfile.TemporaryDirectory() as cache:
         started = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", PLAN, f"model.name_or_path={folder}"], cwd=REPO, check=True,
+        out = subprocess.run([sys.executable, "-c", PLAN, f"model.name_or_path={folder}", side], cwd=REPO, check=True,
                              capture_output=True, text=True, env={**os.environ, "TRL_DS_CACHE": cache})
         wall = time.perf_counter() - started
     data = json.loads(out.stdout)
@@ -51,18 +63,15 @@ def main(argv) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         for name, raw in CONFIGS.items():
-            sides = {}
-            for side, extra in (("template", {}), ("meta", {"x_a_key_no_template_knows": 1})):
-                folder = Path(tmp) / name.replace("/", "_") / side
-                folder.mkdir(parents=True)
-                (folder / "config.json").write_text(json.dumps({**raw, **extra}))
-                sides[side] = folder
-            walls = {side: [] for side in sides}
+            folder = Path(tmp) / name.replace("/", "_")
+            folder.mkdir(parents=True)
+            (folder / "config.json").write_text(json.dumps(raw))
+            walls = {side: [] for side in ("template", "meta")}
             counted = {}
-            plan_once(sides["template"])  # warm the file cache
+            plan_once(folder, "template")  # warm the file cache
             for _ in range(args.runs):
-                for side, folder in sides.items():
-                    wall, method, params = plan_once(folder)
+                for side in walls:
+                    wall, method, params = plan_once(folder, side)
                     walls[side].append(wall)
                     counted[side] = (method, params)
             assert counted["template"][1] == counted["meta"][1], counted

@@ -4,15 +4,19 @@
     nice -n 19 .venv/bin/python scripts/shape_survey.py phi stablelm # those only, prints, writes nothing
 
 For each model_type transformers builds as a causal LM and params.py does not write out, a base config (the family
-survey's small sizes where the config has those keys) is built on the meta device, then once per key with that key
-changed alone (each int raised, each boolean flipped, each None set, each list reversed or cut, each float doubled,
-each activation swapped), once per sizing key left out (to see what transformers derives), and with random sets of the
-keys that shaped something changed together. Every parameter tensor becomes a name pattern (indices as `*`); its
-count and each dimension is fitted, over all the builds, by the simplest exact integer formula of at most three terms
-(products of two keys, floor divisions) of the keys whose change moved it. A key left out of a config.json takes the
-class default, or a formula fitted the same way. Keys whose change moved shapes that no formula follows (a string, a
-float, a list of dicts), and keys no value of which builds, are held at their default: a config that sets another
-value is counted on the meta device.
+survey's small sizes where the config has those keys; where they do not build, with one of them left at its default)
+is built on the meta device, then once per key with that key changed alone (each int raised, each boolean flipped,
+each None set, each list reversed or cut, a list of one kind given another kind that the config and modeling code both
+name, each float doubled, each activation swapped), once per sizing key left out (to see what transformers derives),
+and with random sets of the keys that shaped something changed together. Every parameter tensor becomes a name pattern
+(indices as `*`); its count and each dimension is fitted, over all the builds, by the simplest exact integer formula
+of at most three terms (products of two keys, floor divisions, a size rounded up to a multiple) of the keys whose
+change moved it, or by one formula where a switch is on and another where it is off; a tensor a switch adds is first
+tried at another tensor's count. A key left out of a config.json takes the class default, or a formula fitted the
+same way. Keys whose change moved shapes that no formula follows (a string, a float, a list of dicts), and keys no
+value of which builds, are held at their default: a config that sets another value is counted on the meta device.
+The config attributes the model's source files read, and the older names its config class takes for a field, go into
+the template too, so that an older config.json's extra fields are read as transformers reads them.
 
 A template is kept only if it reproduces, from the config.json save_pretrained writes, the meta device's total, largest
 module, active parameters, embedding and lm_head on every build and on held-out configs of other sizes (another base,
@@ -184,7 +188,7 @@ def try_row(model_type, name, kwargs):
 
 # ---- probing ---------------------------------------------------------------------------------------------------
 
-def probe_values(key: str, value):
+def probe_values(key: str, value, kinds=()):
     last = key.split(".")[-1]
     if isinstance(value, bool):
         return [not value]
@@ -199,8 +203,11 @@ def probe_values(key: str, value):
     if isinstance(value, list):
         if not value:
             return [[0]]
-        return [value[::-1], [value[0]] * len(value), value[:-1]] if len(set(map(json.dumps, value))) > 1 else [
-            value[:-1]]
+        if all(isinstance(x, float) for x in value):  # falcon_h1's muP multipliers: other values, same length
+            return [[x * 2 + 1 for x in value], value[:-1]]
+        if len(set(map(json.dumps, value))) > 1:
+            return [value[::-1], [value[0]] * len(value), value[:-1]]
+        return [value[:-1] + [k] for k in kinds if k != value[0] and isinstance(value[0], str)] + [value[:-1]]
     return []
 
 
@@ -218,6 +225,17 @@ def base_kwargs(cls, defaults: dict, sizes: dict) -> dict:
         if alias in sizes and real in defaults:
             out[real] = sizes[alias]
     return out
+
+
+def first_build(model_type, name, kwargs):
+    """The sizes as given, else with the one size left at its default that lets them build (falcon_h1's mamba heads
+    must divide its default mamba_d_ssm; gpt_neo's layer count must match its default attention pattern)."""
+    row = try_row(model_type, name, kwargs)
+    for key in kwargs if row is None else ():
+        row = try_row(model_type, name, {k: v for k, v in kwargs.items() if k != key})
+        if row is not None:
+            break
+    return row
 
 
 def skipped(key: str) -> bool:
@@ -240,20 +258,34 @@ def children(model_type, parent: Row, changes: dict, skip=()):
     return out
 
 
-def probe(model_type, base: Row, defaults: dict, rng):
+def swaps_kind(current, new) -> bool:
+    return isinstance(current, list) and len(set(map(json.dumps, current))) == 1 and isinstance(current[0], str) and (
+        isinstance(new, list) and len(new) == len(current))
+
+
+def layer_kinds(model_type) -> list:
+    """Words the config and the modeling code both quote (lfm2's "conv" beside "full_attention"): what else a list
+    of one kind, such as a default layer_types of full attention only, may hold."""
+    config, *modeling = model_sources(CONFIG_MAPPING[model_type])
+    quoted = [set(re.findall(r"[\"']([a-z][a-z0-9_]*)[\"']", text)) for text in (config, "\n".join(modeling))]
+    return sorted(quoted[0] & quoted[1] - {model_type})
+
+
+def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
     """Rows with one key changed (each key's first value that builds), with a sizing key left out (alone and with
     another size changed), rows around each change that brought new tensors, and random sets of changes."""
     rows, changes, held, derived_lists = [], {}, {}, set()
+    kinds = layer_kinds(model_type) if swap_kinds else []
     for key in sorted(set(defaults) | set(base.flat)):
         if skipped(key):
             continue
         value = defaults.get(key)
         current = base.kwargs.get(key, base.flat.get(key, value))
         built = False
-        for new in probe_values(key, current):
+        for new in probe_values(key, current, kinds):
             row = try_row(model_type, f"{key}={new}", {**base.kwargs, key: new})
-            if row is None:
-                continue
+            if row is None or (row.q == base.q and swaps_kind(current, new)):
+                continue  # a word that is no layer kind of this model may build and change nothing
             built, row.parent = True, base.name
             if current is None and row.q != base.q:  # None switches to another formula: configs keep None,
                 held[key] = None  # unless survey() finds the size None stands for (gpt_bigcode's n_inner)
@@ -339,6 +371,7 @@ def term_list(names):
     for a, b in itertools.combinations_with_replacement(names, 2):  # mamba's head_dim: expand * hidden // heads
         out += [("pd", a, b, c) for c in names if c not in (a, b)]
     out += [("k", *abc) for abc in itertools.permutations(names, 3)]
+    out += [("u", a, m, *nd) for a, m in itertools.permutations(names, 2) for nd in ((1, 1), (2, 3))]
     return out
 
 
@@ -362,7 +395,7 @@ def fit(ys, rows, names):
     switches = {n for n in names if all(r.get(n, 0) in (0, 1) for r in rows)}
     for term in term_list(names):
         if (term[0] == "f" and term[3] in switches) or (term[0] in ("pf", "pd") and term[3] in switches) or (
-                term[0] == "k" and term[2] in switches):
+                term[0] in ("k", "u") and term[2] in switches):
             continue  # a division by a switch is no size
         col = column(term, rows)
         if col is None or not col.any() or col.tobytes() in seen:
@@ -377,19 +410,38 @@ def fit(ys, rows, names):
         nz = np.flatnonzero(T[:, j])
         if len(nz) and y[nz[0]] % T[nz[0], j] == 0:
             c = y[nz[0]] // T[nz[0], j]
-            if (c * T[:, j] == y).all():
+            if c and (c * T[:, j] == y).all():
                 return [[int(c), as_json_term(terms[j])]]
-    scale = np.linalg.norm(T.astype(float), axis=0)
     for k in range(2, MAX_TERMS + 1):
-        for combo in combinations(k, T.shape[1], monomials=sum(t[0] == "p" for t in terms)):
-            A = T[:, combo].astype(float) / scale[list(combo)]
-            sol, *_ = np.linalg.lstsq(A, y.astype(float), rcond=None)
-            coefs = np.rint(sol / scale[list(combo)])
-            if not np.all(np.isfinite(coefs)) or (coefs == 0).any() or np.abs(coefs).max() > 1e6:
-                continue
-            coefs = coefs.astype(np.int64)
-            if (T[:, combo] @ coefs == y).all():
+        combos = np.array(list(combinations(k, T.shape[1], monomials=sum(t[0] == "p" for t in terms))),
+                          dtype=np.int64).reshape(-1, k)
+        for start in range(0, len(combos), 2048):
+            found = first_exact(T, y, combos[start:start + 2048])
+            if found is not None:
+                combo, coefs = found
                 return [[int(c), as_json_term(terms[j])] for c, j in zip(coefs, combo)]
+    return None
+
+
+def first_exact(T, y, combos):
+    """The first of these column sets (and its integer coefficients) that gives y exactly: every set's least squares
+    at once through its normal equations on unit columns; a set too near singular for them, through lstsq alone."""
+    scale = np.linalg.norm(T.astype(float), axis=0)
+    A = np.moveaxis((T.astype(float) / scale)[:, combos], 0, 1)  # (sets, rows, k)
+    gram = A.transpose(0, 2, 1) @ A
+    rhs = A.transpose(0, 2, 1) @ y.astype(float)
+    det = np.linalg.det(gram)
+    solid = np.abs(det) > 1e-6
+    sol = np.full(rhs.shape, np.nan)
+    sol[solid] = np.linalg.solve(gram[solid], rhs[solid][..., None])[..., 0]
+    for i in np.flatnonzero(~solid):
+        sol[i] = np.linalg.lstsq(A[i], y.astype(float), rcond=None)[0]
+    coefs = np.rint(sol / scale[combos])
+    sane = np.isfinite(coefs).all(1) & (coefs != 0).all(1) & (np.abs(np.nan_to_num(coefs)).max(1) <= 1e6)
+    for i in np.flatnonzero(sane):
+        c = coefs[i].astype(np.int64)
+        if (T[:, combos[i]] @ c == y).all():
+            return combos[i], c
     return None
 
 
@@ -455,7 +507,37 @@ def fit_quantity(quantity, base, rows):
             expr = fit([r.q.get(quantity, 0) for r in on], [r.values for r in on], names - {switch})
             if expr is not None:
                 return [[c, ["x", switch, term]] for c, term in expr]
+    usable = [r for r in defined if primary <= set(r.values)]
+    for switch in sorted(n for n in primary if {r.values[n] for r in usable} == {0, 1}):  # one formula where a
+        # switch is on, another where it is off (lfm2's FFN width: rounded where block_auto_adjust_ff_dim)
+        sides = [[r for r in usable if r.values[switch] == on] for on in (0, 1)]
+        off, on = (fit([r.q.get(quantity, 0) for r in side], [r.values for r in side], primary - {switch})
+                   for side in sides)
+        if off is not None and on is not None:
+            return off + [[-c, ["x", switch, t]] for c, t in off] + [[c, ["x", switch, t]] for c, t in on]
     raise Unsupported(f"no formula for {quantity} over {sorted(everything)}")
+
+
+def gated_count(quantity, base, rows, counts):
+    """A count that is another tensor's count where a switch is on, else 0 (jamba's mamba biases: one per mamba
+    layer, with mamba_proj_bias): checked on every row, before a search that the few rows with the switch on could
+    fool."""
+    everyone = [base] + rows
+    if all(r.q.get(quantity) for r in everyone):
+        return None
+    switches = sorted(n for n in structural(everyone) if {r.values.get(n) for r in everyone} == {0, 1})
+    for switch, count in itertools.product(switches, counts):
+        expr = [[c, ["x", switch, term]] for c, term in count if term[0] != "x"]
+        if len(expr) == len(count) and agrees_on(expr, quantity, everyone):
+            return expr
+    return None
+
+
+def agrees_on(expr, quantity, rows) -> bool:
+    try:
+        return all(shape_templates.evaluate(expr, r.values) == r.q.get(quantity, 0) for r in rows)
+    except (KeyError, ZeroDivisionError):
+        return False
 
 
 def structural(rows):
@@ -467,6 +549,30 @@ def structural(rows):
     return {k for k, vs in seen.items() if len(vs) > 1 and max(vs) <= 64}
 
 
+def even_divisions(tpl, rows) -> list:
+    """The floor divisions in the template's formulas that left nothing over in every build (falcon_h1's
+    mamba_d_ssm // mamba_n_heads: its validator refuses a remainder): a config where one does is not vouched for."""
+    exprs = [count for _, count, _ in tpl["params"]] + [d for _, _, dims in tpl["params"] for d in dims]
+    exprs += list(tpl["groups"].values()) + [r["derived"] for r in tpl["vars"].values() if "derived" in r]
+    terms, out = [], []
+    for expr in exprs:
+        for _, term in expr:
+            while term[0] == "x":
+                term = term[2]
+            if term[0] in ("f", "pd", "pf", "q") and term not in terms:
+                terms.append(term)
+    for term in terms:
+        seen = []
+        for r in rows:
+            try:
+                seen.append(shape_templates.remainder(term, r.values))
+            except (KeyError, ZeroDivisionError):
+                continue
+        if seen and not any(seen):
+            out.append(term)
+    return out
+
+
 def used_variables(expr):
     out = set()
     for _, term in expr:
@@ -475,7 +581,7 @@ def used_variables(expr):
         elif term[0] == "f":
             out |= {n for _, n in term[1]} | ({term[3]} if isinstance(term[3], str) else set())
         else:
-            out |= set(term[1:])
+            out |= {x for x in term[1:] if isinstance(x, str)}
     return out
 
 
@@ -519,19 +625,20 @@ def variable_rules(needed, base, rows, defaults_values, cls):
 
 def stand_ins(rules, params_out, groups, base, rows):
     """A required variable that a config may leave None (num_key_value_heads: the model then uses the heads): the
-    plain variable every formula agrees with in the rows that left it out."""
+    plain variable (or four times one) every formula agrees with in the rows that left it out."""
     for name, rule in rules.items():
         if "required" not in rule:
             continue
         key = name.split("#")[0]
         left = [r for r in rows if r.name.startswith(f"{key} left out") and name not in r.values]
         plain = sorted(n for n, r in rules.items() if "default" in r)
-        candidates = [["p", a] for a in plain] + [["f", [[1, a]], 0, b] for a in plain for b in plain if a != b]
-        for term in candidates:
+        candidates = [[c, ["p", a]] for c in (1, 4) for a in plain] + [  # gpt_neo's inner width: 4 * hidden
+            [1, ["f", [[1, a]], 0, b]] for a in plain for b in plain if a != b]
+        for expr in candidates:
             try:
-                if left and all(agrees(r, {**r.values, name: shape_templates.term_value(term, r.values)},
+                if left and all(agrees(r, {**r.values, name: shape_templates.evaluate([expr], r.values)},
                                        params_out, groups) for r in left):
-                    rules[name] = {"derived": [[1, term]]}
+                    rules[name] = {"derived": [expr]}
                     break
             except (KeyError, ZeroDivisionError):
                 continue
@@ -589,29 +696,46 @@ def with_none_sizes(model_type, base, rows, changes, held, found) -> list:
 
 
 def survey(model_type: str, rng) -> dict:
+    """With the None sizes filled and the one-kind lists given other kinds; where that fails and either was used,
+    once more without those it used, as if it never tried (cohere2_moe's dense layers bring a width, set by a key
+    its all-sparse base never showed)."""
     try:
-        return survey_with(model_type, rng, fill_nones=True)
+        return survey_with(model_type, rng, fill_nones=True, swap_kinds=True)
     except Unsupported as err:
-        if not getattr(err, "filled_nones", False):
+        used = getattr(err, "used", {})
+        if not any(used.values()):
             raise
-        return survey_with(model_type, random.Random(model_type), fill_nones=False)  # as if it never tried
+        return survey_with(model_type, random.Random(model_type), fill_nones=not used["fill_nones"],
+                           swap_kinds=not used["swap_kinds"])
 
 
-def survey_with(model_type: str, rng, fill_nones: bool) -> dict:
+def zero_counts(rows) -> None:
+    """A list's count of an item it does not hold is 0 (as shape_templates.list_variable reads it), not unknown:
+    the builds whose layer_types hold no conv layer say how many conv tensors none means."""
+    items = {name for r in rows for name in r.values if "#\"" in name}  # kinds, not indices
+    for r in rows:
+        for name in items:
+            if f"{name.split('#')[0]}#len" in r.values:
+                r.values.setdefault(name, 0)
+
+
+def survey_with(model_type: str, rng, fill_nones: bool, swap_kinds: bool) -> dict:
     cls = CONFIG_MAPPING[model_type]
     if cls.model_type != model_type:
         return {"kept": False, "why": f"its config.json names {cls.model_type}"}
     defaults = shape_templates.flatten(cls().to_dict())
-    base = try_row(model_type, "base", base_kwargs(cls, defaults, SMALL)) or try_row(model_type, "base", {})
+    base = first_build(model_type, "base", base_kwargs(cls, defaults, SMALL)) or try_row(model_type, "base", {})
     if base is None:
         return {"kept": False, "why": "the default config does not build"}
-    rows, changes, held, derived_lists = probe(model_type, base, defaults, rng)
+    rows, changes, held, derived_lists = probe(model_type, base, defaults, rng, swap_kinds)
     found = none_sizes(model_type, base, rows, held) if fill_nones else {}
     rows = with_none_sizes(model_type, base, rows, changes, held, found)
+    zero_counts([base] + rows)
     try:
         return fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, rng)
     except Unsupported as err:
-        err.filled_nones = bool(found)
+        err.used = {"fill_nones": bool(found), "swap_kinds": any(
+            swaps_kind(base.flat.get(k), v) for k, v in changes.items())}
         raise
 
 
@@ -624,13 +748,16 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
     if {r.embedding for r in [base] + rows} != {base.embedding} or len(
             {r.lm_head for r in [base] + rows} - {None}) > 1:
         raise Unsupported("the embedding or lm_head changes name")
-    params_out = []
-    for pattern in patterns:
+    params_out, counts = [], []
+    everywhere = {p for p in patterns if all(r.q.get(f"n:{p}") for r in [base] + rows)}
+    for pattern in sorted(patterns, key=lambda p: p not in everywhere):  # those a switch removes last, to reuse
         ranks = {r.q[f"r:{pattern}"] for r in [base] + rows if f"r:{pattern}" in r.q}
         if len(ranks) != 1:
             raise Unsupported(f"{pattern} changes rank")
-        params_out.append([pattern, fit_quantity(f"n:{pattern}", base, rows),
-                           [fit_quantity(f"d{j}:{pattern}", base, rows) for j in range(ranks.pop())]])
+        count = gated_count(f"n:{pattern}", base, rows, counts) or fit_quantity(f"n:{pattern}", base, rows)
+        counts.append(count)
+        params_out.append([pattern, count, [fit_quantity(f"d{j}:{pattern}", base, rows) for j in range(ranks.pop())]])
+    params_out.sort()
     groups = {k[2:]: fit_quantity(k, base, rows) for k in sorted({k for r in [base] + rows for k in r.q
                                                                    if k.startswith("g:")})}
     attribute_map = dict(cls.attribute_map)
@@ -655,9 +782,13 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
             moved = [r for r in rows if r.name.startswith(f"{key}=") and r.q != base.q]
             if moved:
                 fixed[key] = value
-    tpl = {"keys": sorted(set(defaults) | set(attribute_map)), "attribute_map": attribute_map, "fixed": fixed,
+    reads, aliases = source_reads(model_type, cls, base)
+    keys = sorted(set(defaults) | set(attribute_map))
+    tpl = {"keys": keys, "attribute_map": attribute_map, "fixed": fixed, "aliases": aliases,
+           "reads": [r for r in reads if r not in {k.split(".")[-1] for k in keys}],  # those a key's name says
            "vars": rules, "params": params_out, "groups": groups, "embedding": base.embedding,
            "lm_head": next((r.lm_head for r in [base] + rows if r.lm_head), None)}
+    tpl["exact"] = even_divisions(tpl, [base] + rows)
     check(model_type, tpl, [base] + rows, "a build it learned from")
     held_out = held_out_rows(model_type, cls, defaults, changes, rng)
     check(model_type, tpl, held_out, "a held-out config")
@@ -666,7 +797,7 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
 
 
 def held_out_rows(model_type, cls, defaults, changes, rng):
-    base = try_row(model_type, "held-out base", base_kwargs(cls, defaults, SMALL2))
+    base = first_build(model_type, "held-out base", base_kwargs(cls, defaults, SMALL2))
     if base is None:
         raise Unsupported("the second base does not build")
     rows, keys = [base], sorted(changes)
@@ -738,6 +869,53 @@ def counts_from(model_type, tpl, raw):
 
 # ---- driving -----------------------------------------------------------------------------------------------------
 
+# ---- what the model's source reads --------------------------------------------------------------------------------
+
+TRANSFORMERS = Path(transformers.__file__).parent
+SHARED = ("modeling_utils.py", "configuration_utils.py", "modeling_rope_utils.py", "activations.py", "pytorch_utils.py")
+READ = re.compile(r"config\.(\w+)|(?:getattr|hasattr)\(\s*[\w.]*config\w*\s*,\s*[\"'](\w+)[\"']|"
+                  r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']")
+ALIAS = re.compile(r"self\.(\w+)\s*=\s*kwargs\.pop\(\s*[\"'](\w+)[\"']\s*,\s*self\.\1\s*\)")
+
+
+def reads_in(texts) -> set:
+    return {name for text in texts for match in READ.findall(text) for name in match if name}
+
+
+def shared_reads() -> list:
+    """The config attributes transformers' shared modeling code reads, for any model."""
+    return sorted(reads_in((TRANSFORMERS / f).read_text() for f in SHARED))
+
+
+def model_sources(cls) -> list:
+    """The model's own source files (not the modular ones they are generated from), and those of the other model
+    folders they import from; the configuration file first."""
+    folder = Path(sys.modules[cls.__module__].__file__).parent
+    own = sorted((p for p in folder.glob("*.py") if not p.name.startswith("modular_")),
+                 key=lambda p: not p.name.startswith("configuration_"))
+    texts = [p.read_text() for p in own]
+    others = {m for t in texts for m in re.findall(r"from \.\.(\w+)\.", t)} - {folder.name}
+    return texts + [p.read_text() for m in sorted(others) for p in (folder.parent / m).glob("*.py")
+                    if not p.name.startswith("modular_")]
+
+
+def source_reads(model_type, cls, base) -> tuple:
+    """(every config attribute the model's code reads, and every lowercase word of its configuration file; the older
+    names its config class takes in place of a field, where a build confirms it)."""
+    texts = model_sources(cls)
+    reads = reads_in(texts) | set(re.findall(r"\b[a-z][a-z0-9_]*\b", texts[0]))
+    aliases = {}
+    for field, alias in ALIAS.findall(texts[0]):
+        value = base.flat.get(field)
+        if not isinstance(value, int):
+            continue
+        new = (not value) if isinstance(value, bool) else value + 8
+        row = try_row(model_type, f"{alias}={new}", {**base.kwargs, alias: new})
+        if row is not None and row.flat.get(field) == new:
+            aliases[alias] = field
+    return sorted(reads), aliases
+
+
 def on_alarm(signum, frame):
     raise TimeoutError()
 
@@ -746,6 +924,7 @@ def survey_one(model_type: str) -> tuple:
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     signal.signal(signal.SIGALRM, on_alarm)
+    shape_templates.survey()["shared_reads"] = shared_reads()
     signal.alarm(SECONDS_PER_TYPE)
     try:
         result = survey(model_type, random.Random(model_type))
@@ -770,7 +949,7 @@ def main(argv) -> None:
     print(f"{len(kept)} of {len(results)} model_types have a shape template")
     if argv:
         return
-    TEMPLATES.write_text(json.dumps({"transformers": transformers.__version__,
+    TEMPLATES.write_text(json.dumps({"transformers": transformers.__version__, "shared_reads": shared_reads(),
                                      "types": {t: results[t]["template"] for t in kept}}, sort_keys=True) + "\n")
     DATA.write_text(json.dumps({"transformers": transformers.__version__, "model_types": {
         t: {k: v for k, v in r.items() if k != "template"} for t, r in sorted(results.items())}}, indent=1) + "\n")

@@ -40,7 +40,7 @@ def test_every_held_out_config_counts_as_the_meta_device_did(model_type):
             variant["variant"])
 
 
-# Published config.json files (their dimensions and switches; layers cut to two, which every layer repeats; keys of
+# Published config.json files (their dimensions and switches; layers cut to two where every layer repeats; keys of
 # older transformers versions included). phi-1_5 leaves num_key_value_heads null (the heads), opt-350m projects its
 # 512-wide embeddings to 1024, starcoderbase-1b shares one key and value head (multi_query) and sets n_inner.
 PUBLISHED = {
@@ -85,6 +85,31 @@ PUBLISHED = {
         "do_layer_norm_before": False, "activation_function": "relu", "dropout": 0.1, "enable_bias": True,
         "layer_norm_elementwise_affine": True, "bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1,
         "torch_dtype": "float16"},
+    # whole: the attention and expert layers come by period (attention at 4, 12, 20, 28), and a 4.40 config.json
+    "ai21labs/AI21-Jamba-1.5-Mini": {
+        "model_type": "jamba", "architectures": ["JambaForCausalLM"], "attention_dropout": 0.0,
+        "attn_layer_offset": 4, "attn_layer_period": 8, "bos_token_id": 1, "eos_token_id": [2, 518],
+        "expert_layer_offset": 1, "expert_layer_period": 2, "hidden_act": "silu", "hidden_size": 4096,
+        "initializer_range": 0.02, "intermediate_size": 14336, "mamba_conv_bias": True, "mamba_d_conv": 4,
+        "mamba_d_state": 16, "mamba_dt_rank": 256, "mamba_expand": 2, "mamba_proj_bias": False,
+        "max_position_embeddings": 262144, "num_attention_heads": 32, "num_experts": 16, "num_experts_per_tok": 2,
+        "num_hidden_layers": 32, "num_key_value_heads": 8, "num_logits_to_keep": 1, "output_router_logits": False,
+        "pad_token_id": 0, "rms_norm_eps": 1e-06, "router_aux_loss_coef": 0.001, "sliding_window": None,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": True,
+        "use_mamba_kernels": False, "vocab_size": 65536},
+    # whole: LFM2's own older fields (block_ff_dim, the alias its config class takes for intermediate_size;
+    # tie_embedding; block_dim, conv_dim and use_pos_enc, which no code reads) and its 16 conv/attention layers
+    "LiquidAI/LFM2-350M": {
+        "model_type": "lfm2", "architectures": ["Lfm2ForCausalLM"], "dtype": "bfloat16",
+        "block_auto_adjust_ff_dim": True, "block_dim": 1024, "block_ff_dim": 6656, "block_ffn_dim_multiplier": 1.0,
+        "block_mlp_init_scale": 1.0, "block_multiple_of": 256, "block_norm_eps": 1e-5, "block_out_init_scale": 1.0,
+        "block_use_swiglu": True, "block_use_xavier_init": True, "bos_token_id": 1, "conv_L_cache": 3,
+        "conv_bias": False, "conv_dim": 1024, "conv_use_xavier_init": True, "eos_token_id": 7, "hidden_size": 1024,
+        "intermediate_size": 6656, "layer_types": ["conv", "conv", "full_attention"] * 3 + [
+            "conv", "full_attention"] * 3 + ["conv"], "max_position_embeddings": 128000, "num_hidden_layers": 16,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "norm_eps": 1e-5, "pad_token_id": 0,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "tie_embedding": True,
+        "use_cache": True, "use_pos_enc": True, "vocab_size": 65536},
 }
 
 
@@ -107,10 +132,38 @@ def test_a_published_config_counts_as_the_meta_device_builds_it(checkpoint):
         sum(owners.values()), max(owners.values()), model.get_input_embeddings().weight.numel())
 
 
-def test_a_setting_the_survey_held_fixed_or_a_key_it_never_saw_goes_to_the_meta_device():
+def test_published_hybrids_count_to_the_sizes_their_makers_state():
+    """AI21 states 52B parameters with 12B active for Jamba 1.5 Mini; the LFM2-350M checkpoint's declared FFN width
+    6656 is 4608 as trained (2/3 of it, rounded up to a multiple of 256: a public loader's test says so)."""
+    jamba = count_params(from_config(dict(PUBLISHED["ai21labs/AI21-Jamba-1.5-Mini"]), "t"))
+    assert jamba.method == "template"
+    assert round(jamba.total / 1e9) == 52 and round(jamba.active / 1e9) == 12
+    tpl, values = shape_templates.variables(dict(PUBLISHED["LiquidAI/LFM2-350M"]))
+    ffn = [numel for pattern, _, numel in shape_templates.tensors(tpl, values) if ".feed_forward." in pattern]
+    widths = {numel // 1024 for numel in ffn}
+    assert widths == {4608}
+
+
+def test_an_older_field_is_read_as_its_config_class_reads_it():
+    """LFM2's config class takes block_ff_dim over intermediate_size (kwargs.pop("block_ff_dim", ...)); a field no
+    code of the model reads (conv_dim) holds nothing; one the model's code reads that the survey never varied
+    (head_dim: getattr(config, "head_dim", ...)) sends the config to the meta device."""
+    lfm2 = PUBLISHED["LiquidAI/LFM2-350M"]
+    wider = count_params(from_config({**lfm2, "block_ff_dim": 9728}, "t"))  # 2/3 of it: 6485 -> 6656
+    assert wider.method == "template"
+    per_unit = 16 * 3 * 1024  # w1, w3 and w2 of every layer, per unit of FFN width
+    assert wider.total - count_params(from_config(dict(lfm2), "t")).total == (6656 - 4608) * per_unit
+    assert shape_templates.variables({**lfm2, "conv_dim": 4096}) is not None
+    assert shape_templates.variables({**lfm2, "head_dim": 32}) is None
+
+
+def test_a_setting_the_survey_held_fixed_or_an_unseen_key_the_model_reads_goes_to_the_meta_device():
     phi = PUBLISHED["microsoft/phi-2"]
     assert shape_templates.variables(dict(phi)) is not None
-    assert shape_templates.variables({**phi, "a_key_from_a_newer_version": 3}) is None
+    assert shape_templates.variables({**phi, "head_dim": 64}) is None  # phi's attention reads it if set
+    assert shape_templates.variables({**phi, "a_key_no_code_reads": 3}) is not None
+    assert shape_templates.variables({**phi, "sliding_window": 4096}) is None  # shared code reads it
+    assert shape_templates.variables({**phi, "sliding_window": None}) is not None
     assert TEMPLATES["types"]["mpt"]["fixed"]["norm_type"] == "low_precision_layernorm"  # a string: no formula
     mpt = SURVEY["model_types"]["mpt"]["held_out"][0]["config"]
     assert shape_templates.variables(dict(mpt)) is not None
@@ -161,6 +214,10 @@ def test_planning_a_templated_family_takes_under_a_second_without_torch(tmp_path
     (["k", "L", "p", "o"], {"L": 2, "p": 8, "o": 4}, 0),  # not -1
     (["x", "bias", ["p", "L"]], {"bias": 0, "L": 32}, 0),
     (["x", "bias", ["k", "L", "p", "o"]], {"bias": 1, "L": 32, "p": 2, "o": 1}, 16),  # odd layers of 32
+    (["u", "f", "m", 2, 3], {"f": 16384, "m": 256}, 11008),  # LLaMA-7B's FFN: 2/3 of 4 x 4096, to 256s
+    (["u", "f", "m", 2, 3], {"f": 6656, "m": 256}, 4608),  # LFM2-350M: 4437 up to 4608
+    (["u", "f", "m", 2, 3], {"f": 12288, "m": 256}, 8192),  # LFM2-1.2B: exact, not raised
+    (["u", "f", "m", 1, 1], {"f": 1000, "m": 256}, 1024),
 ])
 def test_the_terms_the_hybrid_families_need_count_as_worked_by_hand(term, values, expected):
     assert shape_templates.term_value(term, values) == expected

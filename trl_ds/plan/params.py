@@ -364,12 +364,15 @@ def meta_model(config_json: str):
     try:
         config = AutoConfig.for_model(kind, **raw)
         with torch.device("meta"):
-            return config, AutoModelForCausalLM.from_config(config)
+            model = AutoModelForCausalLM.from_config(config)
     except (ValueError, KeyError, TypeError, AttributeError, ImportError, StrictDataclassError) as err:
         raise ConfigError([f"model_type {kind!r} is not a causal LM that transformers can build here "
                            f"({type(err).__name__}: {str(err).splitlines()[0][:200]}), so its size is unknown. "
                            f"Name a causal LM's folder or hub id (model.name_or_path=...) or its config.json "
                            f"(model.config_path=...)."]) from None
+    if hasattr(type(config), "allow_global_per_layer_attribute_access"):  # gemma4's head_dim differs by layer
+        config.allow_global_per_layer_attribute_access = True  # kind: the estimates read the config's own value
+    return config, model
 
 
 @lru_cache(maxsize=16)

@@ -7,9 +7,12 @@ counts of a list's items such as layer_types). A variable missing from the confi
 or the formula transformers derives it by (head_dim from hidden_size // num_attention_heads). The survey kept only
 templates that reproduced the meta device's counts on configs it did not learn from (tests/data/shape_survey.json).
 
-Returns None, and the model is counted on the meta device as before, where the survey cannot vouch for the config:
-another transformers version, a key the template does not know, or a setting held fixed in the survey (a string, a
-float or a list that changed the shapes, or one the survey could not vary) that differs from transformers' default.
+A field an older config.json carries is read as the config class reads it: an alias the class takes for a field
+(LFM2's block_ff_dim for intermediate_size) as that field, and one no code of the model reads (LFM2's conv_dim) not at
+all. Returns None, and the model is counted on the meta device as before, where the survey cannot vouch for the
+config: another transformers version, a key the template does not know that the model's code reads, or a setting
+held fixed in the survey (a string, a float or a list that changed the shapes, or one the survey could not vary) that
+differs from transformers' default.
 """
 import json
 import re
@@ -29,14 +32,38 @@ HARMLESS = re.compile(r"(^|[._])(rope|rotary|dropout|pdrop|eps|epsilon|initializ
 
 
 @lru_cache(maxsize=1)
-def templates() -> dict:
-    """model_type -> its template, when the survey ran with the installed transformers (else none)."""
+def survey() -> dict:
+    """The survey's file, when it ran with the installed transformers (else empty)."""
     try:
         data = json.loads(DATA.read_text())
         installed = version("transformers")
     except (OSError, ValueError, PackageNotFoundError):
         return {}
-    return data["types"] if data.get("transformers") == installed else {}
+    return data if data.get("transformers") == installed else {}
+
+
+def templates() -> dict:
+    """model_type -> its template."""
+    return survey().setdefault("types", {})
+
+
+def unread(tpl: dict, key: str, value) -> bool:
+    """Whether no code that builds the model reads this key (a field only an older config.json carries, such as
+    LFM2's conv_dim): not among the config attributes the model's own source files read, as the survey found them,
+    nor, unless it is None (Jamba 1.5's sliding_window), among those transformers' shared modeling code reads."""
+    name = key.split(".")[-1]
+    return "reads" in tpl and name not in tpl["reads"] and all(k.split(".")[-1] != name for k in tpl["keys"]) and (
+        value is None or name not in survey().get("shared_reads", ()))  # text_config.hidden_size: read as hidden_size
+
+
+def with_aliases(raw: dict, tpl: dict) -> dict:
+    """An older name the config class takes in place of a field (LFM2's block_ff_dim for intermediate_size), under
+    the field's name; it wins over the field, as the class's kwargs.pop(alias, field) does."""
+    out = dict(raw)
+    for alias, field in tpl.get("aliases", {}).items():
+        if alias in out:
+            out[field] = out.pop(alias)
+    return out
 
 
 def flatten(raw: dict, prefix: str = "") -> Dict[str, object]:
@@ -75,7 +102,8 @@ def term_value(term: list, v: Dict[str, int]) -> int:
     divisor (a variable or a number); ("m", a, b): the smaller; ("ne", a, b): 1 where they differ, else 0;
     ("q", a, b): (a // b) ** 2; ("pf", a, b, c): a * (b // c); ("pd", a, b, c): a * b // c;
     ("k", a, b, c): how many i < a have i % b == c (jamba's attention layers: every b-th from the c-th);
-    ("x", s, term): the term where the switch s is on, else 0."""
+    ("x", s, term): the term where the switch s is on, else 0; ("u", a, m, n, d): n * a // d rounded up to a multiple
+    of m (LLaMA's FFN width: 2/3 of a, to a multiple of multiple_of)."""
     kind = term[0]
     if kind == "p":
         out = 1
@@ -95,6 +123,8 @@ def term_value(term: list, v: Dict[str, int]) -> int:
         return v[term[1]] * term_value(term[2], v)
     if kind == "k":
         return max(0, (v[term[1]] - v[term[3]] + v[term[2]] - 1) // v[term[2]])
+    if kind == "u":
+        return v[term[2]] * -(-(term[3] * v[term[1]] // term[4]) // v[term[2]])
     if kind == "pd":
         return v[term[1]] * v[term[2]] // v[term[3]]
     return v[term[1]] * (v[term[2]] // v[term[3]])
@@ -105,13 +135,14 @@ def evaluate(expr: list, v: Dict[str, int]) -> int:
 
 
 def applies(flat: dict, tpl: dict) -> bool:
-    """Every key held fixed has the surveyed value, and every other key is one the survey knew or one that holds no
-    parameters."""
+    """Every key held fixed has the surveyed value, and every other key is one the survey knew, one that holds no
+    parameters, or one the model's code never reads."""
     for key, value in flat.items():
         if key in tpl["fixed"]:
             if value != tpl["fixed"][key]:
                 return False
-        elif key not in tpl["keys"] and not (any(p in IGNORED for p in key.split(".")) or HARMLESS.search(key)):
+        elif key not in tpl["keys"] and not (any(p in IGNORED for p in key.split(".")) or HARMLESS.search(key)
+                                             or unread(tpl, key, value)):
             return False
     return True
 
@@ -121,7 +152,7 @@ def variables(raw: dict) -> Optional[Tuple[dict, Dict[str, int]]]:
     tpl = templates().get(raw.get("model_type"))
     if tpl is None:
         return None
-    flat = flatten(raw)
+    flat = flatten(with_aliases(raw, tpl))
     if not applies(flat, tpl):
         return None
     values: Dict[str, int] = {}
@@ -137,7 +168,25 @@ def variables(raw: dict) -> Optional[Tuple[dict, Dict[str, int]]]:
         if value is None:
             return None
         values[name] = value
+    try:
+        if any(remainder(term, values) for term in tpl.get("exact", ())):
+            return None  # a size the survey only saw divide evenly (transformers' validators may refuse it)
+    except (KeyError, ZeroDivisionError):
+        return None
     return tpl, values
+
+
+def remainder(term: list, v: Dict[str, int]) -> int:
+    """What a floor division term of term_value's leaves over: ("f", ...), ("pd", a, b, c), ("pf", a, b, c), ("q", a,
+    b)."""
+    kind = term[0]
+    if kind == "f":
+        return (sum(c * v[n] for c, n in term[1]) + term[2]) % (term[3] if isinstance(term[3], int) else v[term[3]])
+    if kind == "pd":
+        return v[term[1]] * v[term[2]] % v[term[3]]
+    if kind == "pf":
+        return v[term[2]] % v[term[3]]
+    return v[term[1]] % v[term[2]]
 
 
 def attribute(tpl: dict, values: Dict[str, int], name: str):
