@@ -111,8 +111,7 @@ def term_value(term: list, v: Dict[str, int]) -> int:
             out *= v[name]
         return out
     if kind == "f":
-        divisor = term[3] if isinstance(term[3], int) else v[term[3]]
-        return (sum(c * v[n] for c, n in term[1]) + term[2]) // divisor
+        return (sum(c * v[n] for c, n in term[1]) + term[2]) // floor_divisor(term, v)
     if kind == "m":
         return min(v[term[1]], v[term[2]])
     if kind == "ne":
@@ -128,6 +127,11 @@ def term_value(term: list, v: Dict[str, int]) -> int:
     if kind == "pd":
         return v[term[1]] * v[term[2]] // v[term[3]]
     return v[term[1]] * (v[term[2]] // v[term[3]])
+
+
+def floor_divisor(term: list, v: Dict[str, int]) -> int:
+    """An ("f", ...) term's divisor: a number, or a variable's value."""
+    return term[3] if isinstance(term[3], int) else v[term[3]]
 
 
 def evaluate(expr: list, v: Dict[str, int]) -> int:
@@ -181,7 +185,7 @@ def remainder(term: list, v: Dict[str, int]) -> int:
     b)."""
     kind = term[0]
     if kind == "f":
-        return (sum(c * v[n] for c, n in term[1]) + term[2]) % (term[3] if isinstance(term[3], int) else v[term[3]])
+        return (sum(c * v[n] for c, n in term[1]) + term[2]) % floor_divisor(term, v)
     if kind == "pd":
         return v[term[1]] * v[term[2]] % v[term[3]]
     if kind == "pf":
