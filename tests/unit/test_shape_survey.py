@@ -85,7 +85,8 @@ PUBLISHED = {
         "do_layer_norm_before": False, "activation_function": "relu", "dropout": 0.1, "enable_bias": True,
         "layer_norm_elementwise_affine": True, "bos_token_id": 2, "eos_token_id": 2, "pad_token_id": 1,
         "torch_dtype": "float16"},
-    # whole: the attention and expert layers come by period (attention at 4, 12, 20, 28), and a 4.40 config.json
+    # whole, as a public test suite copies it from the hub (transformers 4.40.2): the attention and expert layers
+    # come by period (attention at 4, 12, 20, 28)
     "ai21labs/AI21-Jamba-1.5-Mini": {
         "model_type": "jamba", "architectures": ["JambaForCausalLM"], "attention_dropout": 0.0,
         "attn_layer_offset": 4, "attn_layer_period": 8, "bos_token_id": 1, "eos_token_id": [2, 518],
@@ -97,8 +98,9 @@ PUBLISHED = {
         "pad_token_id": 0, "rms_norm_eps": 1e-06, "router_aux_loss_coef": 0.001, "sliding_window": None,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": True,
         "use_mamba_kernels": False, "vocab_size": 65536},
-    # whole: LFM2's own older fields (block_ff_dim, the alias its config class takes for intermediate_size;
-    # tie_embedding; block_dim, conv_dim and use_pos_enc, which no code reads) and its 16 conv/attention layers
+    # whole: the fields a public Rust loader's test gives as the checkpoint's (block_ff_dim, the alias LFM2's config
+    # class takes for intermediate_size; tie_embedding; block_dim, conv_dim and use_pos_enc, which no code reads),
+    # with the 16-layer conv/attention list a public Python test states for the 350M (the Rust test cut it to 3)
     "LiquidAI/LFM2-350M": {
         "model_type": "lfm2", "architectures": ["Lfm2ForCausalLM"], "dtype": "bfloat16",
         "block_auto_adjust_ff_dim": True, "block_dim": 1024, "block_ff_dim": 6656, "block_ffn_dim_multiplier": 1.0,
