@@ -3,8 +3,9 @@
 # - part 2, the integration tests one at a time (each spawns 2+ ranks, which already fill both cores; two at once
 #   were slower: 26.5 min against 24 min), at normal priority: it is the longer part;
 # - beside it, at the lowest priority, part 1: unit and config tests on both cores (pytest-xdist) with the integration tests
-#   marked `light` (they mostly wait: a rendezvous timeout, a missing peer; or run one-line refusals). Part 2 leaves
-#   about a third of the two cores idle (parents and torchrun start on one core), which part 1 fills.
+#   marked `light` (they mostly wait: a rendezvous timeout, a missing peer; or run one-line refusals) and the modules
+#   marked `beside` (self-contained runs with no time bound). Part 2 leaves about a third of the two cores idle
+#   (parents and torchrun start on one core), which part 1 fills.
 # Part 1's output is printed when both are done. Prints each part's ten slowest tests and the wall times at the end;
 # exits non-zero if either part failed.
 set -uo pipefail
@@ -25,14 +26,14 @@ touch "$part1/started"
 # weighs only inside its group, so the group's own nice is set too.
 (
   setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"' part1 \
-    "$PY" -m pytest -q -ra --durations=10 -n 2 --dist loadgroup -m "light or not integration" \
+    "$PY" -m pytest -q -ra --durations=10 -n 2 --dist loadgroup -m "light or beside or not integration" \
     tests/integration tests/unit tests/configs "$@" >"$part1/out" 2>&1 &
   echo $! >"$part1/pid"
   wait $!
   echo $? >"$part1/rc"
   echo $(( $(date +%s) - start )) >"$part1/s"
 ) &
-"$PY" -m pytest -q -ra --durations=10 -m "not light" tests/integration "$@"
+"$PY" -m pytest -q -ra --durations=10 -m "not light and not beside" tests/integration "$@"
 integration=$?
 integration_s=$(( $(date +%s) - start ))
 wait

@@ -2,6 +2,7 @@
 
     nice -n 19 .venv/bin/python scripts/shape_survey.py              # every model_type left (minutes), writes both
     nice -n 19 .venv/bin/python scripts/shape_survey.py phi stablelm # those only, prints, writes nothing
+    nice -n 19 .venv/bin/python scripts/shape_survey.py --update ernie4_5_moe  # those only, into both files
 
 For each model_type transformers builds as a causal LM and params.py does not write out, a base config (the family
 survey's small sizes where the config has those keys; where they do not build, with one of them left at its default)
@@ -53,6 +54,13 @@ SMALL2 = {"vocab_size": 352, "hidden_size": 96, "intermediate_size": 160, "num_h
           "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 8, "num_experts": 6,
           "num_local_experts": 6, "n_routed_experts": 6, "num_experts_per_tok": 3, "moe_intermediate_size": 48,
           "shared_expert_intermediate_size": 56, "mamba_n_heads": 12}
+# settings every published config of the type carries and the config class leaves None or out, so that its own
+# default config does not build; the bases get them, a variable's default stays the class's
+SEEDS = {
+    "dbrx": lambda sizes: {"attn_config.rope_theta": 500000.0},  # modeling_dbrx reads it; no field declares it
+    "dots1": lambda sizes: {"n_shared_experts": 2},  # dots.llm1's
+    "lfm2_moe": lambda sizes: {"layer_types": (["conv", "conv", "full_attention"] * 8)[:sizes["num_hidden_layers"]]},
+}
 NOT_SWITCHES = {"use_cache", "return_dict", "output_hidden_states", "output_attentions", "torchscript",
                 "is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "chunk_size_feed_forward",
                 "use_return_dict", "output_router_logits", "_attn_implementation_autoset", "is_composition",
@@ -165,7 +173,7 @@ class Row:
         self.flat = shape_templates.flatten(AutoConfig.for_model(**written).to_dict())
         self.q, self.embedding, self.lm_head, self.counts = quantities(model)
         config = AutoConfig.for_model(**written)
-        experts, per_token = params.routing(lambda name: getattr(config, name, None))
+        experts, per_token = params.routing(params.config_attr(config))
         routed = {}  # as params.meta_layout: per layer's experts module, the experts one token does not pass through
         for n, p in model.named_parameters():
             if ".experts." in n:
@@ -213,8 +221,8 @@ def probe_values(key: str, value, kinds=()):
 
 def base_kwargs(cls, defaults: dict, sizes: dict) -> dict:
     """The sizes set on the config's own keys (and a composite's sub-configs holding them); token ids the smaller
-    vocabulary would not hold, inside it."""
-    out = {}
+    vocabulary would not hold, inside it; the type's seeds."""
+    out = dict(SEEDS[cls.model_type](sizes)) if cls.model_type in SEEDS else {}
     for key, value in defaults.items():
         last = key.split(".")[-1]
         if last in sizes:
@@ -255,6 +263,35 @@ def children(model_type, parent: Row, changes: dict, skip=()):
         if row is not None:
             row.parent = parent.name
             out.append(row)
+    return out
+
+
+def first_holder(quantity, rows) -> Row:
+    """The row fewest changes from the base that holds the quantity."""
+    return min((r for r in rows if r.q.get(quantity)), key=lambda r: (r.name.count(" + "), len(r.name), r.name))
+
+
+def around_new_tensors(model_type, base: Row, rows, changes: dict, odd: dict, rounds=3) -> list:
+    """Each change applied to every row one change from the base that holds a tensor the base lacks; then to the
+    first row holding a tensor none of those rows had, and so on (LFM2's conv bias exists only where conv_bias meets
+    a conv layer, two changes away: seen in that one row alone, its width was fitted as the base's constant 64)."""
+    out, expanded = [], set()
+    firsts = [r for r in rows if r.parent == base.name and set(r.q) - set(base.q)]
+    for _ in range(rounds):
+        found = []
+        for row in firsts:
+            expanded.add(row.name)
+            done = {part.split("=")[0].removesuffix(" left out") for part in row.name.split(" + ")}
+            found += children(model_type, row, changes, skip=done) + children(model_type, row, odd, skip=done)
+        out += found
+        firsts = []
+        for pattern in sorted({k for r in out for k in r.q if k.startswith("n:")} - set(base.q)):
+            if not any(r.name in expanded for r in rows + out if pattern in r.q):
+                first = first_holder(pattern, rows + out)
+                expanded.add(first.name)
+                firsts.append(first)
+        if not firsts:
+            break
     return out
 
 
@@ -321,9 +358,7 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
                 if extra is not None:
                     extra.parent = row.name
                     rows.append(extra)
-    for row in [r for r in rows if r.parent == base.name and set(r.q) - set(base.q)]:
-        rows += children(model_type, row, changes, skip=row.name.split("=")[0])
-        rows += children(model_type, row, odd, skip=row.name.split("=")[0])
+    rows += around_new_tensors(model_type, base, rows, changes, odd)
     keys = sorted(changes)
     for i in range(JOINT * 3):
         if sum(r.name.startswith("joint") for r in rows) >= JOINT or not keys:
@@ -372,6 +407,8 @@ def term_list(names):
         out += [("pd", a, b, c) for c in names if c not in (a, b)]
     out += [("k", *abc) for abc in itertools.permutations(names, 3)]
     out += [("u", a, m, *nd) for a, m in itertools.permutations(names, 2) for nd in ((1, 1), (2, 3))]
+    if len(names) <= 6:  # last: combinations() pairs them with the monomials (ERNIE's dense layers: L - w)
+        out += [("w", *abcd) for abcd in itertools.permutations(names, 4)]
     return out
 
 
@@ -395,7 +432,7 @@ def fit(ys, rows, names):
     switches = {n for n in names if all(r.get(n, 0) in (0, 1) for r in rows)}
     for term in term_list(names):
         if (term[0] == "f" and term[3] in switches) or (term[0] in ("pf", "pd") and term[3] in switches) or (
-                term[0] in ("k", "u") and term[2] in switches):
+                term[0] in ("k", "u") and term[2] in switches) or (term[0] == "w" and term[4] in switches):
             continue  # a division by a switch is no size
         col = column(term, rows)
         if col is None or not col.any() or col.tobytes() in seen:
@@ -413,8 +450,8 @@ def fit(ys, rows, names):
             if c and (c * T[:, j] == y).all():
                 return [[int(c), as_json_term(terms[j])]]
     for k in range(2, MAX_TERMS + 1):
-        combos = np.array(list(combinations(k, T.shape[1], monomials=sum(t[0] == "p" for t in terms))),
-                          dtype=np.int64).reshape(-1, k)
+        combos = np.array(list(combinations(k, T.shape[1], monomials=sum(t[0] == "p" for t in terms),
+                                            windows=sum(t[0] == "w" for t in terms))), dtype=np.int64).reshape(-1, k)
         for start in range(0, len(combos), 2048):
             found = first_exact(T, y, combos[start:start + 2048])
             if found is not None:
@@ -445,11 +482,14 @@ def first_exact(T, y, combos):
     return None
 
 
-def combinations(k, m, monomials):
-    """Index sets of k columns to try: any two of the first 400; for three, any of the monomials, or the constant, a
-    monomial and any term, or two monomials and any term (gpt_bigcode's fused qkv: 3h - 2·mq·h + 2·mq·(h // heads))."""
+def combinations(k, m, monomials, windows=0):
+    """Index sets of k columns to try: any two of the first 400, or a monomial and a layer window (the last
+    `windows` columns); for three, any of the monomials, or the constant, a monomial and any term, or two monomials
+    and any term (gpt_bigcode's fused qkv: 3h - 2·mq·h + 2·mq·(h // heads))."""
     if k == 2:
         yield from itertools.combinations(range(min(400, m)), 2)
+        for i in range(min(30, monomials)):
+            yield from ((i, j) for j in range(max(400, m - windows), m))
         return
     yield from itertools.combinations(range(min(30, monomials)), 3)
     for i in range(1, min(monomials, 30)):
@@ -466,14 +506,18 @@ def relevant(quantity, base, rows):
     the change that brought it."""
     everyone = [base] + rows
     reference = next((r for r in everyone if r.q.get(quantity) and (r is base or r.parent == base.name)), None)
+    if reference is None and any(r.q.get(quantity) for r in rows):  # two changes away: LFM2's conv bias
+        reference = first_holder(quantity, rows)
     if reference is None:
         return set(), set()
     movers = [reference] if reference is not base else []
     movers += [r for r in everyone if r.parent == reference.name and r.q.get(quantity, 0) != reference.q.get(
         quantity, 0)]
     everything = set().union(*(changed(r, base if r is reference else reference) for r in movers))
-    keys = {r.name.split(" + ")[-1].split("=")[0] for r in movers if "=" in r.name}
-    keys |= {r.name.split(" left out")[0] for r in movers if " left out" in r.name}
+    keys = set()
+    for r in movers:  # the change that made each mover; every change that made the reference
+        for part in r.name.split(" + ") if r is reference else r.name.split(" + ")[-1:]:
+            keys.add(part.split("=")[0] if "=" in part else part.split(" left out")[0])
     return {v for v in everything if v.split("#")[0] in keys}, everything
 
 
@@ -660,7 +704,7 @@ def agrees(row, values, params_out, groups) -> bool:
 
 ARCH = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", "intermediate_size",
         "num_key_value_heads", "head_dim", "tie_word_embeddings", "num_experts_per_tok", "moe_intermediate_size",
-        *EXPERT_COUNT_KEYS)
+        *EXPERT_COUNT_KEYS, *params.NESTED.values())
 
 
 def none_sizes(model_type, base, rows, held) -> dict:
@@ -727,7 +771,8 @@ def survey_with(model_type: str, rng, fill_nones: bool, swap_kinds: bool) -> dic
     base = first_build(model_type, "base", base_kwargs(cls, defaults, SMALL)) or try_row(model_type, "base", {})
     if base is None:
         return {"kept": False, "why": "the default config does not build"}
-    rows, changes, held, derived_lists = probe(model_type, base, defaults, rng, swap_kinds)
+    seeded = {**defaults, **(SEEDS[model_type](SMALL) if model_type in SEEDS else {})}  # held at a seed, if at all
+    rows, changes, held, derived_lists = probe(model_type, base, seeded, rng, swap_kinds)
     found = none_sizes(model_type, base, rows, held) if fill_nones else {}
     rows = with_none_sizes(model_type, base, rows, changes, held, found)
     zero_counts([base] + rows)
@@ -790,7 +835,8 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
            "lm_head": next((r.lm_head for r in [base] + rows if r.lm_head), None)}
     tpl["exact"] = even_divisions(tpl, [base] + rows)
     check(model_type, tpl, [base] + rows, "a build it learned from")
-    held_out = held_out_rows(model_type, cls, defaults, changes, rng)
+    held_out = held_out_rows(model_type, cls, defaults, changes, rng) + resized_new_tensors(model_type, base, rows,
+                                                                                            changes)
     check(model_type, tpl, held_out, "a held-out config")
     return {"kept": True, "template": tpl, "held_out": [
         {"variant": r.name, "config": {"model_type": model_type, **r.written}, **r.counts} for r in held_out]}
@@ -810,6 +856,25 @@ def held_out_rows(model_type, cls, defaults, changes, rng):
         if row is not None:
             rows.append(row)
     return rows
+
+
+def resized_new_tensors(model_type, base, rows, changes) -> list:
+    """The first row holding each tensor the base lacks, with every size changed at once: a tensor a switch adds,
+    at sizes no row showed it."""
+    sizes = {k: v for k, v in changes.items() if k in base.kwargs}
+    out = []
+    for pattern in sorted({k for r in rows for k in r.q if k.startswith("n:")} - set(base.q)):
+        first = first_holder(pattern, rows)
+        if first.name in {r.name.removeprefix("resized ") for r in out}:
+            continue
+        resize = {k: v for k, v in sizes.items() if first.kwargs.get(k) == base.kwargs.get(k)}
+        for left in [None, *sorted(resize)]:  # all of them, else all but the one that does not build with it
+            row = try_row(model_type, f"resized {first.name}", {**first.kwargs, **{
+                k: v for k, v in resize.items() if k != left}})
+            if row is not None:
+                out.append(row)
+                break
+    return out
 
 
 def check(model_type, tpl, rows, what):
@@ -941,14 +1006,22 @@ def survey_one(model_type: str) -> tuple:
 
 
 def main(argv) -> None:
+    update = argv[:1] == ["--update"]
+    argv = argv[1:] if update else argv
     written_out = set(params.FAST_TYPES)
     todo = argv or sorted(t for t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if t not in written_out)
     with multiprocessing.Pool(2, maxtasksperchild=8) as pool:
         results = dict(pool.imap_unordered(survey_one, todo))
-    kept = sorted(t for t, r in results.items() if r["kept"])
-    print(f"{len(kept)} of {len(results)} model_types have a shape template")
-    if argv:
+    print(f"{sum(r['kept'] for r in results.values())} of {len(results)} model_types have a shape template")
+    if argv and not update:
         return
+    if update:  # the other types as the last survey left them (it must have run with this transformers)
+        templates, data = json.loads(TEMPLATES.read_text()), json.loads(DATA.read_text())
+        if templates["transformers"] != transformers.__version__:
+            raise SystemExit("the last survey ran with another transformers: run the whole survey")
+        old = {t: {**r, "template": templates["types"].get(t)} for t, r in data["model_types"].items()}
+        results = {**old, **results}
+    kept = sorted(t for t, r in results.items() if r["kept"])
     TEMPLATES.write_text(json.dumps({"transformers": transformers.__version__, "shared_reads": shared_reads(),
                                      "types": {t: results[t]["template"] for t in kept}}, sort_keys=True) + "\n")
     DATA.write_text(json.dumps({"transformers": transformers.__version__, "model_types": {

@@ -17,7 +17,7 @@ from conftest import read_json, run_app
 
 from trl_ds.worker.data import tiny_sft_examples
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside, pytest.mark.xdist_group("beside")]
 
 GLOBAL_BATCH, MAX_LENGTH = 8, 64
 EVAL = ["trainer.eval_strategy=steps", "+trainer.args.eval_on_start=true"]

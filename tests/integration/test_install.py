@@ -1,6 +1,7 @@
 """Installing: `pip install .` (a wheel, not editable) carries the Hydra config tree; `make run` installs no system
 package, and a run that needs libaio without it stops before launch."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,9 +13,16 @@ pytestmark = pytest.mark.integration
 def test_wheel_install_finds_its_config_tree(tmp_path):
     from conftest import REPO
 
-    target = tmp_path / "site"
+    target, source = tmp_path / "site", tmp_path / "source"
+    # built from a copy of the tracked files: a build in the checkout rewrites its trl_ds.egg-info, which every test
+    # running meanwhile sees on sys.path (the parser cache's key lists it)
+    for name in subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True,
+                               check=True).stdout.split("\0"):
+        if name and (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(REPO)], check=True, cwd=tmp_path)
+                    "--target", str(target), str(source)], check=True, cwd=tmp_path)
     assert (target / "trl_ds" / "conf" / "zero" / "stage3.yaml").is_file()
     assert (target / "trl_ds" / "plan" / "hardware" / "h100-80gb.yaml").is_file()  # cluster.gpu presets: package data
     assert (target / "bin" / "trl-ds").is_file()  # the console script of [project.scripts]

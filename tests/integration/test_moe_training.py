@@ -8,7 +8,7 @@ import math
 import pytest
 from conftest import read_json, run_app
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside, pytest.mark.xdist_group("beside")]
 
 DIMS = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 192, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}

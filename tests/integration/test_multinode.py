@@ -8,14 +8,17 @@ that start with fewer nodes, or grow.
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, read_json, run_app
+from trl_ds.launch.torchrun import WORKER_MODULE
 
 pytestmark = pytest.mark.integration
 RDZV_TIMEOUT = 8
@@ -70,6 +73,42 @@ def finish(proc, timeout):
     started = time.monotonic()
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err, time.monotonic() - started
+
+
+def descendants(pid) -> list:
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        found = children.get(todo.pop(), [])
+        out += found
+        todo += found
+    return out
+
+
+def cmdline(pid) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def pending_signals(pid) -> set:
+    """Signals sent to the process that it has not handled yet (a stopped process holds them)."""
+    try:
+        status = (Path("/proc") / str(pid) / "status").read_text()
+    except OSError:
+        return set()
+    mask = 0
+    for line in status.splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")):
+            mask |= int(line.split()[1], 16)
+    return {s for s in signal.Signals if mask >> (s - 1) & 1}
 
 
 def two_node_args(tmp_path_factory, port, timeout=60):
@@ -144,7 +183,17 @@ def test_a_node_joining_an_elastic_run_restarts_it_larger_from_the_last_checkpoi
     while not marker.exists() and node0.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert marker.exists(), "node 0 made no checkpoint-5"
+    # node 0's rank waits, stopped, until its torchrun ends it for the restart that node 1's arrival brings: on a
+    # busy machine it could otherwise train all 150 steps before node 1 has started
+    ranks = [pid for pid in descendants(node0.pid) if WORKER_MODULE in cmdline(pid) and "torchrun" not in cmdline(pid)]
+    assert len(ranks) == 1, ranks
+    os.kill(ranks[0], signal.SIGSTOP)
     node1 = start_node([*args, "cluster.node_rank=1"], run_dir)
+    try:
+        while signal.SIGTERM not in pending_signals(ranks[0]) and time.monotonic() < deadline + 300:
+            time.sleep(0.1)
+    finally:
+        os.kill(ranks[0], signal.SIGCONT)
     rc1, _, err1, _ = finish(node1, 600)
     rc0, out0, err0, _ = finish(node0, 600)
     assert (rc0, rc1) == (0, 0), err0[-3000:] + err1[-3000:]

@@ -19,7 +19,7 @@ from lock_holder import stale_lock
 from trl_ds.study.equivalence import main
 from trl_ds.worker.data import tiny_sft_examples
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside, pytest.mark.xdist_group("beside")]
 ROWS = 20
 # fp32 on CPU: the same samples through other shapes differ only by summation order, ~1e-7 relative per step
 # (measured: weights 1.8e-6 after 5 steps); stricter than the check's own WEIGHT_RTOL.

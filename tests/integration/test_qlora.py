@@ -12,7 +12,7 @@ import math
 import pytest
 from conftest import read_json, require, run_app
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside, pytest.mark.xdist_group("beside")]
 
 QLORA = ["peft=qlora", "model.intermediate_size=384", "trainer.max_steps=4"]
 # qwen2 at ZeRO-3: every tensor partitioned (threshold 0) and gathered per module, the packed weights stored in uint8

@@ -112,6 +112,24 @@ PUBLISHED = {
         "num_attention_heads": 16, "num_key_value_heads": 8, "norm_eps": 1e-5, "pad_token_id": 0,
         "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "tie_embedding": True,
         "use_cache": True, "use_pos_enc": True, "vocab_size": 65536},
+    # whole, as a public inference library's test gives the checkpoint's config: layer 0 dense, MoE from layer 1 to
+    # layer 27 (another public test adds head_dim 128, hidden // heads; ERNIE's config class declares no head_dim,
+    # which the survey therefore never varied: a config that sets it goes to the meta device)
+    "baidu/ERNIE-4.5-21B-A3B-PT": {
+        "model_type": "ernie4_5_moe", "architectures": ["Ernie4_5_MoeForCausalLM"], "hidden_act": "silu",
+        "hidden_size": 2560, "intermediate_size": 12288, "max_position_embeddings": 131072,
+        "moe_intermediate_size": 1536, "moe_k": 6, "moe_layer_end_index": 27, "moe_layer_interval": 1,
+        "moe_layer_start_index": 1, "moe_num_experts": 64, "moe_num_shared_experts": 2, "num_attention_heads": 20,
+        "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-05,
+        "rope_theta": 500000.0, "tie_word_embeddings": True, "use_bias": False, "vocab_size": 103424,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0},
+    # the sizes of the checkpoint's config.json as a public write-up quotes it; attn_config and ffn_config as DBRX
+    # nests them
+    "databricks/dbrx-instruct": {
+        "model_type": "dbrx", "architectures": ["DbrxForCausalLM"], "d_model": 6144, "n_heads": 48, "n_layers": 40,
+        "max_seq_len": 32768, "vocab_size": 100352, "tie_word_embeddings": False,
+        "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+        "ffn_config": {"ffn_hidden_size": 10752, "moe_jitter_eps": 0, "moe_num_experts": 16, "moe_top_k": 4}},
 }
 
 
@@ -146,6 +164,18 @@ def test_published_hybrids_count_to_the_sizes_their_makers_state():
     assert widths == {4608}
 
 
+def test_published_moe_models_count_to_the_sizes_their_makers_state():
+    """Baidu states 21B parameters with 3B active for ERNIE-4.5-21B-A3B; Databricks 132B with 36B active for DBRX.
+    ERNIE's end index -1 (the last layer, as its config class derives it) counts as the explicit 27."""
+    ernie = count_params(from_config(dict(PUBLISHED["baidu/ERNIE-4.5-21B-A3B-PT"]), "t"))
+    dbrx = count_params(from_config(dict(PUBLISHED["databricks/dbrx-instruct"]), "t"))
+    assert ernie.method == dbrx.method == "template"
+    assert round(ernie.total / 1e9) == 22 and round(ernie.active / 1e9) == 3  # 21.8B: "21B"
+    assert round(dbrx.total / 1e9) == 132 and round(dbrx.active / 1e9) == 36
+    to_the_last = count_params(from_config({**PUBLISHED["baidu/ERNIE-4.5-21B-A3B-PT"], "moe_layer_end_index": -1}, "t"))
+    assert (to_the_last.method, to_the_last.total, to_the_last.active) == ("template", ernie.total, ernie.active)
+
+
 def test_an_older_field_is_read_as_its_config_class_reads_it():
     """LFM2's config class takes block_ff_dim over intermediate_size (kwargs.pop("block_ff_dim", ...)); a field no
     code of the model reads (conv_dim) holds nothing; one the model's code reads that the survey never varied
@@ -157,6 +187,17 @@ def test_an_older_field_is_read_as_its_config_class_reads_it():
     assert wider.total - count_params(from_config(dict(lfm2), "t")).total == (6656 - 4608) * per_unit
     assert shape_templates.variables({**lfm2, "conv_dim": 4096}) is not None
     assert shape_templates.variables({**lfm2, "head_dim": 32}) is None
+
+
+def test_a_tensor_two_switches_add_together_takes_the_configs_sizes():
+    """LFM2's conv_bias adds a bias to each conv layer's in_proj (3h), its conv (h) and out_proj (h): 5 x 1024 in
+    each of LFM2-350M's 10 conv layers (modeling_lfm2's Lfm2ShortConv). Only a build with conv_bias on and a conv
+    layer holds them; the survey once saw them in one such build alone, at its hidden size 64, and counted 320."""
+    lfm2 = PUBLISHED["LiquidAI/LFM2-350M"]
+    assert lfm2["layer_types"].count("conv") == 10
+    with_bias = count_params(from_config({**lfm2, "conv_bias": True}, "t"))
+    assert with_bias.method == "template"
+    assert with_bias.total - count_params(from_config(dict(lfm2), "t")).total == 10 * 5 * 1024
 
 
 def test_a_setting_the_survey_held_fixed_or_an_unseen_key_the_model_reads_goes_to_the_meta_device():
@@ -220,6 +261,11 @@ def test_planning_a_templated_family_takes_under_a_second_without_torch(tmp_path
     (["u", "f", "m", 2, 3], {"f": 6656, "m": 256}, 4608),  # LFM2-350M: 4437 up to 4608
     (["u", "f", "m", 2, 3], {"f": 12288, "m": 256}, 8192),  # LFM2-1.2B: exact, not raised
     (["u", "f", "m", 1, 1], {"f": 1000, "m": 256}, 1024),
+    (["w", "L", "s", "e", "k"], {"L": 28, "s": 1, "e": 27, "k": 1}, 27),  # ERNIE-4.5-21B-A3B: every layer but 0
+    (["w", "L", "s", "e", "k"], {"L": 28, "s": 1, "e": -1, "k": 1}, 27),  # -1: to the last layer
+    (["w", "L", "s", "e", "k"], {"L": 12, "s": 2, "e": 9, "k": 2}, 4),  # layers 3, 5, 7, 9
+    (["w", "L", "s", "e", "k"], {"L": 12, "s": 2, "e": 40, "k": 3}, 4),  # 2, 5, 8, 11: an end past the last layer
+    (["w", "L", "s", "e", "k"], {"L": 4, "s": 6, "e": -1, "k": 1}, 0),  # a start past the last: none, not -2
 ])
 def test_the_terms_the_hybrid_families_need_count_as_worked_by_hand(term, values, expected):
     assert shape_templates.term_value(term, values) == expected

@@ -56,6 +56,8 @@ DEFAULTS = {
 COMMON_DEFAULTS = {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "decoder_sparse_step": 1,
                    "mlp_only_layers": []}
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+NESTED = {"experts": "ffn_config.moe_num_experts", "per_token": "ffn_config.moe_top_k",  # DBRX's ffn_config
+          "width": "ffn_config.ffn_hidden_size"}
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,20 @@ def routing(attr) -> Tuple[int, int]:
     """(routed experts per MoE layer, experts one token passes through) from `attr(name)` (a config's value or None);
     unknown routing: every expert (an upper bound)."""
     experts = next((attr(k) for k in EXPERT_COUNT_KEYS if attr(k)), 0)
-    return experts, attr("num_experts_per_tok") or experts
+    if experts:
+        return experts, attr("num_experts_per_tok") or experts
+    experts = attr(NESTED["experts"]) or 0
+    return experts, attr(NESTED["per_token"]) or experts
+
+
+def config_attr(config):
+    """getattr(config, name), through sub-configs for a dotted name (DBRX's ffn_config.moe_top_k); None if absent."""
+    def attr(name):
+        value = config
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+        return value
+    return attr
 
 
 def config_dict(arch: Architecture) -> dict:
@@ -379,7 +394,7 @@ def meta_model(config_json: str):
 def meta_architecture(config_json: str, where: str) -> Architecture:
     """Dimensions of any family, read from transformers' config object (its attribute_map knows every name)."""
     config, _model = meta_model(config_json)
-    return described(lambda name: getattr(config, name, None), config.model_type, meta_layout(config_json).routed,
+    return described(config_attr(config), config.model_type, meta_layout(config_json).routed,
                      config_json, where)
 
 
@@ -395,12 +410,13 @@ def described(attr, model_type: str, routed: tuple, config_json: str, where: str
     experts, per_token = routing(attr)
     return Architecture(
         model_type=model_type, vocab_size=attr("vocab_size"), hidden_size=h,
-        intermediate_size=attr("intermediate_size") or 4 * h, num_hidden_layers=layers,
+        intermediate_size=attr("intermediate_size") or attr(NESTED["width"]) or 4 * h, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=attr("num_key_value_heads") or heads,
         head_dim=attr("head_dim") or h // max(heads, 1),
         tie_word_embeddings=bool(attr("tie_word_embeddings")), moe_layers=len(routed),
         num_experts=experts if routed else 0, experts_per_token=per_token if routed else 0,
-        routed_width=per_token * (attr("moe_intermediate_size") or attr("intermediate_size") or 4 * h)
+        routed_width=per_token * (attr("moe_intermediate_size") or attr("intermediate_size") or attr(NESTED["width"])
+                                  or 4 * h)
         if routed else 0,
         config_json=config_json, source=where)
 
@@ -419,7 +435,7 @@ def meta_layout(config_json: str) -> Layout:
     embedding = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     lm_head = 0 if head is None or head.weight is embedding else head.weight.numel()
-    experts, per_token = routing(lambda name: getattr(config, name, None))
+    experts, per_token = routing(config_attr(config))
     return Layout(modules=tuple(tuple(v) for v in modules.values()), embedding=embedding.numel(), lm_head=lm_head,
                   routed=tuple((n, experts, per_token) for n in routed.values()) if experts else (), method="meta")
 

@@ -103,7 +103,8 @@ def term_value(term: list, v: Dict[str, int]) -> int:
     ("q", a, b): (a // b) ** 2; ("pf", a, b, c): a * (b // c); ("pd", a, b, c): a * b // c;
     ("k", a, b, c): how many i < a have i % b == c (jamba's attention layers: every b-th from the c-th);
     ("x", s, term): the term where the switch s is on, else 0; ("u", a, m, n, d): n * a // d rounded up to a multiple
-    of m (LLaMA's FFN width: 2/3 of a, to a multiple of multiple_of)."""
+    of m (LLaMA's FFN width: 2/3 of a, to a multiple of multiple_of); ("w", a, s, e, k): how many of layers s to e
+    (an e below 0: to the last of a layers) have (i + 1) % k == 0 (ERNIE 4.5's MoE layers)."""
     kind = term[0]
     if kind == "p":
         out = 1
@@ -122,6 +123,9 @@ def term_value(term: list, v: Dict[str, int]) -> int:
         return v[term[1]] * term_value(term[2], v)
     if kind == "k":
         return max(0, (v[term[1]] - v[term[3]] + v[term[2]] - 1) // v[term[2]])
+    if kind == "w":
+        last = v[term[3]] if 0 <= v[term[3]] < v[term[1]] else v[term[1]] - 1
+        return max(0, (last + 1) // v[term[4]] - v[term[2]] // v[term[4]])
     if kind == "u":
         return v[term[2]] * -(-(term[3] * v[term[1]] // term[4]) // v[term[2]])
     if kind == "pd":
