@@ -12,7 +12,7 @@ import tarfile
 import pytest
 from conftest import REPO, read_json
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside, pytest.mark.xdist_group("beside")]
 
 NAMES = ["tiny_s2_none", "tiny_s3_none", "tiny_dpo_s3_none"]
 

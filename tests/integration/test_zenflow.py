@@ -7,7 +7,7 @@ import math
 import pytest
 from conftest import read_json, run_app
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.beside, pytest.mark.xdist_group("beside")]
 
 ZENFLOW = "zero.zenflow={topk_ratio:0.1,update_interval:2,select_strategy:step,select_interval:2}"
 
