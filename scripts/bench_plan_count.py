@@ -39,6 +39,15 @@ CONFIGS = {  # the published config.json files' dimensions (all their layers)
                            "conv_dim": 1024, "tie_embedding": True,
                            "layer_types": ["conv", "conv", "full_attention"] * 3 + ["conv", "full_attention"] * 3 + [
                                "conv"]},
+    "baidu/ERNIE-4.5-21B-A3B-PT": {"model_type": "ernie4_5_moe", "vocab_size": 103424, "hidden_size": 2560,
+                                   "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 28,
+                                   "num_attention_heads": 20, "num_key_value_heads": 4, "moe_num_experts": 64,
+                                   "moe_num_shared_experts": 2, "moe_k": 6, "moe_layer_start_index": 1,
+                                   "moe_layer_end_index": 27, "moe_layer_interval": 1, "tie_word_embeddings": True},
+    "databricks/dbrx-instruct": {"model_type": "dbrx", "vocab_size": 100352, "d_model": 6144, "n_heads": 48,
+                                 "n_layers": 40, "max_seq_len": 32768, "tie_word_embeddings": False,
+                                 "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+                                 "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4}},
 }
 PLAN = ("import sys, runpy; side = sys.argv[2]; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
         "if side == 'meta':\n    import trl_ds.plan.shape_templates as t\n"
