@@ -219,10 +219,14 @@ def probe_values(key: str, value, kinds=()):
     return []
 
 
+def seeds(model_type, sizes: dict) -> dict:
+    return dict(SEEDS[model_type](sizes)) if model_type in SEEDS else {}
+
+
 def base_kwargs(cls, defaults: dict, sizes: dict) -> dict:
     """The sizes set on the config's own keys (and a composite's sub-configs holding them); token ids the smaller
     vocabulary would not hold, inside it; the type's seeds."""
-    out = dict(SEEDS[cls.model_type](sizes)) if cls.model_type in SEEDS else {}
+    out = seeds(cls.model_type, sizes)
     for key, value in defaults.items():
         last = key.split(".")[-1]
         if last in sizes:
@@ -266,6 +270,11 @@ def children(model_type, parent: Row, changes: dict, skip=()):
     return out
 
 
+def change_keys(name: str) -> list:
+    """The keys a row's changes set or left out, in order ("layer_types=[...] + conv_bias=True", "x left out")."""
+    return [part.split("=")[0].removesuffix(" left out") for part in name.split(" + ")]
+
+
 def first_holder(quantity, rows) -> Row:
     """The row fewest changes from the base that holds the quantity."""
     return min((r for r in rows if r.q.get(quantity)), key=lambda r: (r.name.count(" + "), len(r.name), r.name))
@@ -281,7 +290,7 @@ def around_new_tensors(model_type, base: Row, rows, changes: dict, odd: dict, ro
         found = []
         for row in firsts:
             expanded.add(row.name)
-            done = {part.split("=")[0].removesuffix(" left out") for part in row.name.split(" + ")}
+            done = set(change_keys(row.name))
             found += children(model_type, row, changes, skip=done) + children(model_type, row, odd, skip=done)
         out += found
         firsts = []
@@ -516,8 +525,7 @@ def relevant(quantity, base, rows):
     everything = set().union(*(changed(r, base if r is reference else reference) for r in movers))
     keys = set()
     for r in movers:  # the change that made each mover; every change that made the reference
-        for part in r.name.split(" + ") if r is reference else r.name.split(" + ")[-1:]:
-            keys.add(part.split("=")[0] if "=" in part else part.split(" left out")[0])
+        keys |= set(change_keys(r.name) if r is reference else change_keys(r.name)[-1:])
     return {v for v in everything if v.split("#")[0] in keys}, everything
 
 
@@ -771,7 +779,7 @@ def survey_with(model_type: str, rng, fill_nones: bool, swap_kinds: bool) -> dic
     base = first_build(model_type, "base", base_kwargs(cls, defaults, SMALL)) or try_row(model_type, "base", {})
     if base is None:
         return {"kept": False, "why": "the default config does not build"}
-    seeded = {**defaults, **(SEEDS[model_type](SMALL) if model_type in SEEDS else {})}  # held at a seed, if at all
+    seeded = {**defaults, **seeds(model_type, SMALL)}  # held at a seed, if at all
     rows, changes, held, derived_lists = probe(model_type, base, seeded, rng, swap_kinds)
     found = none_sizes(model_type, base, rows, held) if fill_nones else {}
     rows = with_none_sizes(model_type, base, rows, changes, held, found)
@@ -862,11 +870,12 @@ def resized_new_tensors(model_type, base, rows, changes) -> list:
     """The first row holding each tensor the base lacks, with every size changed at once: a tensor a switch adds,
     at sizes no row showed it."""
     sizes = {k: v for k, v in changes.items() if k in base.kwargs}
-    out = []
+    out, resized = [], set()
     for pattern in sorted({k for r in rows for k in r.q if k.startswith("n:")} - set(base.q)):
         first = first_holder(pattern, rows)
-        if first.name in {r.name.removeprefix("resized ") for r in out}:
+        if first.name in resized:
             continue
+        resized.add(first.name)
         resize = {k: v for k, v in sizes.items() if first.kwargs.get(k) == base.kwargs.get(k)}
         for left in [None, *sorted(resize)]:  # all of them, else all but the one that does not build with it
             row = try_row(model_type, f"resized {first.name}", {**first.kwargs, **{

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import REPO, read_json, run_app
@@ -73,29 +74,6 @@ def finish(proc, timeout):
     started = time.monotonic()
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err, time.monotonic() - started
-
-
-def descendants(pid) -> list:
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        found = children.get(todo.pop(), [])
-        out += found
-        todo += found
-    return out
-
-
-def cmdline(pid) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def pending_signals(pid) -> set:
@@ -185,7 +163,8 @@ def test_a_node_joining_an_elastic_run_restarts_it_larger_from_the_last_checkpoi
     assert marker.exists(), "node 0 made no checkpoint-5"
     # node 0's rank waits, stopped, until its torchrun ends it for the restart that node 1's arrival brings: on a
     # busy machine it could otherwise train all 150 steps before node 1 has started
-    ranks = [pid for pid in descendants(node0.pid) if WORKER_MODULE in cmdline(pid) and "torchrun" not in cmdline(pid)]
+    ranks = [p.pid for p in psutil.Process(node0.pid).children(recursive=True)
+             if WORKER_MODULE in p.cmdline() and not any("torchrun" in part for part in p.cmdline())]
     assert len(ranks) == 1, ranks
     os.kill(ranks[0], signal.SIGSTOP)
     node1 = start_node([*args, "cluster.node_rank=1"], run_dir)
