@@ -67,6 +67,8 @@ NOT_SWITCHES = {"use_cache", "return_dict", "output_hidden_states", "output_atte
                 "tie_word_embeddings_when_composite"}
 ACTIVATIONS = ("gelu", "silu", "relu")
 PATTERN = re.compile(r"\.\d+(?=\.|$)")
+RANKED = re.compile(r"\*~\d+")  # a repeated block's larger shapes, as patterns() names them
+BY_KIND = {"on": False}  # survey()'s last try: layers named by their kind
 SECONDS_PER_TYPE = 240
 JOINT, HELD_OUT = 10, 4
 MAX_TERMS = 3
@@ -116,11 +118,17 @@ def variables_of(flat: dict) -> dict:
     return out
 
 
-def patterns(named) -> dict:
-    """name -> pattern: numeric indices as `*`, except where instances under one pattern differ in shape (the
-    children of an nn.Sequential): those keep their last wildcarded index, and so on."""
+def patterns(model, named) -> dict:
+    """name -> pattern: numeric indices as `*`, except where instances under one pattern differ in shape. The
+    children of an nn.Sequential keep their last wildcarded index, and so on; the repeated blocks of an nn.ModuleList
+    (gemma4's double-wide MLP in its KV-sharing layers) keep the `*` at the smallest shape and become `*~k` at the
+    k-th larger one, so a count can follow the config whatever the number of layers. With BY_KIND on, every layer's
+    index becomes `*~<its kind in layer_types>`, uneven or not (kimi_linear's attention, whose two kinds' widths
+    rank either way)."""
     out = {name: PATTERN.sub(".*", name) for name, _ in named}
     shapes = dict((name, tuple(p.shape)) for name, p in named)
+    if BY_KIND["on"]:
+        out = by_kind(model, out)
     for _ in range(4):
         seen = {}
         for name, pattern in out.items():
@@ -131,9 +139,33 @@ def patterns(named) -> dict:
         for name, pattern in out.items():
             if pattern in uneven:
                 stars = [m.start() for m in re.finditer(r"\.\*(?=\.|$)", pattern)]
-                index = [m.group() for m in PATTERN.finditer(name)][len(stars) - 1]
-                out[name] = pattern[:stars[-1]] + index + pattern[stars[-1] + 2:]
+                if not stars:
+                    raise Unsupported(f"{pattern} has instances of different shapes")
+                index = [m for m in PATTERN.finditer(name)][len(stars) - 1]
+                if isinstance(model.get_submodule(name[:index.start()]), torch.nn.ModuleList):
+                    rank = sorted(seen[pattern]).index(shapes[name])
+                    label = f".*~{rank}" if rank else ".*"
+                else:
+                    label = index.group()
+                out[name] = pattern[:stars[-1]] + label + pattern[stars[-1] + 2:]
     raise Unsupported(f"{sorted(uneven)[0]} has instances of different shapes")
+
+
+def by_kind(model, out: dict) -> dict:
+    """Each instance of a ModuleList as long as layer_types under `*~<that layer's kind>`."""
+    kinds = getattr(model.config.get_text_config(), "layer_types", None)
+    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
+        raise Unsupported("no layer_types to name the layers' kinds by")
+    labelled = {}
+    for name, pattern in out.items():
+        stars = [m.start() for m in re.finditer(r"\.\*", pattern)]
+        for star, index in zip(stars, PATTERN.finditer(name)):
+            held = model.get_submodule(name[:index.start()])
+            if isinstance(held, torch.nn.ModuleList) and len(held) == len(kinds):
+                pattern = pattern[:star] + f".*~{kinds[int(index.group()[1:])]}" + pattern[star + 2:]
+                break
+        labelled[name] = pattern
+    return labelled
 
 
 def quantities(model) -> tuple:
@@ -141,16 +173,18 @@ def quantities(model) -> tuple:
     Also the counts the planner reads, as the meta device gives them."""
     shapes, out, groups = {}, {}, {}
     named = list(model.named_parameters())  # without tied duplicates
-    pattern_of = patterns(named)
+    pattern_of = patterns(model, named)
     for name, p in named:
         pattern = pattern_of[name]
         shapes[pattern] = tuple(p.shape)
         out[f"n:{pattern}"] = out.get(f"n:{pattern}", 0) + 1
-        if ".experts." in name:
-            group = name[:name.index(".experts") + len(".experts")]
-            groups.setdefault(PATTERN.sub(".*", group), set()).add(group)
+        if ".experts." in name:  # the group under its pattern's name, as the tensors' patterns start with it
+            groups.setdefault(pattern[:pattern.index(".experts") + len(".experts")], set()).add(
+                name[:name.index(".experts") + len(".experts")])
     for pattern, shape in shapes.items():
         out[f"r:{pattern}"] = len(shape)
+        whole = f"t:{RANKED.sub('*', pattern)}"  # a repeated block's instances of every shape
+        out[whole] = out.get(whole, 0) + out[f"n:{pattern}"]
         for j, d in enumerate(shape):
             out[f"d{j}:{pattern}"] = d
     for group, members in groups.items():
@@ -277,15 +311,18 @@ def change_keys(name: str) -> list:
 
 def first_holder(quantity, rows) -> Row:
     """The row fewest changes from the base that holds the quantity."""
-    return min((r for r in rows if r.q.get(quantity)), key=lambda r: (r.name.count(" + "), len(r.name), r.name))
+    return min((r for r in rows if r.q.get(quantity)), key=lambda r: (
+        r.name.startswith("joint"), r.name.count(" + "), len(r.name), r.name))
 
 
-def around_new_tensors(model_type, base: Row, rows, changes: dict, odd: dict, rounds=3) -> list:
-    """Each change applied to every row one change from the base that holds a tensor the base lacks; then to the
-    first row holding a tensor none of those rows had, and so on (LFM2's conv bias exists only where conv_bias meets
-    a conv layer, two changes away: seen in that one row alone, its width was fitted as the base's constant 64)."""
+def around_new_tensors(model_type, base: Row, rows, changes: dict, odd: dict, rounds=3, firsts=None) -> list:
+    """Each change applied to every row one change from the base that holds a tensor the base lacks (or to the
+    firsts given); then to the first row holding a tensor none of those rows had, and so on (LFM2's conv bias exists
+    only where conv_bias meets a conv layer, two changes away: seen in that one row alone, its width was fitted as the
+    base's constant 64)."""
     out, expanded = [], set()
-    firsts = [r for r in rows if r.parent == base.name and set(r.q) - set(base.q)]
+    if firsts is None:
+        firsts = [r for r in rows if r.parent == base.name and set(r.q) - set(base.q)]
     for _ in range(rounds):
         found = []
         for row in firsts:
@@ -378,7 +415,42 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
         row = try_row(model_type, f"joint {i}", {k: v for k, v in kwargs.items() if k not in dropped})
         if row is not None:
             rows.append(row)
+    rows += around_new_tensors(model_type, base, rows, changes, odd, firsts=fewest_changes_holding(
+        model_type, base, rows, changes))
     return rows, changes, held, derived_lists
+
+
+def fewest_changes_holding(model_type, base: Row, rows, changes: dict) -> list:
+    """For each tensor only a joint row holds, that row's changes less each one the tensor does without: gemma4's
+    double-wide MLP needs use_double_wide_mlp and num_kv_shared_layers together, which no row one or two changes from
+    the base has."""
+    seen = {k for r in rows if not r.name.startswith("joint") for k in r.q if k.startswith("n:")}
+    out = []
+    for pattern in sorted({k for r in rows if r.name.startswith("joint") for k in r.q if k.startswith("n:")} - seen):
+        if any(pattern in r.q for r in out):
+            continue
+        row = first_holder(pattern, [r for r in rows if r.name.startswith("joint")])
+        keys = [k for k in sorted(changes) if row.kwargs.get(k) == changes[k] and base.kwargs.get(k) != changes[k]]
+        for key in list(keys):
+            fewer = [k for k in keys if k != key]
+            trial = try_row(model_type, "", {**base.kwargs, **{k: changes[k] for k in fewer}})
+            if trial is not None and trial.q.get(pattern):
+                keys = fewer
+        holder = try_row(model_type, " + ".join(f"{k}={changes[k]}" for k in keys),
+                         {**base.kwargs, **{k: changes[k] for k in keys}})
+        if holder is None or not holder.q.get(pattern):
+            continue
+        holder.parent = base.name if len(keys) == 1 else None
+        out.append(holder)
+        for key in keys:  # its sizes at another value (num_kv_shared_layers was probed at 1 only)
+            if type(changes[key]) is int:
+                more = try_row(model_type, f"{holder.name} + {key}={changes[key] + 1}", {
+                    **holder.kwargs, key: changes[key] + 1})
+                if more is not None:
+                    more.parent = holder.name
+                    out.append(more)
+    rows += out
+    return [r for r in out if " + ".join(f"{k}={changes[k]}" for k in change_keys(r.name)) == r.name]
 
 
 def shaping_strings(base, rows, changes):
@@ -535,7 +607,7 @@ def changed(a, b):
 
 def fit_quantity(quantity, base, rows):
     everyone = [base] + rows
-    defined = [r for r in everyone if quantity in r.q] if not quantity.startswith(("n:", "g:")) else everyone
+    defined = [r for r in everyone if quantity in r.q] if not quantity.startswith(("n:", "g:", "t:")) else everyone
     primary, everything = relevant(quantity, base, rows)
     tries = [names for names in (primary, everything) if len(names) <= 8]
     extras = sorted(structural(everyone) - primary)
@@ -748,6 +820,22 @@ def with_none_sizes(model_type, base, rows, changes, held, found) -> list:
 
 
 def survey(model_type: str, rng) -> dict:
+    """As survey_plain(); where that fails, once more with the layers named by their kind (BY_KIND), the first
+    failure's reason kept if that fails too."""
+    try:
+        return survey_plain(model_type, rng)
+    except Unsupported as err:
+        first = err
+    BY_KIND["on"] = True
+    try:
+        return survey_plain(model_type, random.Random(model_type))
+    except Unsupported:
+        raise first from None
+    finally:
+        BY_KIND["on"] = False
+
+
+def survey_plain(model_type: str, rng) -> dict:
     """With the None sizes filled and the one-kind lists given other kinds; where that fails and either was used,
     once more without those it used, as if it never tried (cohere2_moe's dense layers bring a width, set by a key
     its all-sparse base never showed)."""
@@ -803,11 +891,17 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
         raise Unsupported("the embedding or lm_head changes name")
     params_out, counts = [], []
     everywhere = {p for p in patterns if all(r.q.get(f"n:{p}") for r in [base] + rows)}
-    for pattern in sorted(patterns, key=lambda p: p not in everywhere):  # those a switch removes last, to reuse
+    larger = {p: [k for k in patterns if k != p and RANKED.sub("*", k) == p] for p in patterns}
+    for pattern in sorted(patterns, key=lambda p: (bool(larger[p]), p not in everywhere)):  # a block's smallest
+        # shape after its larger ones; those a switch removes last, to reuse
         ranks = {r.q[f"r:{pattern}"] for r in [base] + rows if f"r:{pattern}" in r.q}
         if len(ranks) != 1:
             raise Unsupported(f"{pattern} changes rank")
-        count = gated_count(f"n:{pattern}", base, rows, counts) or fit_quantity(f"n:{pattern}", base, rows)
+        if larger[pattern]:  # the block's instances less those of a larger shape (gemma4: L less the double-wide)
+            count = fit_quantity(f"t:{pattern}", base, rows) + [
+                [-c, term] for p, n, _ in params_out if p in larger[pattern] for c, term in n]
+        else:
+            count = gated_count(f"n:{pattern}", base, rows, counts) or fit_quantity(f"n:{pattern}", base, rows)
         counts.append(count)
         params_out.append([pattern, count, [fit_quantity(f"d{j}:{pattern}", base, rows) for j in range(ranks.pop())]])
     params_out.sort()

@@ -130,6 +130,19 @@ PUBLISHED = {
         "max_seq_len": 32768, "vocab_size": 100352, "tie_word_embeddings": False,
         "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
         "ffn_config": {"ffn_hidden_size": 10752, "moe_jitter_eps": 0, "moe_num_experts": 16, "moe_top_k": 4}},
+    # the sizes transformers' config classes document as these checkpoints' (their defaults); MiMo's sliding layers
+    # hold twice the kv heads of its full ones, DeepSeek-V4's compressed layers a compressor the others lack
+    "XiaomiMiMo/MiMo-V2-Flash": {
+        "model_type": "mimo_v2_flash", "vocab_size": 152576, "hidden_size": 4096, "intermediate_size": 16384,
+        "num_hidden_layers": 48, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 192,
+        "v_head_dim": 128, "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8,
+        "sliding_window": 129, "tie_word_embeddings": False},
+    "deepseek-ai/DeepSeek-V4-Flash-Base": {
+        "model_type": "deepseek_v4", "vocab_size": 129280, "hidden_size": 4096, "moe_intermediate_size": 2048,
+        "num_hidden_layers": 43, "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512,
+        "q_lora_rank": 1024, "num_experts_per_tok": 6, "n_routed_experts": 256, "n_shared_experts": 1,
+        "o_groups": 8, "o_lora_rank": 1024, "index_n_heads": 64, "index_head_dim": 128, "hc_mult": 4,
+        "tie_word_embeddings": False},
 }
 
 
@@ -174,6 +187,22 @@ def test_published_moe_models_count_to_the_sizes_their_makers_state():
     assert round(dbrx.total / 1e9) == 132 and round(dbrx.active / 1e9) == 36
     to_the_last = count_params(from_config({**PUBLISHED["baidu/ERNIE-4.5-21B-A3B-PT"], "moe_layer_end_index": -1}, "t"))
     assert (to_the_last.method, to_the_last.total, to_the_last.active) == ("template", ernie.total, ernie.active)
+
+
+def test_published_models_whose_layers_differ_by_position_count_to_their_stated_sizes():
+    """Xiaomi states 309B parameters with 15B active for MiMo-V2-Flash, DeepSeek 284B with 13B active for
+    DeepSeek-V4-Flash. Their layers' tensors differ in shape by the layer's kind or position (MiMo's k_proj is twice as
+    wide in its 39 sliding layers as in its 9 full ones: 0 and every sixth from 5), which the survey once could not
+    express."""
+    mimo = count_params(from_config(dict(PUBLISHED["XiaomiMiMo/MiMo-V2-Flash"]), "t"))
+    v4 = count_params(from_config(dict(PUBLISHED["deepseek-ai/DeepSeek-V4-Flash-Base"]), "t"))
+    assert mimo.method == v4.method == "template"
+    assert round(mimo.total / 1e9) == 309 and round(mimo.active / 1e9) == 15
+    assert round(v4.total / 1e9) == 284 and int(v4.active / 1e9) == 13  # 13.8B: "13B"
+    tpl, values = shape_templates.variables(dict(PUBLISHED["XiaomiMiMo/MiMo-V2-Flash"]))
+    k_proj = {numel: instances for pattern, instances, numel in shape_templates.tensors(tpl, values)
+              if pattern.endswith("k_proj.weight") and instances}
+    assert k_proj == {4096 * 4 * 192: 9, 4096 * 8 * 192: 39}
 
 
 def test_an_older_field_is_read_as_its_config_class_reads_it():
