@@ -103,7 +103,8 @@ def build(model_type: str, kwargs: dict):
 
 
 def variables_of(flat: dict) -> dict:
-    """Ints, booleans (0/1), and list counts (`key#len`, `key#<item>`) of a flat config."""
+    """Ints, booleans (0/1), and list counts (`key#len`, `key#<item>`, and `key#<item>%` where the list is a pattern
+    shorter than the layers) of a flat config."""
     out = {}
     for key, value in flat.items():
         last = key.split(".")[-1]
@@ -113,8 +114,12 @@ def variables_of(flat: dict) -> dict:
             out[key] = int(value)
         elif isinstance(value, list) and all(isinstance(x, (str, int, bool)) for x in value):
             out[f"{key}#len"] = len(value)
+            layers = shape_templates.layer_count(flat, key)
+            cycled = isinstance(layers, int) and value and len(value) != layers  # a pattern, not one per layer
             for item in {json.dumps(x) for x in value}:
                 out[f"{key}#{item}"] = shape_templates.list_variable(value, item)
+                if cycled and all(isinstance(x, str) for x in value):
+                    out[f"{key}#{item}%"] = shape_templates.list_variable(value, f"{item}%", layers)
     return out
 
 
@@ -852,7 +857,8 @@ def survey_plain(model_type: str, rng) -> dict:
 def zero_counts(rows) -> None:
     """A list's count of an item it does not hold is 0 (as shape_templates.list_variable reads it), not unknown:
     the builds whose layer_types hold no conv layer say how many conv tensors none means."""
-    items = {name for r in rows for name in r.values if "#\"" in name}  # kinds, not indices
+    items = {name for r in rows for name in r.values if "#\"" in name and not name.endswith("%")}  # kinds, not
+    # indices, and not a pattern's count over the layers, which only a list shorter than the layers has
     for r in rows:
         for name in items:
             if f"{name.split('#')[0]}#len" in r.values:

@@ -143,6 +143,12 @@ PUBLISHED = {
         "q_lora_rank": 1024, "num_experts_per_tok": 6, "n_routed_experts": 256, "n_shared_experts": 1,
         "o_groups": 8, "o_lora_rank": 1024, "index_n_heads": 64, "index_head_dim": 128, "hc_mult": 4,
         "tie_word_embeddings": False},
+    # its block_types repeat over the 26 layers: 18 recurrent, 8 attention
+    "google/recurrentgemma-2b": {
+        "model_type": "recurrent_gemma", "hidden_size": 2560, "intermediate_size": 15360, "num_hidden_layers": 26,
+        "num_attention_heads": 10, "num_key_value_heads": 1, "vocab_size": 256000, "lru_width": 2560,
+        "conv1d_width": 4, "attention_window_size": 2048, "block_types": ["recurrent", "recurrent", "attention"],
+        "hidden_activation": "gelu_pytorch_tanh", "logits_soft_cap": 30.0, "tie_word_embeddings": True},
 }
 
 
@@ -203,6 +209,20 @@ def test_published_models_whose_layers_differ_by_position_count_to_their_stated_
     k_proj = {numel: instances for pattern, instances, numel in shape_templates.tensors(tpl, values)
               if pattern.endswith("k_proj.weight") and instances}
     assert k_proj == {4096 * 4 * 192: 9, 4096 * 8 * 192: 39}
+
+
+def test_a_layer_kind_list_repeated_over_the_layers_counts_each_kind():
+    """RecurrentGemma-2B has 2B non-embedding parameters (its paper's abstract, quoted by transformers' docs) and
+    2.7B in all; its three block_types repeat over the layers, so a 27th layer is one more attention block (the
+    pattern's third kind), whose tensors the recurrent layers lack."""
+    raw = PUBLISHED["google/recurrentgemma-2b"]
+    two_b = count_params(from_config(dict(raw), "t"))
+    assert two_b.method == "template"
+    assert round((two_b.total - two_b.embedding) / 1e9) == 2 and round(two_b.total / 1e8) == 27
+    tpl, values = shape_templates.variables({**raw, "num_hidden_layers": 27})
+    attention = {p: n for p, n, _ in shape_templates.tensors(tpl, values) if p.endswith("temporal_block.q_proj.weight")}
+    recurrent = {p: n for p, n, _ in shape_templates.tensors(tpl, values) if p.endswith("temporal_block.linear_x.weight")}
+    assert list(attention.values()) == [9] and list(recurrent.values()) == [18]
 
 
 def test_an_older_field_is_read_as_its_config_class_reads_it():
@@ -298,3 +318,14 @@ def test_planning_a_templated_family_takes_under_a_second_without_torch(tmp_path
 ])
 def test_the_terms_the_hybrid_families_need_count_as_worked_by_hand(term, values, expected):
     assert shape_templates.term_value(term, values) == expected
+
+
+@pytest.mark.parametrize("items,item,layers,expected", [
+    (["recurrent", "recurrent", "attention"], '"attention"%', 26, 8),  # layers 2, 5, ..., 23
+    (["recurrent", "recurrent", "attention"], '"recurrent"%', 26, 18),
+    (["recurrent", "recurrent", "attention"], '"attention"%', 2, 0),  # fewer layers than the pattern
+    (["a", "b"], '"b"%', 2, 1),  # as long as the layers: its own count
+    (["a", "b"], '"b"%', None, None),  # no layer count to repeat it over: unknown, not 0
+])
+def test_a_kind_list_repeated_over_the_layers_counts_as_worked_by_hand(items, item, layers, expected):
+    assert shape_templates.list_variable(items, item, layers) == expected

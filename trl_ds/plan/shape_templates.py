@@ -77,9 +77,22 @@ def flatten(raw: dict, prefix: str = "") -> Dict[str, object]:
     return out
 
 
-def list_variable(items: list, item: str) -> int:
-    """`key#len`: the list's length; `key#<json item>`: how many of its items are that one."""
-    return len(items) if item == "len" else sum(1 for x in items if json.dumps(x) == item)
+def list_variable(items: list, item: str, layers=None) -> Optional[int]:
+    """`key#len`: the list's length; `key#<json item>`: how many of its items are that one; `key#<json item>%`: how
+    many of the layers have it, the list repeated over them (recurrent_gemma's block_types)."""
+    if item == "len":
+        return len(items)
+    if item.endswith("%"):
+        if not isinstance(layers, int) or not items:
+            return None
+        items = (items * (layers // len(items) + 1))[:layers]
+        item = item[:-1]
+    return sum(1 for x in items if json.dumps(x) == item)
+
+
+def layer_count(flat: dict, key: str):
+    """num_hidden_layers beside the key (text_config.num_hidden_layers for text_config.block_types)."""
+    return flat.get(key.rpartition(".")[0] + "." * ("." in key) + "num_hidden_layers")
 
 
 def given(flat: dict, name: str, attribute_map: dict):
@@ -89,7 +102,7 @@ def given(flat: dict, name: str, attribute_map: dict):
     if value is None:
         value = next((flat[a] for a, real in attribute_map.items() if real == key and flat.get(a) is not None), None)
     if item:
-        return list_variable(value, item) if isinstance(value, list) else None
+        return list_variable(value, item, layer_count(flat, key)) if isinstance(value, list) else None
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, float) and value.is_integer():
