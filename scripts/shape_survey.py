@@ -173,11 +173,19 @@ def by_kind(model, out: dict) -> dict:
     return labelled
 
 
+def own_embedding_name(model, named) -> list:
+    """The embedding under its own module's name, even where a tied lm_head's name comes first (camembert's
+    lm_head.decoder.weight), so its pattern is the same whether the head is tied or not."""
+    module = model.get_input_embeddings()
+    own = next(n for n, m in model.named_modules() if m is module) + ".weight"
+    return [(own if p is module.weight else n, p) for n, p in named]
+
+
 def quantities(model) -> tuple:
     """Per parameter pattern: n:<pattern> instances, d<j>:<pattern> its dimensions; g:<group> routed-expert groups.
     Also the counts the planner reads, as the meta device gives them."""
     shapes, out, groups = {}, {}, {}
-    named = list(model.named_parameters())  # without tied duplicates
+    named = own_embedding_name(model, list(model.named_parameters()))  # without tied duplicates
     pattern_of = patterns(model, named)
     for name, p in named:
         pattern = pattern_of[name]
@@ -613,6 +621,14 @@ def changed(a, b):
 def fit_quantity(quantity, base, rows):
     everyone = [base] + rows
     defined = [r for r in everyone if quantity in r.q] if not quantity.startswith(("n:", "g:", "t:")) else everyone
+    kind = re.search(r"\*~([^.]+)\.", quantity) if BY_KIND["on"] and quantity.startswith("n:") else None
+    lists = sorted((n for n in base.values if '#"' in n and not n.endswith("%")), key=lambda n: (
+        n.split(".")[-1] != f'layer_types#"{kind.group(1)}"', n)) if kind else []
+    for name in lists:  # one per layer of that kind, or of another list's kind (hy_v4's indexer: one per "full"
+        # entry of indexer_types, which transformers derives from the layer count; a formula of the count fitted
+        # the builds and missed a held-out one)
+        if agrees_on([[1, ["p", name]]], quantity, [r for r in everyone if name in r.values]):
+            return [[1, ["p", name]]]
     primary, everything = relevant(quantity, base, rows)
     tries = [names for names in (primary, everything) if len(names) <= 8]
     extras = sorted(structural(everyone) - primary)
@@ -644,7 +660,25 @@ def fit_quantity(quantity, base, rows):
                    for side in sides)
         if off is not None and on is not None:
             return off + [[-c, ["x", switch, t]] for c, t in off] + [[c, ["x", switch, t]] for c, t in on]
+    for partner in partners(quantity, primary, everyone):  # electra's embedding projection: only where the
+        # embedding_size differs from the hidden_size, which no change of embedding_size alone made equal
+        usable = [r for r in defined if primary | {partner} <= set(r.values)]
+        expr = fit([r.q.get(quantity, 0) for r in usable], [r.values for r in usable], primary | {partner})
+        if expr is not None:
+            return expr
     raise Unsupported(f"no formula for {quantity} over {sorted(everything)}")
+
+
+def partners(quantity, primary, rows) -> list:
+    """For a tensor present or not (a count of 0 or 1): the sizes that equal a key it moved with in some build."""
+    if not quantity.startswith("n:") or {r.q.get(quantity, 0) for r in rows} - {0, 1}:
+        return []
+    seen = {}
+    for r in rows:
+        for k, v in r.values.items():
+            seen.setdefault(k, set()).add(v)
+    return sorted(k for k in seen if k not in primary and any(seen[k] & seen.get(p, set()) - {0, 1}
+                                                              for p in primary))[:6]
 
 
 def gated_count(quantity, base, rows, counts):

@@ -143,6 +143,16 @@ PUBLISHED = {
         "q_lora_rank": 1024, "num_experts_per_tok": 6, "n_routed_experts": 256, "n_shared_experts": 1,
         "o_groups": 8, "o_lora_rank": 1024, "index_n_heads": 64, "index_head_dim": 128, "hc_mult": 4,
         "tie_word_embeddings": False},
+    # camembert-base's lm_head is tied, and its tied weight's first name is the head's (lm_head.decoder.weight);
+    # electra-small projects its 128-wide embeddings to 256
+    "almanach/camembert-base": {
+        "model_type": "camembert", "vocab_size": 32005, "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 514, "type_vocab_size": 1,
+        "hidden_act": "gelu", "layer_norm_eps": 1e-05, "is_decoder": True},
+    "google/electra-small-discriminator": {
+        "model_type": "electra", "vocab_size": 30522, "embedding_size": 128, "hidden_size": 256,
+        "num_hidden_layers": 12, "num_attention_heads": 4, "intermediate_size": 1024, "max_position_embeddings": 512,
+        "type_vocab_size": 2, "hidden_act": "gelu", "is_decoder": True},
     # its block_types repeat over the 26 layers: 18 recurrent, 8 attention
     "google/recurrentgemma-2b": {
         "model_type": "recurrent_gemma", "hidden_size": 2560, "intermediate_size": 15360, "num_hidden_layers": 26,
@@ -223,6 +233,17 @@ def test_a_layer_kind_list_repeated_over_the_layers_counts_each_kind():
     attention = {p: n for p, n, _ in shape_templates.tensors(tpl, values) if p.endswith("temporal_block.q_proj.weight")}
     recurrent = {p: n for p, n, _ in shape_templates.tensors(tpl, values) if p.endswith("temporal_block.linear_x.weight")}
     assert list(attention.values()) == [9] and list(recurrent.values()) == [18]
+
+
+def test_a_per_layer_list_transformers_derives_from_the_layer_count_counts_its_kind():
+    """hy_v4 runs its own indexer in layer 0 and every fourth layer from 1 (HYV4Config derives indexer_types so:
+    layers 0, 1, 5, 9 of 10), and a config may list them itself; the survey once fitted the count as a formula of the
+    layer count alone, which a held-out config missed."""
+    hy = {k: v for k, v in SURVEY["model_types"]["hy_v4"]["held_out"][0]["config"].items()
+          if not k.endswith("_types")}
+    for given, expected in (({}, 4), ({"indexer_types": ["full"] * 10}, 10)):
+        tpl, values = shape_templates.variables({**hy, "num_hidden_layers": 10, **given})
+        assert [n for p, n, _ in shape_templates.tensors(tpl, values) if p.endswith("indexer.wk.weight")] == [expected]
 
 
 def test_an_older_field_is_read_as_its_config_class_reads_it():
