@@ -13,7 +13,7 @@ from unit.test_model_families import instantiate, meta_counts, write_config
 # unit tests
 pytestmark = [pytest.mark.integration, pytest.mark.light]
 
-RAW = {"model_type": "recurrent_gemma", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
+RAW = {"model_type": "dory", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4}
 PLAN = ("import sys; from trl_ds.cli.plan import main; main(['model.name_or_path={folder}', 'cluster=1x1', "
         "'--json']); print('torch' in sys.modules, file=sys.stderr)")
@@ -27,7 +27,7 @@ def plan(folder, cache):
 
 
 def test_the_second_plan_of_a_meta_family_reads_its_count_back_without_torch(tmp_path):
-    folder, cache = write_config(tmp_path / "recurrent_gemma", RAW), tmp_path / "cache"
+    folder, cache = write_config(tmp_path / "dory", RAW), tmp_path / "cache"
     total, largest, _ = meta_counts(instantiate(AutoConfig.for_model(**RAW)))
     first, first_torch = plan(folder, cache)
     assert first_torch and len(os.listdir(cache / "counts")) == 1
@@ -39,10 +39,10 @@ def test_the_second_plan_of_a_meta_family_reads_its_count_back_without_torch(tmp
 
 
 def test_a_damaged_entry_is_counted_again(tmp_path):
-    folder, cache = write_config(tmp_path / "recurrent_gemma", RAW), tmp_path / "cache"
+    folder, cache = write_config(tmp_path / "dory", RAW), tmp_path / "cache"
     plan(folder, cache)
     (entry,) = (cache / "counts").iterdir()
     entry.write_text("{not json")
     again, torch_loaded = plan(folder, cache)
     assert torch_loaded and again["parameters"] == meta_counts(instantiate(AutoConfig.for_model(**RAW)))[0]
-    assert json.loads(entry.read_text())["architecture"]["model_type"] == "recurrent_gemma"
+    assert json.loads(entry.read_text())["architecture"]["model_type"] == "dory"

@@ -116,7 +116,7 @@ def test_folder_wins_over_the_preset_and_the_output_says_so(tmp_path, capsys):
 
 
 def test_another_family_is_counted_on_the_meta_device_and_says_so(tmp_path, capsys):
-    raw = {"model_type": "recurrent_gemma", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
+    raw = {"model_type": "dory", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
     (tmp_path / "config.json").write_text(json.dumps(raw))
     code, out = plan_here(capsys, f"model.name_or_path={tmp_path}", "cluster=1x1", "--json")
