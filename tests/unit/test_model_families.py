@@ -169,6 +169,16 @@ def test_a_model_transformers_cannot_build_is_one_clear_error(tmp_path):
         count_params(read_hf_config(folder))
 
 
+def test_a_pad_token_outside_the_vocabulary_is_one_clear_error_not_a_traceback(tmp_path):
+    """kimi_linear's default pad_token_id (163839) with a 3000-token vocabulary: torch's nn.Embedding asserts, which
+    once ended the plan in a traceback."""
+    folder = write_config(tmp_path / "m", {"model_type": "kimi_linear", "vocab_size": 3000, "hidden_size": 128,
+                                           "num_hidden_layers": 2, "num_attention_heads": 4})
+    with pytest.raises(ConfigError, match=r"model_type 'kimi_linear' is not a causal LM that transformers can build "
+                                          r"here \(AssertionError: Padding_idx must be within num_embeddings\)"):
+        count_params(read_hf_config(folder))
+
+
 def test_an_attention_free_model_is_one_clear_error_not_a_traceback(tmp_path):
     folder = write_config(tmp_path / "m", {"model_type": "mamba", "vocab_size": 320, "hidden_size": 64,
                                            "num_hidden_layers": 2})

@@ -380,7 +380,8 @@ def meta_model(config_json: str):
         config = AutoConfig.for_model(kind, **raw)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
-    except (ValueError, KeyError, TypeError, AttributeError, ImportError, StrictDataclassError) as err:
+    except (ValueError, KeyError, TypeError, AttributeError, ImportError, StrictDataclassError,
+            AssertionError) as err:  # torch's nn.Embedding asserts a pad_token_id inside the vocabulary
         raise ConfigError([f"model_type {kind!r} is not a causal LM that transformers can build here "
                            f"({type(err).__name__}: {str(err).splitlines()[0][:200]}), so its size is unknown. "
                            f"Name a causal LM's folder or hub id (model.name_or_path=...) or its config.json "
