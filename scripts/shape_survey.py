@@ -146,7 +146,7 @@ def patterns(model, named) -> dict:
                 stars = [m.start() for m in re.finditer(r"\.\*(?=\.|$)", pattern)]
                 if not stars:
                     raise Unsupported(f"{pattern} has instances of different shapes")
-                index = [m for m in PATTERN.finditer(name)][len(stars) - 1]
+                index = list(PATTERN.finditer(name))[len(stars) - 1]
                 if isinstance(model.get_submodule(name[:index.start()]), torch.nn.ModuleList):
                     rank = sorted(seen[pattern]).index(shapes[name])
                     label = f".*~{rank}" if rank else ".*"
@@ -428,17 +428,18 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
         row = try_row(model_type, f"joint {i}", {k: v for k, v in kwargs.items() if k not in dropped})
         if row is not None:
             rows.append(row)
-    rows += around_new_tensors(model_type, base, rows, changes, odd, firsts=fewest_changes_holding(
-        model_type, base, rows, changes))
+    holders, added = fewest_changes_holding(model_type, base, rows, changes)
+    rows += added
+    rows += around_new_tensors(model_type, base, rows, changes, odd, firsts=holders)
     return rows, changes, held, derived_lists
 
 
-def fewest_changes_holding(model_type, base: Row, rows, changes: dict) -> list:
-    """For each tensor only a joint row holds, that row's changes less each one the tensor does without: gemma4's
+def fewest_changes_holding(model_type, base: Row, rows, changes: dict) -> tuple:
+    """For each tensor only a joint row holds, that row's changes less each one the tensor does without (gemma4's
     double-wide MLP needs use_double_wide_mlp and num_kv_shared_layers together, which no row one or two changes from
-    the base has."""
+    the base has): (those builds, them and their sizes at another value)."""
     seen = {k for r in rows if not r.name.startswith("joint") for k in r.q if k.startswith("n:")}
-    out = []
+    holders, out = [], []
     for pattern in sorted({k for r in rows if r.name.startswith("joint") for k in r.q if k.startswith("n:")} - seen):
         if any(pattern in r.q for r in out):
             continue
@@ -454,6 +455,7 @@ def fewest_changes_holding(model_type, base: Row, rows, changes: dict) -> list:
         if holder is None or not holder.q.get(pattern):
             continue
         holder.parent = base.name if len(keys) == 1 else None
+        holders.append(holder)
         out.append(holder)
         for key in keys:  # its sizes at another value (num_kv_shared_layers was probed at 1 only)
             if type(changes[key]) is int:
@@ -462,8 +464,7 @@ def fewest_changes_holding(model_type, base: Row, rows, changes: dict) -> list:
                 if more is not None:
                     more.parent = holder.name
                     out.append(more)
-    rows += out
-    return [r for r in out if " + ".join(f"{k}={changes[k]}" for k in change_keys(r.name)) == r.name]
+    return holders, out
 
 
 def shaping_strings(base, rows, changes):

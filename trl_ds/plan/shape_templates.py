@@ -92,7 +92,8 @@ def list_variable(items: list, item: str, layers=None) -> Optional[int]:
 
 def layer_count(flat: dict, key: str):
     """num_hidden_layers beside the key (text_config.num_hidden_layers for text_config.block_types)."""
-    return flat.get(key.rpartition(".")[0] + "." * ("." in key) + "num_hidden_layers")
+    prefix = key.rpartition(".")[0]
+    return flat.get(f"{prefix}.num_hidden_layers" if prefix else "num_hidden_layers")
 
 
 def given(flat: dict, name: str, attribute_map: dict):
