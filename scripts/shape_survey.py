@@ -60,7 +60,19 @@ SEEDS = {
     "dbrx": lambda sizes: {"attn_config.rope_theta": 500000.0},  # modeling_dbrx reads it; no field declares it
     "dots1": lambda sizes: {"n_shared_experts": 2},  # dots.llm1's
     "lfm2_moe": lambda sizes: {"layer_types": (["conv", "conv", "full_attention"] * 8)[:sizes["num_hidden_layers"]]},
+    "cohere_compass_text": lambda sizes: {f"rope_parameters.{kind}.{k}": v for kind in ("full_attention",
+                                          "sliding_attention") for k, v in (("rope_type", "default"),
+                                                                            ("rope_theta", 10000.0))},
+    "reformer": lambda sizes: {"is_decoder": True},  # its causal LM refuses anything else
+    "qwen4_exp_text": lambda sizes: qsa_indexer(sizes, ""),  # its indexed layers always build an indexer
+    "qwen4_exp": lambda sizes: qsa_indexer(sizes, "text_config."),
 }
+
+
+def qsa_indexer(sizes: dict, prefix: str) -> dict:
+    """Qwen4-Exp's index head must hold the attention's RoPE dims: wide enough for every head_dim the probes try."""
+    return {prefix + k: v for k, v in (("indexer_n_heads", 4), ("indexer_kv_heads", 1), ("indexer_budget", 64),
+                                       ("indexer_head_dim", 8 * sizes["head_dim"]), ("indexer_compress_ratio", 4))}
 NOT_SWITCHES = {"use_cache", "return_dict", "output_hidden_states", "output_attentions", "torchscript",
                 "is_encoder_decoder", "add_cross_attention", "tie_encoder_decoder", "chunk_size_feed_forward",
                 "use_return_dict", "output_router_logits", "_attn_implementation_autoset", "is_composition",
