@@ -59,7 +59,7 @@ SMALL2 = {"vocab_size": 352, "hidden_size": 96, "intermediate_size": 160, "num_h
 SEEDS = {
     "dbrx": lambda sizes: {"attn_config.rope_theta": 500000.0},  # modeling_dbrx reads it; no field declares it
     "dots1": lambda sizes: {"n_shared_experts": 2},  # dots.llm1's
-    "lfm2_moe": lambda sizes: {"layer_types": (["conv", "conv", "full_attention"] * 8)[:sizes["num_hidden_layers"]]},
+    "lfm2_moe": lambda sizes: {"layer_types": cycled(LAYER_CYCLES["lfm2_moe"][1], sizes["num_hidden_layers"])},
     "cohere_compass_text": lambda sizes: {f"rope_parameters.{kind}.{k}": v for kind in ("full_attention",
                                           "sliding_attention") for k, v in (("rope_type", "default"),
                                                                             ("rope_theta", 10000.0))},
@@ -67,6 +67,26 @@ SEEDS = {
     "qwen4_exp_text": lambda sizes: qsa_indexer(sizes, ""),  # its indexed layers always build an indexer
     "qwen4_exp": lambda sizes: qsa_indexer(sizes, "text_config."),
 }
+
+
+# a seeded list with one entry per layer: a row that changes the layer count gets the pattern at its length
+LAYER_CYCLES = {"lfm2_moe": ("layer_types", ["conv", "conv", "full_attention"])}
+
+
+def cycled(pattern: list, layers: int) -> list:
+    return (pattern * (layers // len(pattern) + 1))[:layers]
+
+
+def following_layers(model_type: str, kwargs: dict) -> dict:
+    """The kwargs with a seeded per-layer list (LAYER_CYCLES) as long as their layer count, where the list is still
+    the seeded pattern (a row that swapped its kinds keeps them)."""
+    if model_type not in LAYER_CYCLES:
+        return kwargs
+    key, pattern = LAYER_CYCLES[model_type]
+    items, layers = kwargs.get(key), kwargs.get("num_hidden_layers", CONFIG_MAPPING[model_type]().num_hidden_layers)
+    if not isinstance(items, list) or items != cycled(pattern, len(items)):
+        return kwargs
+    return {**kwargs, key: cycled(pattern, layers)}
 
 
 def qsa_indexer(sizes: dict, prefix: str) -> dict:
@@ -242,6 +262,7 @@ class Row:
 
 
 def try_row(model_type, name, kwargs):
+    kwargs = following_layers(model_type, kwargs)
     try:
         written, flat, model = build(model_type, kwargs)
         return Row(name, dict(kwargs), written, variables_of(flat), model)
@@ -394,6 +415,8 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
             row = try_row(model_type, f"{key}={new}", {**base.kwargs, key: new})
             if row is None or (row.q == base.q and swaps_kind(current, new)):
                 continue  # a word that is no layer kind of this model may build and change nothing
+            if isinstance(current, list) and row.q == base.q and row.values == base.values:
+                continue  # the same kinds reordered; fewer or more of one kind may still change the shapes
             built, row.parent = True, base.name
             if current is None and row.q != base.q:  # None switches to another formula: configs keep None,
                 held[key] = None  # unless survey() finds the size None stands for (gpt_bigcode's n_inner)
