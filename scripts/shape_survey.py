@@ -387,6 +387,11 @@ def around_new_tensors(model_type, base: Row, rows, changes: dict, odd: dict, ro
     return out
 
 
+def is_kinds(value) -> bool:
+    """A list of words, one per layer or a pattern of them (layer_types), not of indices or sizes."""
+    return isinstance(value, list) and bool(value) and all(isinstance(x, str) for x in value)
+
+
 def swaps_kind(current, new) -> bool:
     return isinstance(current, list) and len(set(map(json.dumps, current))) == 1 and isinstance(current[0], str) and (
         isinstance(new, list) and len(new) == len(current))
@@ -415,7 +420,7 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
             row = try_row(model_type, f"{key}={new}", {**base.kwargs, key: new})
             if row is None or (row.q == base.q and swaps_kind(current, new)):
                 continue  # a word that is no layer kind of this model may build and change nothing
-            if isinstance(current, list) and row.q == base.q and row.values == base.values:
+            if is_kinds(current) and row.q == base.q and row.values == base.values:
                 continue  # the same kinds reordered; fewer or more of one kind may still change the shapes
             built, row.parent = True, base.name
             if current is None and row.q != base.q:  # None switches to another formula: configs keep None,
@@ -658,21 +663,24 @@ def fit_quantity(quantity, base, rows):
     everyone = [base] + rows
     defined = [r for r in everyone if quantity in r.q] if not quantity.startswith(("n:", "g:", "t:")) else everyone
     kind = re.search(r"\*~([^.]+)\.", quantity) if BY_KIND["on"] and quantity.startswith("n:") else None
-    lists = sorted((n for n in base.values if '#"' in n and not n.endswith("%")), key=lambda n: (
-        n.split(".")[-1] != f'layer_types#"{kind.group(1)}"', n)) if kind else []
-    for name in lists:  # one per layer of that kind, or of another list's kind (hy_v4's indexer: one per "full"
-        # entry of indexer_types, which transformers derives from the layer count; a formula of the count fitted
-        # the builds and missed a held-out one)
-        if agrees_on([[1, ["p", name]]], quantity, [r for r in everyone if name in r.values]):
-            return [[1, ["p", name]]]
+    if kind:  # one per layer of that kind, or of another list's kind (hy_v4's indexer: one per "full" entry of
+        # indexer_types, which transformers derives from the layer count; a formula of the count fitted the builds
+        # and missed a held-out one)
+        found = kind_count(quantity, everyone, f'layer_types#"{kind.group(1)}"')
+        if found:
+            return found
     primary, everything = relevant(quantity, base, rows)
     tries = [names for names in (primary, everything) if len(names) <= 8]
+    singles = [set()] + [{name} for name in sorted(primary) if "#" not in name] if len(primary) > 1 else []  # a
+    # constant or one plain key alone, on every row that has it (lfm2's conv width, moved with attention indices
+    # that only some rows list)
+    if not tries and not singles:
+        return last_resort(quantity, everyone, len(everything))
     extras = sorted(structural(everyone) - primary)
     tries += [primary | {extra} for extra in extras[:4] if len(primary) < 8]
     tries += [primary | set(two) for two in itertools.combinations(extras[:6], 2) if len(primary) < 7]  # jamba's
     # layer period and offset: they move nothing in the base's few layers
-    if not tries:
-        raise Unsupported(f"{quantity} moves with {len(everything)} keys")
+    tries += singles
     for names in tries:  # a key that moved it only together with another comes last
         usable = [r for r in defined if names <= set(r.values)]
         expr = fit([r.q.get(quantity, 0) for r in usable], [r.values for r in usable], names)
@@ -702,7 +710,29 @@ def fit_quantity(quantity, base, rows):
         expr = fit([r.q.get(quantity, 0) for r in usable], [r.values for r in usable], primary | {partner})
         if expr is not None:
             return expr
-    raise Unsupported(f"no formula for {quantity} over {sorted(everything)}")
+    return last_resort(quantity, everyone, sorted(everything))
+
+
+def last_resort(quantity, everyone, moved):
+    """Where no formula of what moved it fits: one kind's count in a list, if that alone holds in every row (lfm2's
+    conv layers moved with its layer count, its layer_types and the attention indices that list is derived from)."""
+    found = kind_count(quantity, everyone, "") if quantity.startswith("n:") else None
+    if found:
+        return found
+    if isinstance(moved, int):
+        raise Unsupported(f"{quantity} moves with {moved} keys")
+    raise Unsupported(f"no formula for {quantity} over {moved}")
+
+
+def kind_count(quantity, everyone, first: str):
+    """[[1, ["p", a list's count of one kind]]] where that count is the quantity in every row holding the list (the
+    `first` list's name tried first), else None."""
+    lists = sorted((n for n in everyone[0].values if '#"' in n and not n.endswith("%")), key=lambda n: (
+        n.split(".")[-1] != first, n))
+    for name in lists:
+        if agrees_on([[1, ["p", name]]], quantity, [r for r in everyone if name in r.values]):
+            return [[1, ["p", name]]]
+    return None
 
 
 def partners(quantity, primary, rows) -> list:
@@ -968,8 +998,9 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
     params_out, counts = [], []
     everywhere = {p for p in patterns if all(r.q.get(f"n:{p}") for r in [base] + rows)}
     larger = {p: [k for k in patterns if k != p and RANKED.sub("*", k) == p] for p in patterns}
-    for pattern in sorted(patterns, key=lambda p: (bool(larger[p]), p not in everywhere)):  # a block's smallest
-        # shape after its larger ones; those a switch removes last, to reuse
+    absent = {p: sum(not r.q.get(f"n:{p}") for r in [base] + rows) for p in patterns}
+    for pattern in sorted(patterns, key=lambda p: (bool(larger[p]), p not in everywhere, absent[p])):  # a block's
+        # smallest shape after its larger ones; those a switch removes last, the rarest last, to reuse
         ranks = {r.q[f"r:{pattern}"] for r in [base] + rows if f"r:{pattern}" in r.q}
         if len(ranks) != 1:
             raise Unsupported(f"{pattern} changes rank")
@@ -993,6 +1024,7 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
         needed |= used_variables(expr)
     needed |= {attribute_map.get(a, a) for a in ARCH if attribute_map.get(a, a) in base.values}
     needed |= {n for n in base.values if n.split("#")[0] in derived_lists}  # checked, if not used
+    needed |= list_movers(needed, base, rows)
     defaults_values = variables_of(defaults)
     rules = variable_rules(needed, base, rows, defaults_values, cls)
     for name, rule in rules.items():
@@ -1018,6 +1050,20 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
     check(model_type, tpl, held_out, "a held-out config")
     return {"kept": True, "template": tpl, "held_out": [
         {"variant": r.name, "config": {"model_type": model_type, **r.written}, **r.counts} for r in held_out]}
+
+
+def list_movers(needed, base, rows) -> set:
+    """The variables of a key that alone moved a needed list count where transformers derived the list (exaone_moe's
+    first_k_dense_replace under mlp_layer_types, lfm2's full_attn_idxs under layer_types: a plain key, or another
+    list's length): a config leaving the list out has it derived from them."""
+    out = set()
+    for row in rows:
+        key = row.name.split("=")[0]
+        if row.parent == base.name and "=" in row.name and any(
+                n.split("#")[0] not in row.kwargs and row.values.get(n) != base.values.get(n)
+                for n in needed if "#" in n):
+            out |= {n for n in base.values if n == key or n == f"{key}#len"}
+    return out
 
 
 def held_out_rows(model_type, cls, defaults, changes, rng):
