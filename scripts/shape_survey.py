@@ -293,6 +293,8 @@ def probe_values(key: str, value, kinds=()):
             return [[0]]
         if all(isinstance(x, float) for x in value):  # falcon_h1's muP multipliers: other values, same length
             return [[x * 2 + 1 for x in value], value[:-1]]
+        if all(type(x) is int for x in value) and value == sorted(set(value)):  # indices (llama4's moe_layers)
+            return [value[:-1], value[1:]]
         if len(set(map(json.dumps, value))) > 1:
             return [value[::-1], [value[0]] * len(value), value[:-1]]
         return [value[:-1] + [k] for k in kinds if k != value[0] and isinstance(value[0], str)] + [value[:-1]]
@@ -420,7 +422,7 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
             row = try_row(model_type, f"{key}={new}", {**base.kwargs, key: new})
             if row is None or (row.q == base.q and swaps_kind(current, new)):
                 continue  # a word that is no layer kind of this model may build and change nothing
-            if is_kinds(current) and row.q == base.q and row.values == base.values:
+            if isinstance(current, list) and row.q == base.q and row.values == base.values:
                 continue  # the same kinds reordered; fewer or more of one kind may still change the shapes
             built, row.parent = True, base.name
             if current is None and row.q != base.q:  # None switches to another formula: configs keep None,
@@ -714,9 +716,11 @@ def fit_quantity(quantity, base, rows):
 
 
 def last_resort(quantity, everyone, moved):
-    """Where no formula of what moved it fits: one kind's count in a list, if that alone holds in every row (lfm2's
-    conv layers moved with its layer count, its layer_types and the attention indices that list is derived from)."""
-    found = kind_count(quantity, everyone, "") if quantity.startswith("n:") else None
+    """Where no formula of what moved it (a list of names, or how many) fits: a list's count of one kind or its
+    length, or the layers less that, if that alone holds in every row (lfm2's conv layers moved with its layer
+    count, its layer_types and the attention indices that list is derived from)."""
+    found = (kind_count(quantity, everyone, "") or kind_rest(quantity, everyone)) if quantity.startswith((
+        "n:", "g:")) else None
     if found:
         return found
     if isinstance(moved, int):
@@ -725,13 +729,27 @@ def last_resort(quantity, everyone, moved):
 
 
 def kind_count(quantity, everyone, first: str):
-    """[[1, ["p", a list's count of one kind]]] where that count is the quantity in every row holding the list (the
-    `first` list's name tried first), else None."""
-    lists = sorted((n for n in everyone[0].values if '#"' in n and not n.endswith("%")), key=lambda n: (
-        n.split(".")[-1] != first, n))
+    """[[1, ["p", a list's count of one kind, or its length]]] where that count is the quantity in every row holding
+    the list (the `first` list's name tried first), else None (llama4_text's MoE layers: as many as moe_layers lists,
+    a pattern of interleave_moe_layer_step where it is left out)."""
+    lists = sorted((n for n in everyone[0].values if ('#"' in n and not n.endswith("%")) or n.endswith("#len")),
+                   key=lambda n: (n.split(".")[-1] != first, n))
     for name in lists:
         if agrees_on([[1, ["p", name]]], quantity, [r for r in everyone if name in r.values]):
             return [[1, ["p", name]]]
+    return None
+
+
+def kind_rest(quantity, everyone):
+    """[[1, layers], [-1, a list's count]] where the layers less that count are the quantity in every row holding
+    both (llama4_text's dense layers: those moe_layers does not list), else None."""
+    layers = sorted(n for n in everyone[0].values if n.split(".")[-1] == "num_hidden_layers")
+    for name in sorted(n for n in everyone[0].values if '#"' in n or n.endswith("#len")):
+        for count in layers:
+            expr = [[1, ["p", count]], [-1, ["p", name]]]
+            if count.rpartition(".")[0] == name.rpartition(".")[0] and agrees_on(
+                    expr, quantity, [r for r in everyone if {name, count} <= set(r.values)]):
+                return expr
     return None
 
 
