@@ -293,8 +293,6 @@ def probe_values(key: str, value, kinds=()):
             return [[0]]
         if all(isinstance(x, float) for x in value):  # falcon_h1's muP multipliers: other values, same length
             return [[x * 2 + 1 for x in value], value[:-1]]
-        if all(type(x) is int for x in value) and value == sorted(set(value)):  # indices (llama4's moe_layers)
-            return [value[:-1], value[1:]]
         if len(set(map(json.dumps, value))) > 1:
             return [value[::-1], [value[0]] * len(value), value[:-1]]
         return [value[:-1] + [k] for k in kinds if k != value[0] and isinstance(value[0], str)] + [value[:-1]]
@@ -417,12 +415,13 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
             continue
         value = defaults.get(key)
         current = base.kwargs.get(key, base.flat.get(key, value))
-        built = False
+        built = quiet = False
         for new in probe_values(key, current, kinds):
             row = try_row(model_type, f"{key}={new}", {**base.kwargs, key: new})
             if row is None or (row.q == base.q and swaps_kind(current, new)):
                 continue  # a word that is no layer kind of this model may build and change nothing
             if isinstance(current, list) and row.q == base.q and row.values == base.values:
+                quiet = True
                 continue  # the same kinds reordered; fewer or more of one kind may still change the shapes
             built, row.parent = True, base.name
             if current is None and row.q != base.q:  # None switches to another formula: configs keep None,
@@ -431,6 +430,8 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
                 rows.append(row)
                 changes[key] = new
             break
+        if quiet and not built:
+            continue  # the list's other values moved nothing or did not build: it shapes nothing
         if not built and current != value and key not in base.kwargs:
             derived_lists.add(key)  # derived from other keys (one per layer, d_model // n_head): a config's own
             # value must agree with the derivation

@@ -334,6 +334,24 @@ def test_a_layer_kind_list_other_than_the_one_transformers_derives_counts_as_the
     assert applied or model_type not in KIND_COUNTED
 
 
+@pytest.mark.slow  # builds on the meta device: make test only
+def test_moe_layers_listed_count_as_listed_not_as_the_interleave_step_derives_them():
+    """Llama 4's text model puts an MoE block in the layers moe_layers lists; left out, transformers derives them from
+    interleave_moe_layer_step. The template once read only the step: five of six layers listed counted six MoE
+    layers (2,155,104 parameters; the model, with its wide dense MLP in the sixth, has 6,550,560)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    raw = SURVEY["model_types"]["llama4_text"]["held_out"][0]["config"]
+    listed = raw["moe_layers"]
+    for moe_layers in (listed[:-1], listed[1:], listed[:1]):
+        config = {**raw, "moe_layers": moe_layers}
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**json.loads(json.dumps(config))))
+        counts = count_params(from_config(config, "listed"))
+        assert (counts.method, counts.total) == ("template", sum(p.numel() for p in model.parameters())), moe_layers
+
+
 def test_a_setting_the_survey_held_fixed_or_an_unseen_key_the_model_reads_goes_to_the_meta_device():
     phi = PUBLISHED["microsoft/phi-2"]
     assert shape_templates.variables(dict(phi)) is not None
