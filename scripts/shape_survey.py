@@ -387,9 +387,10 @@ def around_new_tensors(model_type, base: Row, rows, changes: dict, odd: dict, ro
     return out
 
 
-def is_kinds(value) -> bool:
-    """A list of words, one per layer or a pattern of them (layer_types), not of indices or sizes."""
-    return isinstance(value, list) and bool(value) and all(isinstance(x, str) for x in value)
+def reordered(current, new) -> bool:
+    """The same items in another order (a list probed by its reverse)."""
+    return isinstance(current, list) and isinstance(new, list) and new != current and sorted(
+        map(json.dumps, new)) == sorted(map(json.dumps, current))
 
 
 def swaps_kind(current, new) -> bool:
@@ -415,14 +416,14 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
             continue
         value = defaults.get(key)
         current = base.kwargs.get(key, base.flat.get(key, value))
-        built = quiet = False
+        built = False
         for new in probe_values(key, current, kinds):
             row = try_row(model_type, f"{key}={new}", {**base.kwargs, key: new})
             if row is None or (row.q == base.q and swaps_kind(current, new)):
                 continue  # a word that is no layer kind of this model may build and change nothing
-            if isinstance(current, list) and row.q == base.q and row.values == base.values:
-                quiet = True
-                continue  # the same kinds reordered; fewer or more of one kind may still change the shapes
+            if row.q == base.q and reordered(current, new):
+                continue  # the same kinds in another order; fewer or more of one kind may change the shapes, and
+                # where none builds the list is held or checked like any other that does not
             built, row.parent = True, base.name
             if current is None and row.q != base.q:  # None switches to another formula: configs keep None,
                 held[key] = None  # unless survey() finds the size None stands for (gpt_bigcode's n_inner)
@@ -430,8 +431,6 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
                 rows.append(row)
                 changes[key] = new
             break
-        if quiet and not built:
-            continue  # the list's other values moved nothing or did not build: it shapes nothing
         if not built and current != value and key not in base.kwargs:
             derived_lists.add(key)  # derived from other keys (one per layer, d_model // n_head): a config's own
             # value must agree with the derivation
