@@ -179,6 +179,15 @@ def test_a_pad_token_outside_the_vocabulary_is_one_clear_error_not_a_traceback(t
         count_params(read_hf_config(folder))
 
 
+def test_a_model_needing_a_package_that_is_not_installed_names_it(tmp_path):
+    """gemma3n's vision tower needs timm, which trl_ds does not install; transformers' message starts with a newline,
+    and the error once read "(ImportError: )"."""
+    folder = write_config(tmp_path / "m", {"model_type": "gemma3n"})
+    with pytest.raises(ConfigError, match=r"model_type 'gemma3n' is not a causal LM that transformers can build here "
+                                          r"\(ImportError: TimmWrapperModel requires the timm library"):
+        count_params(read_hf_config(folder))
+
+
 def test_an_attention_free_model_is_one_clear_error_not_a_traceback(tmp_path):
     folder = write_config(tmp_path / "m", {"model_type": "mamba", "vocab_size": 320, "hidden_size": 64,
                                            "num_hidden_layers": 2})

@@ -382,8 +382,9 @@ def meta_model(config_json: str):
             model = AutoModelForCausalLM.from_config(config)
     except (ValueError, KeyError, TypeError, AttributeError, ImportError, StrictDataclassError,
             AssertionError) as err:  # torch's nn.Embedding asserts a pad_token_id inside the vocabulary
+        said = next((line for line in str(err).splitlines() if line.strip()), "")  # timm's starts with a newline
         raise ConfigError([f"model_type {kind!r} is not a causal LM that transformers can build here "
-                           f"({type(err).__name__}: {str(err).splitlines()[0][:200]}), so its size is unknown. "
+                           f"({type(err).__name__}: {said[:200]}), so its size is unknown. "
                            f"Name a causal LM's folder or hub id (model.name_or_path=...) or its config.json "
                            f"(model.config_path=...)."]) from None
     if hasattr(type(config), "allow_global_per_layer_attribute_access"):  # gemma4's head_dim differs by layer
