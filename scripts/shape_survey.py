@@ -59,7 +59,8 @@ SMALL2 = {"vocab_size": 352, "hidden_size": 96, "intermediate_size": 160, "num_h
 SEEDS = {
     "dbrx": lambda sizes: {"attn_config.rope_theta": 500000.0},  # modeling_dbrx reads it; no field declares it
     "dots1": lambda sizes: {"n_shared_experts": 2},  # dots.llm1's
-    "lfm2_moe": lambda sizes: {"layer_types": cycled(LAYER_CYCLES["lfm2_moe"][1], sizes["num_hidden_layers"])},
+    "lfm2_moe": lambda sizes: {"layer_types": shape_templates.repeated(LAYER_CYCLES["lfm2_moe"][1],
+                                                                       sizes["num_hidden_layers"])},
     "cohere_compass_text": lambda sizes: {f"rope_parameters.{kind}.{k}": v for kind in ("full_attention",
                                           "sliding_attention") for k, v in (("rope_type", "default"),
                                                                             ("rope_theta", 10000.0))},
@@ -73,10 +74,6 @@ SEEDS = {
 LAYER_CYCLES = {"lfm2_moe": ("layer_types", ["conv", "conv", "full_attention"])}
 
 
-def cycled(pattern: list, layers: int) -> list:
-    return (pattern * (layers // len(pattern) + 1))[:layers]
-
-
 def following_layers(model_type: str, kwargs: dict) -> dict:
     """The kwargs with a seeded per-layer list (LAYER_CYCLES) as long as their layer count, where the list is still
     the seeded pattern (a row that swapped its kinds keeps them)."""
@@ -84,9 +81,9 @@ def following_layers(model_type: str, kwargs: dict) -> dict:
         return kwargs
     key, pattern = LAYER_CYCLES[model_type]
     items, layers = kwargs.get(key), kwargs.get("num_hidden_layers", CONFIG_MAPPING[model_type]().num_hidden_layers)
-    if not isinstance(items, list) or items != cycled(pattern, len(items)):
+    if not isinstance(items, list) or items != shape_templates.repeated(pattern, len(items)):
         return kwargs
-    return {**kwargs, key: cycled(pattern, layers)}
+    return {**kwargs, key: shape_templates.repeated(pattern, layers)}
 
 
 def qsa_indexer(sizes: dict, prefix: str) -> dict:
@@ -677,7 +674,7 @@ def fit_quantity(quantity, base, rows):
     # constant or one plain key alone, on every row that has it (lfm2's conv width, moved with attention indices
     # that only some rows list)
     if not tries and not singles:
-        return last_resort(quantity, everyone, len(everything))
+        return last_resort(quantity, everyone, f"{quantity} moves with {len(everything)} keys")
     extras = sorted(structural(everyone) - primary)
     tries += [primary | {extra} for extra in extras[:4] if len(primary) < 8]
     tries += [primary | set(two) for two in itertools.combinations(extras[:6], 2) if len(primary) < 7]  # jamba's
@@ -712,39 +709,40 @@ def fit_quantity(quantity, base, rows):
         expr = fit([r.q.get(quantity, 0) for r in usable], [r.values for r in usable], primary | {partner})
         if expr is not None:
             return expr
-    return last_resort(quantity, everyone, sorted(everything))
+    return last_resort(quantity, everyone, f"no formula for {quantity} over {sorted(everything)}")
 
 
-def last_resort(quantity, everyone, moved):
-    """Where no formula of what moved it (a list of names, or how many) fits: a list's count of one kind or its
-    length, or the layers less that, if that alone holds in every row (lfm2's conv layers moved with its layer
-    count, its layer_types and the attention indices that list is derived from)."""
+def last_resort(quantity, everyone, failure: str):
+    """Where no formula of what moved it fits: a list's count of one kind or its length, or the layers less that, if
+    that alone holds in every row (lfm2's conv layers moved with its layer count, its layer_types and the attention
+    indices that list is derived from); else Unsupported(failure)."""
     found = (kind_count(quantity, everyone, "") or kind_rest(quantity, everyone)) if quantity.startswith((
         "n:", "g:")) else None
     if found:
         return found
-    if isinstance(moved, int):
-        raise Unsupported(f"{quantity} moves with {moved} keys")
-    raise Unsupported(f"no formula for {quantity} over {moved}")
+    raise Unsupported(failure)
 
 
 def kind_count(quantity, everyone, first: str):
     """[[1, ["p", a list's count of one kind, or its length]]] where that count is the quantity in every row holding
     the list (the `first` list's name tried first), else None (llama4_text's MoE layers: as many as moe_layers lists,
     a pattern of interleave_moe_layer_step where it is left out)."""
-    lists = sorted((n for n in everyone[0].values if ('#"' in n and not n.endswith("%")) or n.endswith("#len")),
-                   key=lambda n: (n.split(".")[-1] != first, n))
-    for name in lists:
+    for name in sorted(list_counts(everyone[0].values), key=lambda n: (n.split(".")[-1] != first, n)):
         if agrees_on([[1, ["p", name]]], quantity, [r for r in everyone if name in r.values]):
             return [[1, ["p", name]]]
     return None
+
+
+def list_counts(values) -> list:
+    """A list's count of each kind, and its length (not a pattern's count over the layers)."""
+    return [n for n in values if ('#"' in n and not n.endswith("%")) or n.endswith("#len")]
 
 
 def kind_rest(quantity, everyone):
     """[[1, layers], [-1, a list's count]] where the layers less that count are the quantity in every row holding
     both (llama4_text's dense layers: those moe_layers does not list), else None."""
     layers = sorted(n for n in everyone[0].values if n.split(".")[-1] == "num_hidden_layers")
-    for name in sorted(n for n in everyone[0].values if '#"' in n or n.endswith("#len")):
+    for name in sorted(list_counts(everyone[0].values)):
         for count in layers:
             expr = [[1, ["p", count]], [-1, ["p", name]]]
             if count.rpartition(".")[0] == name.rpartition(".")[0] and agrees_on(

@@ -85,9 +85,14 @@ def list_variable(items: list, item: str, layers=None) -> Optional[int]:
     if item.endswith("%"):
         if not isinstance(layers, int) or not items:
             return None
-        items = (items * (layers // len(items) + 1))[:layers]
+        items = repeated(items, layers)
         item = item[:-1]
     return sum(1 for x in items if json.dumps(x) == item)
+
+
+def repeated(pattern: list, layers: int) -> list:
+    """A pattern of kinds repeated over the layers, cut at their count."""
+    return (pattern * (layers // len(pattern) + 1))[:layers]
 
 
 def layer_count(flat: dict, key: str):
