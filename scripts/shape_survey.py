@@ -97,7 +97,7 @@ NOT_SWITCHES = {"use_cache", "return_dict", "output_hidden_states", "output_atte
 ACTIVATIONS = ("gelu", "silu", "relu")
 PATTERN = re.compile(r"\.\d+(?=\.|$)")
 RANKED = re.compile(r"\*~\d+")  # a repeated block's larger shapes, as patterns() names them
-BY_KIND = {"on": False}  # survey()'s last try: layers named by their kind
+BY_KIND = {"on": False, "every": False, "parts": set()}  # survey()'s last try: layers named by their kind
 SECONDS_PER_TYPE = 240
 JOINT, HELD_OUT = 10, 4
 MAX_TERMS = 3
@@ -105,6 +105,10 @@ MAX_TERMS = 3
 
 class Unsupported(Exception):
     pass
+
+
+class KindParts(Unsupported):
+    """A build showed a part of a layer whose class its kind decides that the builds before it did not."""
 
 
 # ---- building ------------------------------------------------------------------------------------------------
@@ -132,8 +136,8 @@ def build(model_type: str, kwargs: dict):
 
 
 def variables_of(flat: dict) -> dict:
-    """Ints, booleans (0/1), and list counts (`key#len`, `key#<item>`, and `key#<item>%` where the list is a pattern
-    shorter than the layers) of a flat config."""
+    """Ints, booleans (0/1), and list counts (`key#len`, `key#<item>`, `key#<item>%` where the list is a pattern
+    shorter than the layers, `key#in` where it lists layer indices) of a flat config."""
     out = {}
     for key, value in flat.items():
         last = key.split(".")[-1]
@@ -145,6 +149,8 @@ def variables_of(flat: dict) -> dict:
             out[f"{key}#len"] = len(value)
             layers = shape_templates.layer_count(flat, key)
             cycled = isinstance(layers, int) and value and len(value) != layers  # a pattern, not one per layer
+            if value and all(type(x) is int for x in value) and isinstance(layers, int):
+                out[f"{key}#in"] = shape_templates.list_variable(value, "in", layers)
             for item in {json.dumps(x) for x in value}:
                 out[f"{key}#{item}"] = shape_templates.list_variable(value, item)
                 if cycled and all(isinstance(x, str) for x in value):
@@ -169,7 +175,7 @@ def patterns(model, named) -> dict:
             seen.setdefault(pattern, set()).add(shapes[name])
         uneven = {pattern for pattern, s in seen.items() if len(s) > 1}
         if not uneven:
-            return out
+            return one_label_per_module(out)
         for name, pattern in out.items():
             if pattern in uneven:
                 stars = [m.start() for m in re.finditer(r"\.\*(?=\.|$)", pattern)]
@@ -185,21 +191,61 @@ def patterns(model, named) -> dict:
     raise Unsupported(f"{sorted(uneven)[0]} has instances of different shapes")
 
 
+def one_label_per_module(out: dict) -> dict:
+    """Every tensor of a module under one module pattern, the most specific its tensors have (phi4_multimodal's
+    conv.3: its weight keeps the index its shape needs, and its bias, as wide as its neighbours', would be conv.*),
+    so that the template groups them into modules as the model does."""
+    prefixes = {}
+    for name, pattern in out.items():
+        prefixes.setdefault(name.rsplit(".", 1)[0], set()).add(pattern.rsplit(".", 1)[0])
+    labelled = {}
+    for name, pattern in out.items():
+        options = prefixes[name.rsplit(".", 1)[0]]
+        best = min(options, key=lambda p: (p.count("*") - p.count("*~"), -len(p), p))
+        labelled[name] = f"{best}.{pattern.rsplit('.', 1)[1]}"
+    return labelled
+
+
 def by_kind(model, out: dict) -> dict:
-    """Each instance of a ModuleList as long as layer_types under `*~<that layer's kind>`."""
+    """Each instance of a ModuleList as long as layer_types under `*~<that layer's kind>`, for the parts of a layer
+    whose class the kind decides (in any build so far); the other parts keep their `*`, to be
+    counted by whichever list they follow (kimi_linear's MLPs follow mlp_layer_types: named by the attention kinds,
+    no count of either list gave theirs)."""
     kinds = getattr(model.config.get_text_config(), "layer_types", None)
     if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
         raise Unsupported("no layer_types to name the layers' kinds by")
+    found = kind_parts(model, kinds)
+    if found - BY_KIND["parts"] and not BY_KIND["every"]:  # a build with kinds no build before had: those before
+        # named that part otherwise
+        BY_KIND["parts"] |= found
+        raise KindParts()
     labelled = {}
     for name, pattern in out.items():
         stars = [m.start() for m in re.finditer(r"\.\*", pattern)]
         for star, index in zip(stars, PATTERN.finditer(name)):
             held = model.get_submodule(name[:index.start()])
-            if isinstance(held, torch.nn.ModuleList) and len(held) == len(kinds):
+            part = name[index.end() + 1:].split(".")[0]
+            if isinstance(held, torch.nn.ModuleList) and len(held) == len(kinds) and (
+                    BY_KIND["every"] or part in BY_KIND["parts"]):
                 pattern = pattern[:star] + f".*~{kinds[int(index.group()[1:])]}" + pattern[star + 2:]
                 break
         labelled[name] = pattern
     return labelled
+
+
+def kind_parts(model, kinds) -> set:
+    """The parts of a layer (its children's names) whose class is one per layer kind, not the same for all kinds."""
+    out = set()
+    for _, held in model.named_modules():
+        if not isinstance(held, torch.nn.ModuleList) or len(held) != len(kinds):
+            continue
+        for part in {n for layer in held for n, _ in layer.named_children()}:
+            classes = {}
+            for kind, layer in zip(kinds, held):
+                classes.setdefault(kind, set()).add(type(getattr(layer, part, None)).__name__)
+            if all(len(c) == 1 for c in classes.values()) and len(set().union(*classes.values())) > 1:
+                out.add(part)
+    return out
 
 
 def own_embedding_name(model, named) -> list:
@@ -436,12 +482,18 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
     odd = {}
     for key, new in sorted(changes.items()):  # an odd size too: where a division leaves a remainder
         current = base.kwargs.get(key, base.flat.get(key))
-        if isinstance(current, int) and not isinstance(current, bool) and new != current + 1:
-            row = try_row(model_type, f"{key}={current + 1}", {**base.kwargs, key: current + 1})
-            if row is not None:
-                row.parent = base.name
-                rows.append(row)
-                odd[key] = current + 1
+        if isinstance(current, int) and not isinstance(current, bool):  # or a second size, where the first was
+            # the next one (granitemoeshared's shared MLP width: 0 is none, and 1 alone looks like a switch)
+            extra = current + 1 if new != current + 1 else current + 2
+        elif current is None and isinstance(new, int) and not isinstance(new, bool):  # a None set to a size: a
+            extra = 2 * new  # second size (kimi_linear's q_lora_rank, which a base without MLA layers never showed)
+        else:
+            continue
+        row = try_row(model_type, f"{key}={extra}", {**base.kwargs, key: extra})
+        if row is not None:
+            row.parent = base.name
+            rows.append(row)
+            odd[key] = extra
     sizes = {k: v for k, v in changes.items() if k in base.kwargs}
     for key in sorted(base.kwargs):
         left = {k: v for k, v in base.kwargs.items() if k != key}
@@ -669,13 +721,18 @@ def fit_quantity(quantity, base, rows):
         if found:
             return found
     primary, everything = relevant(quantity, base, rows)
+    if defined is not everyone:  # a size only of keys set where the tensor is (not kimi_linear's q_lora_rank: its
+        # q_proj is there only where that is None)
+        seen = set().union(*(r.values for r in defined))
+        primary, everything = primary & seen, everything & seen
     tries = [names for names in (primary, everything) if len(names) <= 8]
     singles = [set()] + [{name} for name in sorted(primary) if "#" not in name] if len(primary) > 1 else []  # a
     # constant or one plain key alone, on every row that has it (lfm2's conv width, moved with attention indices
     # that only some rows list)
     if not tries and not singles:
         return last_resort(quantity, everyone, f"{quantity} moves with {len(everything)} keys")
-    extras = sorted(structural(everyone) - primary)
+    extras = sorted(e for e in structural(everyone) - primary if all(e in r.values for r in defined))  # not a
+    # None key set in a few builds (electra's classifier_dropout at 8 and 16: a formula fitted those builds alone)
     tries += [primary | {extra} for extra in extras[:4] if len(primary) < 8]
     tries += [primary | set(two) for two in itertools.combinations(extras[:6], 2) if len(primary) < 7]  # jamba's
     # layer period and offset: they move nothing in the base's few layers
@@ -688,7 +745,7 @@ def fit_quantity(quantity, base, rows):
     for names in tries:  # a tensor only where a switch is on, in a number the switch does not say (jamba's
         # mamba conv bias: in every layer that is not attention)
         usable = [r for r in defined if names <= set(r.values)]
-        for switch in sorted(n for n in names if {r.values[n] for r in usable} == {0, 1}):
+        for switch in sorted(n for n in names if is_switch(n, usable)):
             if any(r.q.get(quantity, 0) for r in usable if not r.values[switch]):
                 continue
             on = [r for r in usable if r.values[switch]]
@@ -696,13 +753,17 @@ def fit_quantity(quantity, base, rows):
             if expr is not None:
                 return [[c, ["x", switch, term]] for c, term in expr]
     usable = [r for r in defined if primary <= set(r.values)]
-    for switch in sorted(n for n in primary if {r.values[n] for r in usable} == {0, 1}):  # one formula where a
+    for switch in sorted(n for n in primary if is_switch(n, usable)):  # one formula where a
         # switch is on, another where it is off (lfm2's FFN width: rounded where block_auto_adjust_ff_dim)
         sides = [[r for r in usable if r.values[switch] == on] for on in (0, 1)]
         off, on = (fit([r.q.get(quantity, 0) for r in side], [r.values for r in side], primary - {switch})
                    for side in sides)
         if off is not None and on is not None:
             return off + [[-c, ["x", switch, t]] for c, t in off] + [[c, ["x", switch, t]] for c, t in on]
+    if quantity.startswith(("n:", "g:", "t:")):
+        found = unset_sides(quantity, everyone, primary, kind.group(1) if kind else "")
+        if found:
+            return found
     for partner in partners(quantity, primary, everyone):  # electra's embedding projection: only where the
         # embedding_size differs from the hidden_size, which no change of embedding_size alone made equal
         usable = [r for r in defined if primary | {partner} <= set(r.values)]
@@ -710,6 +771,36 @@ def fit_quantity(quantity, base, rows):
         if expr is not None:
             return expr
     return last_resort(quantity, everyone, f"no formula for {quantity} over {sorted(everything)}")
+
+
+def unset_sides(quantity, everyone, primary, kind: str):
+    """A count one way where a key is None and another where it is set (kimi_linear's q_proj: in its full-attention
+    layers only where q_lora_rank is None): the two formulas over the key's `#set` switch, which every row then
+    carries; else None."""
+    for key in sorted(n for n in primary if "#" not in n):
+        on = [r for r in everyone if key in r.values]
+        off = [r for r in everyone if key not in r.values and r.flat.get(key, 0) is None]
+        if not on or not off or len(on) + len(off) != len(everyone):
+            continue
+        off_expr, on_expr = (side_count(quantity, side, names, kind) for side, names in (
+            (off, primary - {key}), (on, primary)))
+        if off_expr is None or on_expr is None:
+            continue
+        switch = f"{key}#set"
+        for r in everyone:
+            r.values[switch] = int(key in r.values)
+        return off_expr + [[-c, ["x", switch, t]] for c, t in off_expr] + [[c, ["x", switch, t]] for c, t in on_expr]
+    return None
+
+
+def side_count(quantity, rows, names, kind: str):
+    """A count on these rows: none, one per layer of the kind, or a formula of the names."""
+    ys = [r.q.get(quantity, 0) for r in rows]
+    if not any(ys):
+        return []
+    found = kind_count(quantity, rows, f'layer_types#"{kind}"') if kind else None
+    usable = [r for r in rows if names <= set(r.values)]
+    return found or fit([r.q.get(quantity, 0) for r in usable], [r.values for r in usable], names)
 
 
 def last_resort(quantity, everyone, failure: str):
@@ -735,7 +826,7 @@ def kind_count(quantity, everyone, first: str):
 
 def list_counts(values) -> list:
     """A list's count of each kind, and its length (not a pattern's count over the layers)."""
-    return [n for n in values if ('#"' in n and not n.endswith("%")) or n.endswith("#len")]
+    return [n for n in values if ('#"' in n and not n.endswith("%")) or n.endswith(("#len", "#in"))]
 
 
 def kind_rest(quantity, everyone):
@@ -770,12 +861,19 @@ def gated_count(quantity, base, rows, counts):
     everyone = [base] + rows
     if all(r.q.get(quantity) for r in everyone):
         return None
-    switches = sorted(n for n in structural(everyone) if {r.values.get(n) for r in everyone} == {0, 1})
+    switches = sorted(n for n in structural(everyone) if is_switch(n, everyone))
     for switch, count in itertools.product(switches, counts):
-        expr = [[c, ["x", switch, term]] for c, term in count if term[0] != "x"]
-        if len(expr) == len(count) and agrees_on(expr, quantity, everyone):
-            return expr
+        expr = [[c, ["x", switch, term]] for c, term in count]
+        if count and switch not in shape_templates.reads(count) and agrees_on(expr, quantity, everyone):
+            return expr  # kimi_linear's q_a_proj bias: with attention_bias, where its q_lora_rank#set has a q_a_proj
     return None
+
+
+def is_switch(name, rows) -> bool:
+    """0 and 1 in these rows, and a boolean, a None or 0 switch, or a list's count: not a size that only showed
+    those (granitemoeshared's shared MLP width: term_value's "x" multiplies by it)."""
+    return {r.values.get(name) for r in rows} == {0, 1} and (
+        "#" in name or all(isinstance(r.flat.get(name), bool) for r in rows if name in r.flat))
 
 
 def agrees_on(expr, quantity, rows) -> bool:
@@ -818,18 +916,6 @@ def even_divisions(tpl, rows) -> list:
     return out
 
 
-def used_variables(expr):
-    out = set()
-    for _, term in expr:
-        if term[0] == "x":
-            out |= {term[1]} | used_variables([[1, term[2]]])
-        elif term[0] == "f":
-            out |= {n for _, n in term[1]} | ({term[3]} if isinstance(term[3], str) else set())
-        else:
-            out |= {x for x in term[1:] if isinstance(x, str)}
-    return out
-
-
 def variable_rules(needed, base, rows, defaults_values, cls):
     """Each variable's value when a config.json leaves it out: the class default, or what transformers derives."""
     rules, derived = {}, {}
@@ -862,7 +948,7 @@ def variable_rules(needed, base, rows, defaults_values, cls):
     ordered.update({n: r for n, r in rules.items() if "derived" in r})
     for name, rule in list(ordered.items()):  # a derived formula reads plain variables only
         if "derived" in rule:
-            for m in used_variables(rule["derived"]):
+            for m in shape_templates.reads(rule["derived"]):
                 if m not in ordered or "derived" in ordered[m]:
                     ordered[name] = {"required": True}
     return ordered
@@ -940,34 +1026,59 @@ def with_none_sizes(model_type, base, rows, changes, held, found) -> list:
     return rows
 
 
+def unset_switches(model_type, base, changes, held) -> list:
+    """Keys still held at None whose setting adds tensors (kimi_linear's q_lora_rank: a low-rank query in place of
+    q_proj): built at 8 and at 16, so that a count switches on `key#set` and a size follows the key."""
+    out = []
+    for key in [k for k, v in held.items() if v is None]:
+        pair = [try_row(model_type, f"{key}={n}", {**base.kwargs, key: n}) for n in (8, 16)]
+        if None in pair or pair[0].q == base.q or pair[0].values.get(key) != 8:
+            continue
+        for r in pair:
+            r.parent = base.name
+        out += pair
+        changes[key] = 8
+        del held[key]
+    return out
+
+
 def survey(model_type: str, rng) -> dict:
-    """As survey_plain(); where that fails, once more with the layers named by their kind (BY_KIND), the first
-    failure's reason kept if that fails too."""
+    """As survey_plain(); where that fails, once more with the layers named by their kind (BY_KIND): the parts whose
+    class the kind decides, then every part; the first failure's reason kept if those fail too."""
     try:
         return survey_plain(model_type, rng)
     except Unsupported as err:
         first = err
     BY_KIND["on"] = True
     try:
-        return survey_plain(model_type, random.Random(model_type))
-    except Unsupported:
-        raise first from None
+        for every in (False, True):  # the parts whose class the kind decides, else every part (inkling's attention:
+            # one class, its shapes by kind)
+            BY_KIND["every"], BY_KIND["parts"] = every, set()
+            while True:
+                try:
+                    return survey_plain(model_type, random.Random(model_type))
+                except KindParts:
+                    continue  # from the start, with every build naming the parts found so far by kind
+                except Unsupported:
+                    break
+        raise first
     finally:
         BY_KIND["on"] = False
 
 
 def survey_plain(model_type: str, rng) -> dict:
-    """With the None sizes filled and the one-kind lists given other kinds; where that fails and either was used,
-    once more without those it used, as if it never tried (cohere2_moe's dense layers bring a width, set by a key
-    its all-sparse base never showed)."""
+    """With the None sizes filled, the None switches set, and the one-kind lists given other kinds; where that fails
+    and any was used, once more without those it used, as if it never tried (cohere2_moe's dense layers bring a
+    width, set by a key its all-sparse base never showed)."""
     try:
-        return survey_with(model_type, rng, fill_nones=True, swap_kinds=True)
+        return survey_with(model_type, rng, fill_nones=True, swap_kinds=True, set_nones=True)
+    except KindParts:
+        raise
     except Unsupported as err:
         used = getattr(err, "used", {})
         if not any(used.values()):
             raise
-        return survey_with(model_type, random.Random(model_type), fill_nones=not used["fill_nones"],
-                           swap_kinds=not used["swap_kinds"])
+        return survey_with(model_type, random.Random(model_type), **{k: not v for k, v in used.items()})
 
 
 def zero_counts(rows) -> None:
@@ -981,7 +1092,17 @@ def zero_counts(rows) -> None:
                 r.values.setdefault(name, 0)
 
 
-def survey_with(model_type: str, rng, fill_nones: bool, swap_kinds: bool) -> dict:
+def zero_switches(rows) -> None:
+    """`key#nz` beside each size that is 0 in some builds and not in others (granitemoeshared's shared MLP: none where
+    shared_intermediate_size is 0): a count can follow it where no formula of the size does."""
+    keys = {k for r in rows for k, v in r.values.items() if v == 0 and "#" not in k and not isinstance(
+        r.flat.get(k), bool)}
+    keys = {k for k in keys if any(r.values.get(k) for r in rows)}
+    for r in rows:
+        r.values.update({f"{k}#nz": int(r.values[k] != 0) for k in keys if k in r.values})
+
+
+def survey_with(model_type: str, rng, fill_nones: bool, swap_kinds: bool, set_nones: bool) -> dict:
     cls = CONFIG_MAPPING[model_type]
     if cls.model_type != model_type:
         return {"kept": False, "why": f"its config.json names {cls.model_type}"}
@@ -993,12 +1114,15 @@ def survey_with(model_type: str, rng, fill_nones: bool, swap_kinds: bool) -> dic
     rows, changes, held, derived_lists = probe(model_type, base, seeded, rng, swap_kinds)
     found = none_sizes(model_type, base, rows, held) if fill_nones else {}
     rows = with_none_sizes(model_type, base, rows, changes, held, found)
+    switched = unset_switches(model_type, base, changes, held) if set_nones else []
+    rows += switched
     zero_counts([base] + rows)
+    zero_switches([base] + rows)
     try:
         return fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, rng)
     except Unsupported as err:
         err.used = {"fill_nones": bool(found), "swap_kinds": any(
-            swaps_kind(base.flat.get(k), v) for k, v in changes.items())}
+            swaps_kind(base.flat.get(k), v) for k, v in changes.items()), "set_nones": bool(switched)}
         raise
 
 
@@ -1033,15 +1157,17 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
     attribute_map = dict(cls.attribute_map)
     needed = set()
     for _, count, dims in params_out:
-        needed |= used_variables(count)
+        needed |= shape_templates.reads(count)
         for d in dims:
-            needed |= used_variables(d)
+            needed |= shape_templates.reads(d)
     for expr in groups.values():
-        needed |= used_variables(expr)
+        needed |= shape_templates.reads(expr)
     needed |= {attribute_map.get(a, a) for a in ARCH if attribute_map.get(a, a) in base.values}
     needed |= {n for n in base.values if n.split("#")[0] in derived_lists}  # checked, if not used
     needed |= list_movers(needed, base, rows)
     defaults_values = variables_of(defaults)
+    defaults_values.update({n: int(defaults.get(n[:-4]) is not None) for n in needed if n.endswith("#set")})
+    defaults_values.update({n: int(bool(defaults.get(n[:-3]))) for n in needed if n.endswith("#nz")})
     rules = variable_rules(needed, base, rows, defaults_values, cls)
     for name, rule in rules.items():
         if name.split("#")[0] in derived_lists:
@@ -1095,7 +1221,27 @@ def held_out_rows(model_type, cls, defaults, changes, rng):
                                                                                            chosen}})
         if row is not None:
             rows.append(row)
-    return rows
+    return rows + shifted_indices(model_type, base, changes)
+
+
+def shifted_indices(model_type, base, changes) -> list:
+    """For each list of layer indices, the held-out base with every index one layer on (and with its first index alone,
+    one layer on), alone and with each change:
+    a count of the layers it names must still hold where another key picks layers by position (flint's
+    mlp_only_layers against decoder_sparse_step: a formula of the two counts fitted every build, and missed these)."""
+    out = []
+    layers = base.flat.get("num_hidden_layers")
+    for key, value in sorted(base.flat.items()):
+        if f"{key}#in" not in base.values or not isinstance(layers, int) or not layers:
+            continue
+        for shifted in ([(i + 1) % layers for i in value], [(value[0] + 1) % layers]):  # and its first alone
+            for other, new in [(None, None)] + sorted(changes.items()):
+                extra = {} if other is None or other == key else {other: new}
+                row = try_row(model_type, f"held-out {key}={shifted}{' + ' + other if extra else ''}",
+                              {**base.kwargs, **extra, key: shifted})
+                if row is not None:
+                    out.append(row)
+    return out
 
 
 def resized_new_tensors(model_type, base, rows, changes) -> list:

@@ -112,6 +112,20 @@ PUBLISHED = {
         "num_attention_heads": 16, "num_key_value_heads": 8, "norm_eps": 1e-5, "pad_token_id": 0,
         "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "tie_embedding": True,
         "use_cache": True, "use_pos_enc": True, "vocab_size": 65536},
+    # the text_config of each (llama4's composite config is not a causal LM the planner plans): Scout puts the MoE
+    # block in every layer, Maverick in every second (interleave_moe_layer_step), with a dense MLP in the others
+    "meta-llama/Llama-4-Scout-17B-16E": {
+        "model_type": "llama4_text", "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "head_dim": 128, "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+        "use_qk_norm": True, "no_rope_layer_interval": 4, "attention_chunk_size": 8192, "rope_theta": 500000.0,
+        "rms_norm_eps": 1e-05, "pad_token_id": 200018, "bos_token_id": 1, "eos_token_id": 2,
+        "tie_word_embeddings": False},
+    "meta-llama/Llama-4-Maverick-17B-128E": {
+        "model_type": "llama4_text", "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "head_dim": 128, "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+        "use_qk_norm": False, "rope_theta": 500000.0, "rms_norm_eps": 1e-05, "tie_word_embeddings": False},
     "LiquidAI/LFM2-8B-A1B": {  # as a public loader's test gives it
         "model_type": "lfm2_moe", "vocab_size": 65536, "hidden_size": 2048, "intermediate_size": 7168,
         "moe_intermediate_size": 1792, "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -217,6 +231,18 @@ def test_published_moe_models_count_to_the_sizes_their_makers_state():
     assert round(dbrx.total / 1e9) == 132 and round(dbrx.active / 1e9) == 36
     to_the_last = count_params(from_config({**PUBLISHED["baidu/ERNIE-4.5-21B-A3B-PT"], "moe_layer_end_index": -1}, "t"))
     assert (to_the_last.method, to_the_last.total, to_the_last.active) == ("template", ernie.total, ernie.active)
+
+
+def test_llama_4_counts_to_the_sizes_meta_states():
+    """Meta states 17B active parameters for both, 400B in all for Maverick and 109B for Scout. Maverick's text model
+    counts 400.7B; Scout's 107.8B, to which its vision encoder and projector add 0.46B (transformers' Llama4Config,
+    built on the meta device). Both counted from moe_layers' template, which once ignored the list (2,155,104 for a
+    model of 1,924,128) and was then left to the meta device."""
+    scout = count_params(from_config(dict(PUBLISHED["meta-llama/Llama-4-Scout-17B-16E"]), "t"))
+    maverick = count_params(from_config(dict(PUBLISHED["meta-llama/Llama-4-Maverick-17B-128E"]), "t"))
+    assert scout.method == maverick.method == "template"
+    assert int(maverick.total / 1e9) == 400 and round(maverick.active / 1e9) == 17
+    assert round(scout.total / 1e8) == 1078 and round(scout.active / 1e9) == 17
 
 
 def test_published_models_whose_layers_differ_by_position_count_to_their_stated_sizes():
@@ -334,12 +360,17 @@ def test_a_layer_kind_list_other_than_the_one_transformers_derives_counts_as_the
     assert applied or model_type not in KIND_COUNTED
 
 
+def module_sizes(lay) -> list:
+    """Each module's tensor sizes, the modules in one order: what the largest module and ZeRO-3's persistence read."""
+    return sorted(tuple(sorted(m)) for m in lay.modules)
+
+
 @pytest.mark.slow  # builds on the meta device: make test only
 def test_moe_layers_listed_count_as_listed_not_as_the_interleave_step_derives_them():
     """Llama 4's text model puts an MoE block in the layers moe_layers lists; left out, transformers derives them from
     interleave_moe_layer_step. Its template once read only the step: this config with five of its six layers
-    listed counted six MoE layers (2,155,104 parameters; the model, with a dense MLP in the sixth, has 1,924,128). No
-    formula of the survey's follows a list of indices, so llama4_text is counted on the meta device now."""
+    listed counted six MoE layers (2,155,104 parameters; the model, with a dense MLP in the sixth, has 1,924,128).
+    Its template now counts the layers the list names (`moe_layers#in`: each index below the layer count, once)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -352,7 +383,89 @@ def test_moe_layers_listed_count_as_listed_not_as_the_interleave_step_derives_th
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**json.loads(json.dumps(config))))
         counts = count_params(from_config(config, "listed"))
+        assert counts.method == "template"
         assert counts.total == sum(p.numel() for p in model.parameters()), moe_layers
+
+
+FLINT = {  # the survey's second base for flint
+    "model_type": "flint", "vocab_size": 352, "hidden_size": 96, "intermediate_size": 160, "num_hidden_layers": 6,
+    "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 8, "num_experts": 6, "num_experts_per_tok": 3,
+    "moe_intermediate_size": 48, "shared_expert_intermediate_size": 56, "tie_word_embeddings": False,
+    "layer_types": ["full_attention", "full_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+                    "full_attention"], "sliding_window": 513}
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+@pytest.mark.parametrize("step,mlp_only_layers", [(1, [0, 0]), (1, [1, 0]), (1, [5, 4, 1]), (1, [0, 99]), (1, []),
+                                                  (2, [1]), (2, [0]), (3, [2, 5])])
+def test_a_list_of_layer_indices_counts_the_layers_it_names(step, mlp_only_layers):
+    """flint's layers listed in mlp_only_layers get a dense MLP in place of the MoE block, which is in every
+    decoder_sparse_step-th layer: the same index twice names one layer, an index past the last names none, and which
+    layers a list names decides the count where the step is not 1. A template of the survey's once counted the
+    layers less the list's count, over the step: [1] with a step of 2 counted 3 MoE layers of 6 where the model has 2
+    (layers 3 and 5). The survey now also holds out each index list moved one layer on, with every change; flint is
+    counted on the meta device."""
+    from trl_ds.plan.params import meta_layout
+
+    raw = {**FLINT, "mlp_only_layers": mlp_only_layers, "decoder_sparse_step": step}
+    arch = from_config(dict(raw), "listed")
+    assert module_sizes(layout(arch)) == module_sizes(meta_layout(arch.config_json))
+    assert "held-out mlp_only_layers=[1] + decoder_sparse_step" in SURVEY["model_types"]["flint"]["why"]
+
+
+SWITCHING_SIZES = [  # a size whose 0 means no module, set wide enough that its module is the largest
+    {"model_type": "granitemoeshared", "shared_intermediate_size": 8192},
+    {"model_type": "granitemoe_swa", "shared_intermediate_size": 8192},
+    {"model_type": "cohere2_moe", "num_shared_experts": 3, "intermediate_size": 4096},
+]
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+@pytest.mark.parametrize("change", SWITCHING_SIZES, ids=lambda c: c["model_type"])
+def test_a_size_that_switches_a_module_on_counts_its_width_not_a_number_of_modules(change):
+    """granitemoeshared's shared MLP is there where shared_intermediate_size is not 0, that wide. The survey built it at
+    0 and 1 only, took the size for a switch, and its template counted shared_intermediate_size modules per layer of
+    width 1: the total agreed, the modules did not (8192 wide: 32,787 modules with the largest 1,048,576 parameters;
+    the model has 23, the largest 16,777,216). cohere2_moe's shared experts are one MLP num_shared_experts times as
+    wide, not that many MLPs."""
+    from trl_ds.plan.params import meta_layout
+
+    raw = {**SURVEY["model_types"][change["model_type"]]["held_out"][0]["config"], "hidden_size": 1024,
+           "num_attention_heads": 8, "num_key_value_heads": 2, **change}
+    arch = from_config(dict(raw), "switched")
+    counts, lay = count_params(arch), layout(arch)
+    meta = meta_layout(arch.config_json)
+    assert counts.method == "template"
+    assert module_sizes(lay) == module_sizes(meta)
+    assert counts.largest_module == max(map(sum, meta.modules)) >= 2 * 1024 * 4096
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+@pytest.mark.parametrize("q_lora_rank", [None, 24, 0])
+def test_a_key_left_none_switches_its_tensors_and_set_takes_its_size(q_lora_rank):
+    """Kimi Linear's attention layers project the query through q_proj where q_lora_rank is None, else through a
+    q_lora_rank-wide low-rank pair (q_a_proj, its norm, q_b_proj); 0 builds that pair with no width. The survey held
+    q_lora_rank at None before (a config setting it went to the meta device) and could not count the type at all."""
+    from trl_ds.plan.params import meta_layout
+
+    raw = {**SURVEY["model_types"]["kimi_linear"]["held_out"][0]["config"], "q_lora_rank": q_lora_rank}
+    arch = from_config(dict(raw), "low rank")
+    counts, lay = count_params(arch), layout(arch)
+    meta = meta_layout(arch.config_json)
+    assert counts.method == "template"
+    assert (module_sizes(lay), lay.embedding, lay.lm_head) == (module_sizes(meta), meta.embedding, meta.lm_head)
+
+
+@pytest.mark.parametrize("flat,name,expected", [
+    ({"q_lora_rank": None}, "q_lora_rank#set", 0),  # said None
+    ({"q_lora_rank": 1536}, "q_lora_rank#set", 1),
+    ({}, "q_lora_rank#set", None),  # left out: the class default decides
+    ({"shared_intermediate_size": 0}, "shared_intermediate_size#nz", 0),
+    ({"shared_intermediate_size": 1024}, "shared_intermediate_size#nz", 1),
+    ({}, "shared_intermediate_size#nz", None),
+])
+def test_a_none_or_zero_switch_reads_as_worked_by_hand(flat, name, expected):
+    assert shape_templates.given(flat, name, {}) == expected
 
 
 def test_a_setting_the_survey_held_fixed_or_an_unseen_key_the_model_reads_goes_to_the_meta_device():
@@ -411,6 +524,7 @@ def test_planning_a_templated_family_takes_under_a_second_without_torch(tmp_path
     (["k", "L", "p", "o"], {"L": 4, "p": 8, "o": 4}, 0),  # layers 0-3: none
     (["k", "L", "p", "o"], {"L": 2, "p": 8, "o": 4}, 0),  # not -1
     (["x", "bias", ["p", "L"]], {"bias": 0, "L": 32}, 0),
+    (["x", "q#set", ["p", "q", "h"]], {"q#set": 0, "h": 64}, 0),  # off: q, left None, is never read
     (["x", "bias", ["k", "L", "p", "o"]], {"bias": 1, "L": 32, "p": 2, "o": 1}, 16),  # odd layers of 32
     (["u", "f", "m", 2, 3], {"f": 16384, "m": 256}, 11008),  # LLaMA-7B's FFN: 2/3 of 4 x 4096, to 256s
     (["u", "f", "m", 2, 3], {"f": 6656, "m": 256}, 4608),  # LFM2-350M: 4437 up to 4608
@@ -432,6 +546,10 @@ def test_the_terms_the_hybrid_families_need_count_as_worked_by_hand(term, values
     (["recurrent", "recurrent", "attention"], '"attention"%', 2, 0),  # fewer layers than the pattern
     (["a", "b"], '"b"%', 2, 1),  # as long as the layers: its own count
     (["a", "b"], '"b"%', None, None),  # no layer count to repeat it over: unknown, not 0
+    ([0, 1, 5, 5, 9], "in", 6, 3),  # layers 0, 1 and 5, once each; 9 is past the last
+    ([], "in", 4, 0),
+    ([True, 1], "in", 4, 1),  # a boolean names no layer
+    ([1, 2], "in", None, None),
 ])
 def test_a_kind_list_repeated_over_the_layers_counts_as_worked_by_hand(items, item, layers, expected):
     assert shape_templates.list_variable(items, item, layers) == expected

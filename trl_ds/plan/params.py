@@ -473,8 +473,10 @@ def template_layout(config_json: str):
     try:
         found = shape_templates.tensors(tpl, values)
         groups = {group: shape_templates.evaluate(expr, values) for group, expr in tpl["groups"].items()}
-    except ZeroDivisionError:  # a size of 0 the survey never built: the meta device decides
-        return None
+    except (ZeroDivisionError, KeyError):  # a size of 0 the survey never built, or one a config leaves None
+        return None  # where the survey saw it set: the meta device decides
+    if any(instances < 0 for _, instances, _ in found):  # more first dense layers than layers (dots1's
+        return None  # first_k_dense_replace): a count the survey never built
     for pattern, instances, size in found:
         if instances:
             numel[pattern] = size

@@ -79,9 +79,12 @@ def flatten(raw: dict, prefix: str = "") -> Dict[str, object]:
 
 def list_variable(items: list, item: str, layers=None) -> Optional[int]:
     """`key#len`: the list's length; `key#<json item>`: how many of its items are that one; `key#<json item>%`: how
-    many of the layers have it, the list repeated over them (recurrent_gemma's block_types)."""
+    many of the layers have it, the list repeated over them (recurrent_gemma's block_types); `key#in`: how many
+    layers a list of layer indices names (llama4's moe_layers: each index below the layer count, once)."""
     if item == "len":
         return len(items)
+    if item == "in":
+        return len({x for x in items if type(x) is int and 0 <= x < layers}) if isinstance(layers, int) else None
     if item.endswith("%"):
         if not isinstance(layers, int) or not items:
             return None
@@ -107,6 +110,10 @@ def given(flat: dict, name: str, attribute_map: dict):
     value = flat.get(key)
     if value is None:
         value = next((flat[a] for a, real in attribute_map.items() if real == key and flat.get(a) is not None), None)
+    if item == "set":  # 1 where the key is set, 0 where the config says None, unknown where it leaves it out
+        return 1 if value is not None else 0 if key in flat else None
+    if item == "nz":  # 1 where the size is not 0
+        return int(value != 0) if isinstance(value, int) else None
     if item:
         return list_variable(value, item, layer_count(flat, key)) if isinstance(value, list) else None
     if isinstance(value, bool):
@@ -138,8 +145,8 @@ def term_value(term: list, v: Dict[str, int]) -> int:
         return int(v[term[1]] != v[term[2]])
     if kind == "q":
         return (v[term[1]] // v[term[2]]) ** 2
-    if kind == "x":
-        return v[term[1]] * term_value(term[2], v)
+    if kind == "x":  # a switch that is off reads nothing else: its key's sizes may be unset
+        return v[term[1]] and v[term[1]] * term_value(term[2], v)
     if kind == "k":
         return max(0, (v[term[1]] - v[term[3]] + v[term[2]] - 1) // v[term[2]])
     if kind == "w":
@@ -192,15 +199,30 @@ def variables(raw: dict) -> Optional[Tuple[dict, Dict[str, int]]]:
         if rule.get("check") and value is not None and value != derived:
             return None  # a per-layer list the survey could not vary, unlike the one transformers derives
         value = rule.get("default", derived) if value is None else value
+        if value is None and f"{name}#set" in tpl["vars"]:
+            continue  # None, which switches off every tensor that reads it (kimi_linear's q_lora_rank)
         if value is None:
             return None
         values[name] = value
     try:
-        if any(remainder(term, values) for term in tpl.get("exact", ())):
+        if any(remainder(term, values) for term in tpl.get("exact", ()) if reads([[1, term]]) <= set(values)):
             return None  # a size the survey only saw divide evenly (transformers' validators may refuse it)
-    except (KeyError, ZeroDivisionError):
+    except ZeroDivisionError:
         return None
     return tpl, values
+
+
+def reads(expr: list) -> set:
+    """The variables a formula reads."""
+    out = set()
+    for _, term in expr:
+        if term[0] == "x":
+            out |= {term[1]} | reads([[1, term[2]]])
+        elif term[0] == "f":
+            out |= {n for _, n in term[1]} | ({term[3]} if isinstance(term[3], str) else set())
+        else:
+            out |= {x for x in term[1:] if isinstance(x, str)}
+    return out
 
 
 def remainder(term: list, v: Dict[str, int]) -> int:
