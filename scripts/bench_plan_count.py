@@ -2,6 +2,7 @@
 meta device: a fresh `python -m trl_ds.plan` process each, wall clock, alternating, N times each.
 
     nice -n 0 .venv/bin/python scripts/bench_plan_count.py --runs 5
+    nice -n 0 .venv/bin/python scripts/bench_plan_count.py --runs 5 --only "databricks/dbrx-instruct"
 
 The meta side is the same config.json planned with the templates out of reach (as before the survey), and both sides
 with an empty count cache, so every run is a config's first plan.
@@ -48,6 +49,11 @@ CONFIGS = {  # the published config.json files' dimensions (all their layers)
                                  "n_layers": 40, "max_seq_len": 32768, "tie_word_embeddings": False,
                                  "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
                                  "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4}},
+    "meta-llama/Llama-4-Scout-17B-16E (text_config)": {
+        "model_type": "llama4_text", "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "head_dim": 128, "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+        "tie_word_embeddings": False},
 }
 PLAN = ("import sys, runpy; side = sys.argv[2]; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
         "if side == 'meta':\n    import trl_ds.plan.shape_templates as t\n"
@@ -69,10 +75,13 @@ def plan_once(folder: Path, side: str) -> tuple:
 def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", nargs="*", help="these configs' names (default: all)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         for name, raw in CONFIGS.items():
-            folder = Path(tmp) / name.replace("/", "_")
+            if args.only and name not in args.only:
+                continue
+            folder = Path(tmp) / name.split(" ")[0].replace("/", "_")
             folder.mkdir(parents=True)
             (folder / "config.json").write_text(json.dumps(raw))
             walls = {side: [] for side in ("template", "meta")}

@@ -413,31 +413,34 @@ def test_a_list_of_layer_indices_counts_the_layers_it_names(step, mlp_only_layer
     assert "held-out mlp_only_layers=[1] + decoder_sparse_step" in SURVEY["model_types"]["flint"]["why"]
 
 
-SWITCHING_SIZES = [  # a size whose 0 means no module, set wide enough that its module is the largest
-    {"model_type": "granitemoeshared", "shared_intermediate_size": 8192},
-    {"model_type": "granitemoe_swa", "shared_intermediate_size": 8192},
-    {"model_type": "cohere2_moe", "num_shared_experts": 3, "intermediate_size": 4096},
+WIDE = {"hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 2}
+SWITCHING_SIZES = [  # a size whose 0 (or 1) means no module, set wide: (change, the largest module's parameters by
+    # hand)
+    ({"model_type": "granitemoeshared", **WIDE, "shared_intermediate_size": 8192}, 2 * 8192 * 1024),  # input_linear
+    ({"model_type": "granitemoe_swa", **WIDE, "shared_intermediate_size": 8192}, 2 * 8192 * 1024),
+    ({"model_type": "cohere2_moe", **WIDE, "num_shared_experts": 3, "intermediate_size": 4096},
+     6 * 3 * 4096 * 1024),  # its 6 routed experts, intermediate_size wide, stay the largest: the modules tell
+    ({"model_type": "xlm", "n_langs": 4096, "use_lang_emb": True}, 4096 * 96),  # XLM-100's lang_embeddings
 ]
 
 
 @pytest.mark.slow  # builds on the meta device: make test only
-@pytest.mark.parametrize("change", SWITCHING_SIZES, ids=lambda c: c["model_type"])
-def test_a_size_that_switches_a_module_on_counts_its_width_not_a_number_of_modules(change):
+@pytest.mark.parametrize("change,largest", SWITCHING_SIZES, ids=[c["model_type"] for c, _ in SWITCHING_SIZES])
+def test_a_size_that_switches_a_module_on_counts_its_width_not_a_number_of_modules(change, largest):
     """granitemoeshared's shared MLP is there where shared_intermediate_size is not 0, that wide. The survey built it at
     0 and 1 only, took the size for a switch, and its template counted shared_intermediate_size modules per layer of
     width 1: the total agreed, the modules did not (8192 wide: 32,787 modules with the largest 1,048,576 parameters;
     the model has 23, the largest 16,777,216). cohere2_moe's shared experts are one MLP num_shared_experts times as
-    wide, not that many MLPs."""
+    wide, not that many MLPs; xlm's language embeddings are one table n_langs wide, not n_langs / 2 tables of 2."""
     from trl_ds.plan.params import meta_layout
 
-    raw = {**SURVEY["model_types"][change["model_type"]]["held_out"][0]["config"], "hidden_size": 1024,
-           "num_attention_heads": 8, "num_key_value_heads": 2, **change}
+    raw = {**SURVEY["model_types"][change["model_type"]]["held_out"][0]["config"], **change}
     arch = from_config(dict(raw), "switched")
     counts, lay = count_params(arch), layout(arch)
     meta = meta_layout(arch.config_json)
     assert counts.method == "template"
     assert module_sizes(lay) == module_sizes(meta)
-    assert counts.largest_module == max(map(sum, meta.modules)) >= 2 * 1024 * 4096
+    assert counts.largest_module == max(map(sum, meta.modules)) == largest
 
 
 @pytest.mark.slow  # builds on the meta device: make test only
