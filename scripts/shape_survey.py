@@ -1166,8 +1166,7 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
     needed |= {n for n in base.values if n.split("#")[0] in derived_lists}  # checked, if not used
     needed |= list_movers(needed, base, rows)
     defaults_values = variables_of(defaults)
-    defaults_values.update({n: int(defaults.get(n[:-4]) is not None) for n in needed if n.endswith("#set")})
-    defaults_values.update({n: int(bool(defaults.get(n[:-3]))) for n in needed if n.endswith("#nz")})
+    defaults_values.update({n: shape_templates.given(defaults, n, {}) for n in needed if n.endswith(("#set", "#nz"))})
     rules = variable_rules(needed, base, rows, defaults_values, cls)
     for name, rule in rules.items():
         if name.split("#")[0] in derived_lists:
@@ -1226,13 +1225,13 @@ def held_out_rows(model_type, cls, defaults, changes, rng):
 
 def shifted_indices(model_type, base, changes) -> list:
     """For each list of layer indices, the held-out base with every index one layer on (and with its first index alone,
-    one layer on), alone and with each change:
-    a count of the layers it names must still hold where another key picks layers by position (flint's
-    mlp_only_layers against decoder_sparse_step: a formula of the two counts fitted every build, and missed these)."""
+    one layer on), alone and with each change: a count of the layers it names must still hold where another key
+    picks layers by position (flint's mlp_only_layers against decoder_sparse_step: a formula of the two counts fitted
+    every build, and missed these)."""
     out = []
-    layers = base.flat.get("num_hidden_layers")
     for key, value in sorted(base.flat.items()):
-        if f"{key}#in" not in base.values or not isinstance(layers, int) or not layers:
+        layers = shape_templates.layer_count(base.flat, key)  # the count its `key#in` reads
+        if f"{key}#in" not in base.values or not layers:
             continue
         for shifted in ([(i + 1) % layers for i in value], [(value[0] + 1) % layers]):  # and its first alone
             for other, new in [(None, None)] + sorted(changes.items()):
