@@ -54,6 +54,12 @@ CONFIGS = {  # the published config.json files' dimensions (all their layers)
         "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
         "head_dim": 128, "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
         "tie_word_embeddings": False},
+    "nemotron_h (a config.json in the hub's form: Nemotron-H-4B's 52-layer pattern, transformers' default widths)": {
+        "model_type": "nemotron_h", "vocab_size": 131072, "hidden_size": 4096, "intermediate_size": 21504,
+        "num_hidden_layers": 52, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "ssm_state_size": 128, "conv_kernel": 4,
+        "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+        "tie_word_embeddings": False},
 }
 PLAN = ("import sys, runpy; side = sys.argv[2]; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
         "if side == 'meta':\n    import trl_ds.plan.shape_templates as t\n"

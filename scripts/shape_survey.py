@@ -41,7 +41,7 @@ from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from trl_ds.config.model_source import special_floats
-from trl_ds.plan import params, shape_templates
+from trl_ds.plan import gemma4_family, params, shape_templates
 from trl_ds.plan.params import EXPERT_COUNT_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,6 +151,8 @@ def variables_of(flat: dict) -> dict:
             cycled = isinstance(layers, int) and value and len(value) != layers  # a pattern, not one per layer
             if value and all(type(x) is int for x in value) and isinstance(layers, int):
                 out[f"{key}#in"] = shape_templates.list_variable(value, "in", layers)
+                if shape_templates.list_variable(value, "all", layers) is not None:  # one size a layer, all alike
+                    out[f"{key}#all"] = value[0]
             for item in {json.dumps(x) for x in value}:
                 out[f"{key}#{item}"] = shape_templates.list_variable(value, item)
                 if cycled and all(isinstance(x, str) for x in value):
@@ -302,6 +304,10 @@ class Row:
                 routed[n[:n.index(".experts")]] = routed.get(n[:n.index(".experts")], 0) + p.numel()
         idle = sum(n // experts * (experts - per_token) for n in routed.values()) if experts else 0
         self.counts["active"] = self.counts["total"] - idle
+        for name in ARCH:  # a dimension the config class derives (nemotron_h's num_hidden_layers: the length of
+            # layers_block_type; prophetnet's: num_encoder_layers), which the planner reads as getattr does
+            if isinstance(getattr(type(config), name, None), property) and type(getattr(config, name)) in (int, bool):
+                self.q[f"a:{name}"] = int(getattr(config, name))
 
 
 def try_row(model_type, name, kwargs):
@@ -494,6 +500,7 @@ def probe(model_type, base: Row, defaults: dict, rng, swap_kinds=True):
             row.parent = base.name
             rows.append(row)
             odd[key] = extra
+    rows += each_kind_once_more(model_type, base)
     sizes = {k: v for k, v in changes.items() if k in base.kwargs}
     for key in sorted(base.kwargs):
         left = {k: v for k, v in base.kwargs.items() if k != key}
@@ -698,7 +705,8 @@ def relevant(quantity, base, rows):
         return set(), set()
     movers = [reference] if reference is not base else []
     movers += [r for r in everyone if r.parent == reference.name and r.q.get(quantity, 0) != reference.q.get(
-        quantity, 0)]
+        quantity, 0) and (quantity in r.q or quantity.startswith(("n:", "g:", "t:")))]  # a size, where the tensor
+    # is (nemotron_h's mamba in_proj: a list with no mamba layer says nothing of its width)
     everything = set().union(*(changed(r, base if r is reference else reference) for r in movers))
     keys = set()
     for r in movers:  # the change that made each mover; every change that made the reference
@@ -726,7 +734,8 @@ def fit_quantity(quantity, base, rows):
         seen = set().union(*(r.values for r in defined))
         primary, everything = primary & seen, everything & seen
     tries = [names for names in (primary, everything) if len(names) <= 8]
-    singles = [set()] + [{name} for name in sorted(primary) if "#" not in name] if len(primary) > 1 else []  # a
+    singles = [set()] + [{name} for name in sorted(primary) if "#" not in name or name.endswith("#all")] if len(
+        primary) > 1 else []  # a
     # constant or one plain key alone, on every row that has it (lfm2's conv width, moved with attention indices
     # that only some rows list)
     if not tries and not singles:
@@ -896,7 +905,8 @@ def even_divisions(tpl, rows) -> list:
     """The floor divisions in the template's formulas that left nothing over in every build (falcon_h1's
     mamba_d_ssm // mamba_n_heads: its validator refuses a remainder): a config where one does is not vouched for."""
     exprs = [count for _, count, _ in tpl["params"]] + [d for _, _, dims in tpl["params"] for d in dims]
-    exprs += list(tpl["groups"].values()) + [r["derived"] for r in tpl["vars"].values() if "derived" in r]
+    exprs += list(tpl["groups"].values()) + list(tpl["derived"].values())
+    exprs += [r["derived"] for r in tpl["vars"].values() if "derived" in r]
     terms, out = [], []
     for expr in exprs:
         for _, term in expr:
@@ -1081,6 +1091,20 @@ def survey_plain(model_type: str, rng) -> dict:
         return survey_with(model_type, random.Random(model_type), **{k: not v for k, v in used.items()})
 
 
+def lengthened(model_type, base) -> list:
+    """Each list as long as an attribute the config class derives (nemotron_h's num_hidden_layers: the length of
+    layers_block_type, which the probes keep), built twice as long, so the attribute's formula can follow it."""
+    lengths = {v for k, v in base.q.items() if k.startswith("a:")}
+    out = []
+    for key, value in sorted(base.flat.items()):
+        if isinstance(value, list) and value and len(value) in lengths:
+            row = try_row(model_type, f"{key}={value + value}", {**base.kwargs, key: value + value})
+            if row is not None and row.q != base.q:
+                row.parent = base.name
+                out.append(row)
+    return out
+
+
 def zero_counts(rows) -> None:
     """A list's count of an item it does not hold is 0 (as shape_templates.list_variable reads it), not unknown:
     the builds whose layer_types hold no conv layer say how many conv tensors none means."""
@@ -1115,7 +1139,7 @@ def survey_with(model_type: str, rng, fill_nones: bool, swap_kinds: bool, set_no
     found = none_sizes(model_type, base, rows, held) if fill_nones else {}
     rows = with_none_sizes(model_type, base, rows, changes, held, found)
     switched = unset_switches(model_type, base, changes, held) if set_nones else []
-    rows += switched
+    rows += switched + lengthened(model_type, base)
     zero_counts([base] + rows)
     zero_switches([base] + rows)
     try:
@@ -1154,8 +1178,9 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
     params_out.sort()
     groups = {k[2:]: fit_quantity(k, base, rows) for k in sorted({k for r in [base] + rows for k in r.q
                                                                    if k.startswith("g:")})}
+    derived = {k[2:]: fit_quantity(k, base, rows) for k in sorted(base.q) if k.startswith("a:")}
     attribute_map = dict(cls.attribute_map)
-    needed = set()
+    needed = set().union(*map(shape_templates.reads, derived.values()))
     for _, count, dims in params_out:
         needed |= shape_templates.reads(count)
         for d in dims:
@@ -1164,7 +1189,7 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
         needed |= shape_templates.reads(expr)
     needed |= {attribute_map.get(a, a) for a in ARCH if attribute_map.get(a, a) in base.values}
     needed |= {n for n in base.values if n.split("#")[0] in derived_lists}  # checked, if not used
-    needed |= list_movers(needed, base, rows)
+    needed |= list_movers(needed, base, rows, derived_lists)
     defaults_values = variables_of(defaults)
     defaults_values.update({n: shape_templates.given(defaults, n, {}) for n in needed if n.endswith(("#set", "#nz"))})
     rules = variable_rules(needed, base, rows, defaults_values, cls)
@@ -1178,12 +1203,14 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
             moved = [r for r in rows if r.name.startswith(f"{key}=") and r.q != base.q]
             if moved:
                 fixed[key] = value
-    reads, aliases = source_reads(model_type, cls, base)
+    reads, aliases, patterned = source_reads(model_type, cls, base)
     keys = sorted(set(defaults) | set(attribute_map))
-    tpl = {"keys": keys, "attribute_map": attribute_map, "fixed": fixed, "aliases": aliases,
+    tpl = {"keys": keys, "attribute_map": attribute_map, "fixed": fixed, "aliases": aliases, "patterns": patterned,
            "reads": [r for r in reads if r not in {k.split(".")[-1] for k in keys}],  # those a key's name says
-           "vars": rules, "params": params_out, "groups": groups, "embedding": base.embedding,
+           "vars": rules, "params": params_out, "groups": groups, "derived": derived, "embedding": base.embedding,
            "lm_head": next((r.lm_head for r in [base] + rows if r.lm_head), None)}
+    tpl["kinds"] = {key: sorted({json.dumps(x) for r in [base] + rows for x in r.flat.get(key) or ()}) for key in
+                    sorted({n.split("#")[0] for n in rules if '#"' in n})}  # the items its counts know
     tpl["exact"] = even_divisions(tpl, [base] + rows)
     check(model_type, tpl, [base] + rows, "a build it learned from")
     held_out = held_out_rows(model_type, cls, defaults, changes, rng) + resized_new_tensors(model_type, base, rows,
@@ -1193,16 +1220,17 @@ def fitted(model_type, cls, defaults, base, rows, changes, held, derived_lists, 
         {"variant": r.name, "config": {"model_type": model_type, **r.written}, **r.counts} for r in held_out]}
 
 
-def list_movers(needed, base, rows) -> set:
+def list_movers(needed, base, rows, derived_lists) -> set:
     """The variables of a key that alone moved a needed list count where transformers derived the list (exaone_moe's
     first_k_dense_replace under mlp_layer_types, lfm2's full_attn_idxs under layer_types: a plain key, or another
-    list's length): a config leaving the list out has it derived from them."""
+    list's length), or a derived value a config's own must agree with (dory's n_recurrent_layers, the layers less
+    n_input_layers and n_output_layers): a config leaving it out has it derived from them."""
     out = set()
     for row in rows:
         key = row.name.split("=")[0]
         if row.parent == base.name and "=" in row.name and any(
                 n.split("#")[0] not in row.kwargs and row.values.get(n) != base.values.get(n)
-                for n in needed if "#" in n):
+                for n in needed if "#" in n or n in derived_lists):
             out |= {n for n in base.values if n == key or n == f"{key}#len"}
     return out
 
@@ -1220,7 +1248,36 @@ def held_out_rows(model_type, cls, defaults, changes, rng):
                                                                                            chosen}})
         if row is not None:
             rows.append(row)
-    return rows + shifted_indices(model_type, base, changes)
+    moved = [try_row(model_type, f"held-out {key}={items}", {**base.kwargs, key: items})
+             for key, items in kinds_moved(base.flat, at=lambda items: (0, len(items) // 2))]  # as the tests move
+    return rows + shifted_indices(model_type, base, changes) + [r for r in moved if r is not None]
+
+
+def kinds_moved(flat: dict, at=None):
+    """(list key, the list) for each list of two or more layer kinds, with one entry made another of its kinds: for
+    each kind, the first entry that is not it (or the entries at `at`, each made the next kind)."""
+    for key, items in sorted(flat.items()):
+        kinds = sorted({x for x in items if isinstance(x, str)}) if isinstance(items, list) else []
+        if len(kinds) < 2 or shape_templates.HARMLESS.search(key):
+            continue
+        for kind, i in ((k, next(j for j, x in enumerate(items) if x != k)) for k in kinds) if at is None else (
+                (None, i) for i in at(items)):
+            moved = list(items)
+            moved[i] = kind or next(k for k in kinds if k != items[i])
+            yield key, moved
+
+
+def each_kind_once_more(model_type, base) -> list:
+    """A list of layer kinds with each kind once more in it, in place of another (nemotron_h's one mamba, MoE,
+    attention and MLP layer: every probe kept their counts in step, and the MLP was fitted as one per attention
+    layer)."""
+    out = []
+    for key, moved in kinds_moved(base.flat):
+        row = try_row(model_type, f"{key}={moved}", {**base.kwargs, key: moved})
+        if row is not None and row.q != base.q:
+            row.parent = base.name
+            out.append(row)
+    return out
 
 
 def shifted_indices(model_type, base, changes) -> list:
@@ -1264,11 +1321,18 @@ def resized_new_tensors(model_type, base, rows, changes) -> list:
 
 
 def check(model_type, tpl, rows, what):
+    """Each row's config.json as transformers writes it counts as the meta device built it; as a user writes it
+    (only the keys set), it counts the same or goes to the meta device (dory's class doubles its layer counts when it
+    writes them, and halves them when it reads back its own form)."""
     for row in rows:
         row.written = {"model_type": model_type, **row.written}
+        expected = {**row.counts, **{k: v for k, v in row.q.items() if k.startswith("a:")}}
         got = counts_from(model_type, tpl, row.written)
-        if got != row.counts:
+        if got != expected:
             raise Unsupported(f"{what} ({row.name}) counts {got}{why_not(tpl, row)}, the meta device {row.counts}")
+        got = counts_from(model_type, tpl, {"model_type": model_type, **unflatten(row.kwargs)})
+        if got != expected and got != {"method": "meta"}:
+            raise Unsupported(f"{what} ({row.name}) as its keys alone counts {got}, the meta device {row.counts}")
 
 
 def why_not(tpl, row) -> str:
@@ -1308,8 +1372,10 @@ def counts_from(model_type, tpl, raw):
         if counts.method != "template":
             return {"method": counts.method}
         lay = params.layout(arch)
+        tpl_, values = shape_templates.variables(raw)
         return {"total": counts.total, "largest": counts.largest_module, "embedding": lay.embedding,
-                "lm_head": lay.lm_head, "active": counts.active}
+                "lm_head": lay.lm_head, "active": counts.active, **{
+                    f"a:{n}": shape_templates.attribute(tpl_, values, n) for n in tpl.get("derived", {})}}
     except Exception as err:  # noqa: BLE001 - reported as the miss it is
         return {"error": f"{type(err).__name__}: {err}"}
     finally:
@@ -1326,7 +1392,10 @@ TRANSFORMERS = Path(transformers.__file__).parent
 SHARED = ("modeling_utils.py", "configuration_utils.py", "modeling_rope_utils.py", "activations.py", "pytorch_utils.py")
 READ = re.compile(r"config\.(\w+)|(?:getattr|hasattr)\(\s*[\w.]*config\w*\s*,\s*[\"'](\w+)[\"']|"
                   r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']")
-ALIAS = re.compile(r"self\.(\w+)\s*=\s*kwargs\.pop\(\s*[\"'](\w+)[\"']\s*,\s*self\.\1\s*\)")
+ALIAS = re.compile(r"self\.(\w+)\s*=\s*\(?\s*kwargs\.pop\(\s*[\"'](\w+)[\"']\s*(?:,\s*self\.\1\s*\)|\)\s*if\s*"
+                   r"[\"']\2[\"']\s*in\s*kwargs\s*else\s*self\.\1\b)")  # kwargs.pop(alias, self.field), or
+# kwargs.pop(alias) if alias in kwargs else self.field (nemotron_h's mamba_n_groups)
+POPPED = re.compile(r"kwargs\.pop\(\s*[\"'](\w+)[\"']\s*\)")
 
 
 def reads_in(texts) -> set:
@@ -1364,7 +1433,26 @@ def source_reads(model_type, cls, base) -> tuple:
         row = try_row(model_type, f"{alias}={new}", {**base.kwargs, alias: new})
         if row is not None and row.flat.get(field) == new:
             aliases[alias] = field
-    return sorted(reads), aliases
+    return sorted(reads), aliases, pattern_aliases(model_type, texts[0], base)
+
+
+def pattern_aliases(model_type, source: str, base) -> dict:
+    """A string an older config.json carries in place of a per-layer list, one character a layer (nemotron_h's
+    hybrid_override_pattern "M-M*-E": mamba, MLP, attention, MoE layers): alias -> [the list's key, {character:
+    kind}], each character built alone once. The class converts it only where the list is not given."""
+    out = {}
+    chars = sorted(set(re.findall(r"[\"']([^\w\s\"'\\]|[A-Z])[\"']", source)))  # one-character literals
+    for alias in sorted(set(POPPED.findall(source)) - set(base.flat)):
+        kinds, field = {}, None
+        for char in chars:
+            row = try_row(model_type, f"{alias}={char * 2}", {**base.kwargs, alias: char * 2})
+            moved = [k for k, v in (row.flat.items() if row else ()) if isinstance(v, list) and len(v) == 2 and
+                     len(set(map(json.dumps, v))) == 1 and isinstance(v[0], str) and v != base.flat.get(k)]
+            if len(moved) == 1 and field in (None, moved[0]):
+                field, kinds[char] = moved[0], row.flat[moved[0]][0]
+        if field and len(kinds) > 1:
+            out[alias] = [field, kinds]
+    return out
 
 
 def on_alarm(signum, frame):
@@ -1394,7 +1482,7 @@ def survey_one(model_type: str) -> tuple:
 def main(argv) -> None:
     update = argv[:1] == ["--update"]
     argv = argv[1:] if update else argv
-    written_out = set(params.FAST_TYPES)
+    written_out = set(params.FAST_TYPES) | set(gemma4_family.GEMMA4_TEXT_TYPES)
     todo = argv or sorted(t for t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if t not in written_out)
     with multiprocessing.Pool(2, maxtasksperchild=8) as pool:
         results = dict(pool.imap_unordered(survey_one, todo))

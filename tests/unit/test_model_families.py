@@ -151,7 +151,7 @@ def test_variants_of_the_newer_families_count_exactly_from_their_config(tmp_path
 
 
 # families neither written out nor templated (tests/data/shape_survey.json says why)
-@pytest.mark.parametrize("model_type,extra", [("gemma4_text", {}), ("dory", {}),
+@pytest.mark.parametrize("model_type,extra", [("laguna", {"num_experts": 4, "num_experts_per_tok": 2}), ("dory", {}),
                                               ("flint", {"num_experts": 4, "num_experts_per_tok": 2})])
 def test_other_families_count_exactly_on_the_meta_device(tmp_path, model_type, extra):
     raw = {"model_type": model_type, **SMALL, **extra}

@@ -459,6 +459,76 @@ def test_a_key_left_none_switches_its_tensors_and_set_takes_its_size(q_lora_rank
     assert (module_sizes(lay), lay.embedding, lay.lm_head) == (module_sizes(meta), meta.embedding, meta.lm_head)
 
 
+NEMOTRON_H = {"model_type": "nemotron_h", "vocab_size": 320, "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96, "mamba_num_heads": 4,
+              "mamba_head_dim": 16, "n_groups": 2, "ssm_state_size": 16, "moe_intermediate_size": 32,
+              "n_routed_experts": 4, "num_experts_per_tok": 2}
+DERIVED_LAYERS = [  # (config.json, the layers transformers builds, counted by template)
+    ({**NEMOTRON_H, "hybrid_override_pattern": "M-M*-E"}, 6, True),  # a hub config.json's form: a character a layer
+    ({**NEMOTRON_H, "hybrid_override_pattern": "M-M*-E", "num_hidden_layers": 6}, 6, True),  # beside it, agreeing
+    ({**NEMOTRON_H, "layers_block_type": ["linear_attention", "moe", "full_attention", "mlp", "mlp"]}, 5, True),
+    ({**NEMOTRON_H, "hybrid_override_pattern": "M-M*-E", "num_hidden_layers": 52}, 6, False),  # transformers warns
+    ({**NEMOTRON_H, "layers_block_type": ["mamba", "attention", "mlp"]}, 3, False),  # older kind names
+    ({"model_type": "prophetnet", "vocab_size": 320, "hidden_size": 64, "num_encoder_layers": 3,
+      "num_decoder_layers": 2, "num_encoder_attention_heads": 4, "num_decoder_attention_heads": 4,
+      "encoder_ffn_dim": 96, "decoder_ffn_dim": 80}, 3, True),
+]
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+@pytest.mark.parametrize("raw,layers,templated", DERIVED_LAYERS)
+def test_a_layer_count_the_config_class_derives_is_read_as_transformers_reads_it(raw, layers, templated):
+    """nemotron_h's num_hidden_layers is the length of layers_block_type, which a hub config.json gives as
+    hybrid_override_pattern (M mamba, - MLP, * attention, E MoE); prophetnet's is num_encoder_layers. Neither is a key
+    the class keeps, and the planner once refused both templates' own builds. The first template the survey kept for
+    nemotron_h counted its MLPs and MoE blocks once per attention layer: every probe had kept the four kinds' counts
+    in step."""
+    from transformers import AutoConfig
+
+    from trl_ds.plan.params import meta_layout
+
+    arch = from_config(dict(raw), "derived")
+    counts, lay = count_params(arch), layout(arch)
+    meta = meta_layout(arch.config_json)
+    assert (counts.method == "template") == templated
+    assert arch.num_hidden_layers == AutoConfig.for_model(**raw).num_hidden_layers == layers
+    assert (module_sizes(lay), lay.embedding, lay.lm_head) == (module_sizes(meta), meta.embedding, meta.lm_head)
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+@pytest.mark.parametrize("widths,templated", [(16384, True), ([16384] * 35, True), ([8192] * 35, True),
+                                              ([16384] * 34 + [8192], False)])
+def test_a_width_given_once_per_layer_counts_where_every_layer_has_it(widths, templated):
+    """gemma3n's intermediate_size is one width, or a list of one per layer (its class turns the first into the
+    second, and writes the list). A list of one width counts by template; widths that differ by layer go to the meta
+    device. Before, the list's widths were counted as kinds (how many layers are 16384 wide), and no formula fitted."""
+    from trl_ds.plan.params import meta_layout
+
+    arch = from_config({"model_type": "gemma3n_text", "intermediate_size": widths}, "widths")
+    counts, lay = count_params(arch), layout(arch)
+    meta = meta_layout(arch.config_json)
+    assert (counts.method == "template") == templated
+    assert (module_sizes(lay), lay.embedding, lay.lm_head) == (module_sizes(meta), meta.embedding, meta.lm_head)
+
+
+def test_a_per_layer_pattern_string_reads_as_the_config_class_converts_it():
+    tpl = TEMPLATES["types"]["nemotron_h"]
+    assert shape_templates.with_aliases({"hybrid_override_pattern": "M-*E"}, tpl) == {
+        "layers_block_type": ["linear_attention", "mlp", "full_attention", "moe"]}
+    given = {"hybrid_override_pattern": "M-", "layer_types": ["mlp"]}  # the list wins: the class ignores the string
+    assert shape_templates.with_aliases(given, tpl) == given
+    assert shape_templates.with_aliases({"mamba_n_groups": 4}, tpl) == {"n_groups": 4}  # pop(..) if .. in kwargs
+
+
+def test_a_config_class_that_rewrites_its_keys_when_it_saves_them_is_left_to_the_meta_device():
+    """dory writes its layer counts doubled (attention and MLP as separate blocks) and halves them when it reads its
+    own form back, not a config of only the keys a user sets. A template fitted to the written form counted such a
+    config at half its layers (107,712 parameters for a model of 174,144), so the survey checks both forms."""
+    assert "dory" not in KEPT
+    assert SURVEY["model_types"]["dory"]["why"].startswith("a build it learned from (base) as its keys alone counts "
+                                                           "{'total': 107712")
+
+
 @pytest.mark.parametrize("flat,name,expected", [
     ({"q_lora_rank": None}, "q_lora_rank#set", 0),  # said None
     ({"q_lora_rank": 1536}, "q_lora_rank#set", 1),

@@ -14,7 +14,7 @@ from typing import Dict, List, Tuple
 
 from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
-from trl_ds.plan import count_cache, shape_templates
+from trl_ds.plan import count_cache, gemma4_family, shape_templates
 from trl_ds.plan.gpt_families import GPT_TYPES, extra_embeddings, gpt_layer, standard_keys
 from trl_ds.plan.hybrid_families import HYBRID_DEFAULTS, gated_delta_net, is_linear_attention
 from trl_ds.plan.more_families import (
@@ -173,7 +173,7 @@ def routing(attr) -> Tuple[int, int]:
     unknown routing: every expert (an upper bound)."""
     experts = next((attr(k) for k in EXPERT_COUNT_KEYS if attr(k)), 0)
     if experts:
-        return experts, attr("num_experts_per_tok") or experts
+        return experts, attr("num_experts_per_tok") or attr("top_k_experts") or experts  # Gemma 4's name
     experts = attr(NESTED["experts"]) or 0
     return experts, attr(NESTED["per_token"]) or experts
 
@@ -445,11 +445,10 @@ def meta_layout(config_json: str) -> Layout:
 def counted_elsewhere(config_json: str, where: str) -> Architecture:
     """A family not written out here: its count kept by config (trl_ds/plan/count_cache.py), else the meta device's
     count, which is then kept. A shape template (trl_ds/plan/shape_templates.py) counts without either."""
-    templated = template_layout(config_json)
-    if templated is not None:
-        tpl, values, lay = templated
-        return described(lambda name: shape_templates.attribute(tpl, values, name), json.loads(config_json)[
-            "model_type"], lay.routed, config_json, where)
+    counted = own_layout(config_json)
+    if counted is not None:
+        attr, lay = counted
+        return described(attr, json.loads(config_json)["model_type"], lay.routed, config_json, where)
     stored = count_cache.read(config_json)
     if stored is not None:
         try:
@@ -459,6 +458,25 @@ def counted_elsewhere(config_json: str, where: str) -> Architecture:
     arch = meta_architecture(config_json, where)
     count_cache.write(config_json, asdict(arch), asdict(meta_layout(config_json)))
     return arch
+
+
+def own_layout(config_json: str):
+    """(what getattr(config, name) gives, the layout) of a config counted without torch beyond the families written
+    out above: Gemma 4's text models (gemma4_family.py), else a shape template's; None where neither counts it."""
+    raw = json.loads(config_json)
+    c = gemma4_family.settings(raw) if raw.get("model_type") in gemma4_family.GEMMA4_TEXT_TYPES else None
+    if c is not None:
+        held = gemma4_family.modules(c)
+        experts, per_token = routing(lambda name: gemma4_family.attribute(c, name))
+        routed = [(sum(v), experts, per_token) for k, v in held.items() if k.endswith(".experts")] if experts else []
+        return (lambda name: gemma4_family.attribute(c, name)), Layout(
+            modules=tuple(tuple(v) for v in held.values()), embedding=held["model.embed_tokens"][0],
+            lm_head=held.get("lm_head", [0])[0], routed=tuple(routed), method="fast")
+    templated = template_layout(config_json)
+    if templated is None:
+        return None
+    tpl, values, lay = templated
+    return (lambda name: shape_templates.attribute(tpl, values, name)), lay
 
 
 @lru_cache(maxsize=16)
@@ -494,9 +512,9 @@ def template_layout(config_json: str):
 
 
 def stored_layout(config_json: str) -> Layout:
-    templated = template_layout(config_json)
-    if templated is not None:
-        return templated[2]
+    counted = own_layout(config_json)
+    if counted is not None:
+        return counted[1]
     stored = count_cache.read(config_json)
     try:
         kept = stored["layout"]

@@ -63,6 +63,11 @@ def with_aliases(raw: dict, tpl: dict) -> dict:
     for alias, field in tpl.get("aliases", {}).items():
         if alias in out:
             out[field] = out.pop(alias)
+    for alias, (field, kinds) in tpl.get("patterns", {}).items():  # nemotron_h's hybrid_override_pattern: a
+        # character a layer, converted where the list itself is not given
+        names = {field} | {a for a, real in tpl["attribute_map"].items() if real == field}
+        if isinstance(out.get(alias), str) and set(out[alias]) <= set(kinds) and not names & set(out):
+            out[field] = [kinds[c] for c in out.pop(alias)]
     return out
 
 
@@ -80,9 +85,13 @@ def flatten(raw: dict, prefix: str = "") -> Dict[str, object]:
 def list_variable(items: list, item: str, layers=None) -> Optional[int]:
     """`key#len`: the list's length; `key#<json item>`: how many of its items are that one; `key#<json item>%`: how
     many of the layers have it, the list repeated over them (recurrent_gemma's block_types); `key#in`: how many
-    layers a list of layer indices names (llama4's moe_layers: each index below the layer count, once)."""
+    layers a list of layer indices names (llama4's moe_layers: each index below the layer count, once); `key#all`: the
+    size every layer's entry gives (gemma3n's intermediate_size, one per layer), unknown where they differ."""
     if item == "len":
         return len(items)
+    if item == "all":
+        sizes = set(map(json.dumps, items))
+        return items[0] if len(sizes) == 1 and type(items[0]) is int else None
     if item == "in":
         return len({x for x in items if type(x) is int and 0 <= x < layers}) if isinstance(layers, int) else None
     if item.endswith("%"):
@@ -114,6 +123,8 @@ def given(flat: dict, name: str, attribute_map: dict):
         return 1 if value is not None else 0 if key in flat else None
     if item == "nz":  # 1 where the size is not 0
         return int(value != 0) if isinstance(value, int) else None
+    if item == "all" and type(value) is int:  # one size for every layer
+        return value
     if item:
         return list_variable(value, item, layer_count(flat, key)) if isinstance(value, list) else None
     if isinstance(value, bool):
@@ -169,14 +180,18 @@ def evaluate(expr: list, v: Dict[str, int]) -> int:
 
 
 def applies(flat: dict, tpl: dict) -> bool:
-    """Every key held fixed has the surveyed value, and every other key is one the survey knew, one that holds no
-    parameters, or one the model's code never reads."""
+    """Every key held fixed has the surveyed value, every other key is one the survey knew, one that holds no
+    parameters, or one the model's code never reads, and a list of layer kinds holds only kinds the survey built (an
+    older name, such as nemotron_h's "mamba" for "linear_attention", would count as no layer of either)."""
     for key, value in flat.items():
+        known = tpl.get("kinds", {}).get(tpl["attribute_map"].get(key, key))
+        if known is not None and isinstance(value, list) and not set(map(json.dumps, value)) <= set(known):
+            return False
         if key in tpl["fixed"]:
             if value != tpl["fixed"][key]:
                 return False
-        elif key not in tpl["keys"] and not (any(p in IGNORED for p in key.split(".")) or HARMLESS.search(key)
-                                             or unread(tpl, key, value)):
+        elif key not in tpl["keys"] and key not in tpl.get("derived", {}) and not (
+                any(p in IGNORED for p in key.split(".")) or HARMLESS.search(key) or unread(tpl, key, value)):
             return False
     return True
 
@@ -192,6 +207,9 @@ def variables(raw: dict) -> Optional[Tuple[dict, Dict[str, int]]]:
     values: Dict[str, int] = {}
     for name, rule in sorted(tpl["vars"].items(), key=lambda item: "derived" in item[1]):  # derived ones last
         value = given(flat, name, tpl["attribute_map"])
+        key, _, item = name.partition("#")
+        if value is None and item not in ("", "set", "nz") and isinstance(flat.get(key), list):
+            return None  # a list given that the template cannot read (gemma3n's widths, where layers differ)
         try:
             derived = evaluate(rule["derived"], values) if "derived" in rule else None
         except ZeroDivisionError:
@@ -204,6 +222,10 @@ def variables(raw: dict) -> Optional[Tuple[dict, Dict[str, int]]]:
         if value is None:
             return None
         values[name] = value
+    for name, rule in tpl.get("derived", {}).items():  # given beside what the class derives (a hub config's
+        # num_hidden_layers beside nemotron_h's pattern): vouched for where the two agree
+        if flat.get(name) is not None and (not reads(rule) <= set(values) or flat[name] != evaluate(rule, values)):
+            return None
     try:
         if any(remainder(term, values) for term in tpl.get("exact", ()) if reads([[1, term]]) <= set(values)):
             return None  # a size the survey only saw divide evenly (transformers' validators may refuse it)
@@ -239,7 +261,10 @@ def remainder(term: list, v: Dict[str, int]) -> int:
 
 
 def attribute(tpl: dict, values: Dict[str, int], name: str):
-    """What getattr(config, name) gives: the attribute_map resolves another name for the same key."""
+    """What getattr(config, name) gives: the attribute_map resolves another name for the same key, and a property of
+    the config class (nemotron_h's num_hidden_layers) is its formula."""
+    if name in tpl.get("derived", {}):
+        return evaluate(tpl["derived"][name], values)
     return values.get(tpl["attribute_map"].get(name, name))
 
 
