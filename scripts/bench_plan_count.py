@@ -4,8 +4,8 @@ meta device: a fresh `python -m trl_ds.plan` process each, wall clock, alternati
     nice -n 0 .venv/bin/python scripts/bench_plan_count.py --runs 5
     nice -n 0 .venv/bin/python scripts/bench_plan_count.py --runs 5 --only "databricks/dbrx-instruct"
 
-The meta side is the same config.json planned with the templates out of reach (as before the survey), and both sides
-with an empty count cache, so every run is a config's first plan.
+The meta side is the same config.json planned with the templates and gemma4_family.py out of reach (as before them),
+and both sides with an empty count cache, so every run is a config's first plan.
 """
 import argparse
 import json
@@ -60,10 +60,11 @@ CONFIGS = {  # the published config.json files' dimensions (all their layers)
         "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "ssm_state_size": 128, "conv_kernel": 4,
         "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
         "tie_word_embeddings": False},
+    "gemma4_text (transformers' Gemma4TextConfig defaults, 30 layers)": {"model_type": "gemma4_text"},
 }
 PLAN = ("import sys, runpy; side = sys.argv[2]; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
-        "if side == 'meta':\n    import trl_ds.plan.shape_templates as t\n"
-        "    t.DATA = t.DATA.with_name('absent.json')\n"
+        "if side == 'meta':\n    import trl_ds.plan.shape_templates as t, trl_ds.plan.gemma4_family as g\n"
+        "    t.DATA, g.GEMMA4_TEXT_TYPES = t.DATA.with_name('absent.json'), ()\n"
         "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n")
 
 

@@ -109,8 +109,12 @@ def repeated(pattern: list, layers: int) -> list:
 
 def layer_count(flat: dict, key: str):
     """num_hidden_layers beside the key (text_config.num_hidden_layers for text_config.block_types)."""
+    return flat.get(layer_key(key))
+
+
+def layer_key(key: str) -> str:
     prefix = key.rpartition(".")[0]
-    return flat.get(f"{prefix}.num_hidden_layers" if prefix else "num_hidden_layers")
+    return f"{prefix}.num_hidden_layers" if prefix else "num_hidden_layers"
 
 
 def given(flat: dict, name: str, attribute_map: dict):
