@@ -365,7 +365,7 @@ def test_a_config_that_leaves_its_layer_kinds_out_counts_as_transformers_derives
     survey's builds. Two landed ones were wrong at the second base's 6 layers: lara_mini's layer_types (a config of
     only its sizes counted 706,704 parameters, the model has 3,124,848) and hy_v4's indexer_types (56,554,213 for
     59,714,021: its indexers are in layer 0 and every fourth from 1, and the template's (layers + 2) // 3 - layers //
-    16 held at the survey's 4, 8 and 10 layers only). The survey now checks every build as a config of only the keys
+    16 holds at 4, 8 and 10 layers, not at 6). The survey now checks every build as a config of only the keys
     it set, and both go to the meta device."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
