@@ -309,6 +309,10 @@ class Row:
             if isinstance(getattr(type(config), name, None), property) and type(getattr(config, name)) in (int, bool):
                 self.q[f"a:{name}"] = int(getattr(config, name))
 
+    def measured(self) -> dict:
+        """What a template must count for this build: the meta device's counts and the derived dimensions."""
+        return {**self.counts, **{k: v for k, v in self.q.items() if k.startswith("a:")}}
+
 
 def try_row(model_type, name, kwargs):
     kwargs = following_layers(model_type, kwargs)
@@ -1346,7 +1350,7 @@ def check(model_type, tpl, rows, what):
     writes them, and halves them when it reads back its own form)."""
     for row in rows:
         row.written = {"model_type": model_type, **row.written}
-        expected = {**row.counts, **{k: v for k, v in row.q.items() if k.startswith("a:")}}
+        expected = row.measured()
         got = counts_from(model_type, tpl, row.written)
         row.declined = got == {"method": "meta"} and getattr(row, "may_decline", False)
         if got != expected and not row.declined:
@@ -1355,7 +1359,7 @@ def check(model_type, tpl, rows, what):
         got = counts_from(model_type, tpl, alone)
         if got != expected and got != {"method": "meta"}:
             own = built_as_given(row.name, alone)  # where the class reads its keys otherwise than its written form
-            if got != {**own.counts, **{k: v for k, v in own.q.items() if k.startswith("a:")}}:
+            if got != own.measured():
                 raise Unsupported(f"{what} ({row.name}) as its keys alone counts {got}, the meta device {own.counts}")
 
 
@@ -1403,10 +1407,10 @@ def counts_from(model_type, tpl, raw):
         if counts.method != "template":
             return {"method": counts.method}
         lay = params.layout(arch)
-        tpl_, values = shape_templates.variables(raw)
+        _, values, _ = params.template_layout(arch.config_json)  # as the count read them
         return {"total": counts.total, "largest": counts.largest_module, "embedding": lay.embedding,
                 "lm_head": lay.lm_head, "active": counts.active, **{
-                    f"a:{n}": shape_templates.attribute(tpl_, values, n) for n in tpl.get("derived", {})}}
+                    f"a:{n}": shape_templates.attribute(tpl, values, n) for n in tpl.get("derived", {})}}
     except Exception as err:  # noqa: BLE001 - reported as the miss it is
         return {"error": f"{type(err).__name__}: {err}"}
     finally:
