@@ -4,7 +4,7 @@ meta device: a fresh `python -m trl_ds.plan` process each, wall clock, alternati
     nice -n 0 .venv/bin/python scripts/bench_plan_count.py --runs 5
     nice -n 0 .venv/bin/python scripts/bench_plan_count.py --runs 5 --only "databricks/dbrx-instruct"
 
-The meta side is the same config.json planned with the templates and gemma4_family.py out of reach (as before them),
+The meta side is the same config.json planned with the templates and trl_ds/plan/by_hand/ out of reach (as before them),
 and both sides with an empty count cache, so every run is a config's first plan.
 """
 import argparse
@@ -63,8 +63,8 @@ CONFIGS = {  # the published config.json files' dimensions (all their layers)
     "gemma4_text (transformers' Gemma4TextConfig defaults, 30 layers)": {"model_type": "gemma4_text"},
 }
 PLAN = ("import sys, runpy; side = sys.argv[2]; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
-        "if side == 'meta':\n    import trl_ds.plan.shape_templates as t, trl_ds.plan.gemma4_family as g\n"
-        "    t.DATA, g.GEMMA4_TEXT_TYPES = t.DATA.with_name('absent.json'), ()\n"
+        "if side == 'meta':\n    import trl_ds.plan.shape_templates as t, trl_ds.plan.by_hand as h\n"
+        "    t.DATA = t.DATA.with_name('absent.json')\n    h.FAMILIES.clear()\n"
         "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n")
 
 

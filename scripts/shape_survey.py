@@ -41,7 +41,7 @@ from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from trl_ds.config.model_source import special_floats
-from trl_ds.plan import gemma4_family, params, shape_templates
+from trl_ds.plan import by_hand, params, shape_templates
 from trl_ds.plan.params import EXPERT_COUNT_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1517,7 +1517,7 @@ def survey_one(model_type: str) -> tuple:
 def main(argv) -> None:
     update = argv[:1] == ["--update"]
     argv = argv[1:] if update else argv
-    written_out = set(params.FAST_TYPES) | set(gemma4_family.GEMMA4_TEXT_TYPES)
+    written_out = set(params.FAST_TYPES) | set(by_hand.FAMILIES)
     todo = argv or sorted(t for t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if t not in written_out)
     with multiprocessing.Pool(2, maxtasksperchild=8) as pool:
         results = dict(pool.imap_unordered(survey_one, todo))

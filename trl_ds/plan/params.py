@@ -14,7 +14,8 @@ from typing import Dict, List, Tuple
 
 from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
-from trl_ds.plan import count_cache, gemma4_family, shape_templates
+from trl_ds.plan import count_cache, shape_templates
+from trl_ds.plan.by_hand import counted, embedding_and_head, routed_groups
 from trl_ds.plan.gpt_families import GPT_TYPES, extra_embeddings, gpt_layer, standard_keys
 from trl_ds.plan.hybrid_families import HYBRID_DEFAULTS, gated_delta_net, is_linear_attention
 from trl_ds.plan.more_families import (
@@ -462,16 +463,16 @@ def counted_elsewhere(config_json: str, where: str) -> Architecture:
 
 def own_layout(config_json: str):
     """(what getattr(config, name) gives, the layout) of a config counted without torch beyond the families written
-    out above: Gemma 4's text models (gemma4_family.py), else a shape template's; None where neither counts it."""
-    raw = json.loads(config_json)
-    c = gemma4_family.settings(raw) if raw.get("model_type") in gemma4_family.GEMMA4_TEXT_TYPES else None
-    if c is not None:
-        held = gemma4_family.modules(c)
-        experts, per_token = routing(lambda name: gemma4_family.attribute(c, name))
-        routed = [(sum(v), experts, per_token) for k, v in held.items() if k.endswith(".experts")] if experts else []
-        return (lambda name: gemma4_family.attribute(c, name)), Layout(
-            modules=tuple(tuple(v) for v in held.values()), embedding=held["model.embed_tokens"][0],
-            lm_head=held.get("lm_head", [0])[0], routed=tuple(routed), method="fast")
+    out above: by hand-written formulas (trl_ds/plan/by_hand/), else by a shape template; None where neither does."""
+    by_hand = counted(json.loads(config_json))
+    if by_hand is not None:
+        family, c, held = by_hand
+        attr = lambda name: family.attribute(c, name)  # noqa: E731
+        experts, per_token = routing(attr)
+        embedding, lm_head = embedding_and_head(family, held)
+        return attr, Layout(modules=tuple(tuple(v) for v in held.values()), embedding=embedding, lm_head=lm_head,
+                            routed=tuple((n, experts, per_token) for n in routed_groups(held)) if experts else (),
+                            method="fast")
     templated = template_layout(config_json)
     if templated is None:
         return None

@@ -1,4 +1,4 @@
-"""Gemma 4's text models are counted from their config without torch (trl_ds/plan/gemma4_family.py), exactly as the
+"""Gemma 4's text models are counted from their config without torch (trl_ds/plan/by_hand/gemma4.py), exactly as the
 meta device builds them: which tensors a layer holds depends on its position (the last num_kv_shared_layers hold no
 key/value projections, a full-attention layer with attention_k_eq_v no v_proj, per_layer_config's entries their own
 head_dim), which no shape template expresses, and both types went to the meta device (about 3 s, imports torch)."""

@@ -10,7 +10,9 @@ gemma4_text adds per-layer input embeddings (`hidden_size_per_layer_input`) and 
 """
 from typing import Dict, List, Optional
 
-GEMMA4_TEXT_TYPES = ("gemma4_text", "gemma4_unified_text")
+from trl_ds.plan.by_hand import linear, over_defaults
+
+TYPES = ("gemma4_text", "gemma4_unified_text")
 DEFAULTS = {  # configuration_gemma4.py, configuration_gemma4_unified.py
     "vocab_size": 262144, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "tie_word_embeddings": True,
@@ -26,7 +28,7 @@ def settings(raw: dict) -> Optional[dict]:
     """The config's values over the class defaults (the unified text model has no per-layer inputs or MoE block);
     None where a per-layer entry sets something other than OVERRIDES."""
     own = {**DEFAULTS, **(TEXT_ONLY if raw["model_type"] == "gemma4_text" else {})}
-    c = {k: raw[k] if raw.get(k) is not None else v for k, v in own.items()}
+    c = over_defaults(raw, own)
     c["hidden_size_per_layer_input"] = c.get("hidden_size_per_layer_input") or 0
     c["enable_moe_block"] = bool(c.get("enable_moe_block"))
     layers = c["num_hidden_layers"]
@@ -58,31 +60,28 @@ def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
     shared = i >= c["first_shared"]
     out: Dict[str, List[int]] = {}
 
-    def linear(name, fan_in, fan_out, with_bias=False):
-        out[name] = [fan_in * fan_out] + ([fan_out] if with_bias else [])
-
-    linear("self_attn.q_proj", h, heads * hd, bias)
+    linear(out, "self_attn.q_proj", h, heads * hd, bias)
     out["self_attn.q_norm"] = [hd]
     if not shared:
         out["self_attn.k_norm"] = [hd]  # v_norm has no scale
-        linear("self_attn.k_proj", h, kv * hd, bias)
+        linear(out, "self_attn.k_proj", h, kv * hd, bias)
         if not (c["attention_k_eq_v"] and c["kinds"][i] != "sliding_attention"):
-            linear("self_attn.v_proj", h, kv * hd, bias)
-    linear("self_attn.o_proj", heads * hd, h, bias)
+            linear(out, "self_attn.v_proj", h, kv * hd, bias)
+    linear(out, "self_attn.o_proj", heads * hd, h, bias)
     width = c["intermediate_size"] * (2 if c["use_double_wide_mlp"] and shared else 1)
-    linear("mlp.gate_proj", h, width)
-    linear("mlp.up_proj", h, width)
-    linear("mlp.down_proj", width, h)
+    linear(out, "mlp.gate_proj", h, width)
+    linear(out, "mlp.up_proj", h, width)
+    linear(out, "mlp.down_proj", width, h)
     norms = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]
     if c["hidden_size_per_layer_input"]:
         p = c["hidden_size_per_layer_input"]
-        linear("per_layer_input_gate", h, p)
-        linear("per_layer_projection", p, h)
+        linear(out, "per_layer_input_gate", h, p)
+        linear(out, "per_layer_projection", p, h)
         norms.append("post_per_layer_input_norm")
     if c["enable_moe_block"]:
         experts, f = c["num_experts"], c["moe_intermediate_size"]
         out["router"] = [h, experts]  # its scale and per-expert scale; its norm has no scale
-        linear("router.proj", h, experts)
+        linear(out, "router.proj", h, experts)
         out["experts"] = [experts * 2 * f * h, experts * h * f]
         norms += ["post_feedforward_layernorm_1", "post_feedforward_layernorm_2", "pre_feedforward_layernorm_2"]
     for name in norms:
