@@ -5,10 +5,11 @@ head_dim), which no shape template expresses, and both types went to the meta de
 import json
 
 import pytest
+from by_hand_checks import assert_counts_as_the_meta_device_builds_it
 from test_family_survey import assert_planned_without_torch_within_3x_a_preset
 
 from trl_ds.errors import ConfigError
-from trl_ds.plan.params import count_params, from_config, layout
+from trl_ds.plan.params import count_params, from_config
 
 SMALL = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 8,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
@@ -43,18 +44,7 @@ def test_a_small_config_counts_as_worked_by_hand():
 @pytest.mark.slow  # builds on the meta device: make test only
 @pytest.mark.parametrize("model_type,variant", CASES)
 def test_each_variant_counts_as_the_meta_device_builds_it(model_type, variant):
-    from trl_ds.plan.params import meta_architecture, meta_layout
-
-    arch = from_config({"model_type": model_type, **VARIANTS[variant]}, "gemma4")
-    counts, lay = count_params(arch), layout(arch)
-    meta = meta_layout(arch.config_json)
-    meta_total = sum(map(sum, meta.modules))
-    idle = sum(n // experts * (experts - per_token) for n, experts, per_token in meta.routed)
-    assert counts.method == "fast"
-    assert sorted(map(sorted, lay.modules)) == sorted(map(sorted, meta.modules))
-    assert (counts.total, counts.active, counts.largest_module, lay.embedding, lay.lm_head) == (
-        meta_total, meta_total - idle, max(map(sum, meta.modules)), meta.embedding, meta.lm_head)
-    assert arch == meta_architecture(arch.config_json, "gemma4")  # the dimensions the estimates read
+    assert_counts_as_the_meta_device_builds_it({"model_type": model_type, **VARIANTS[variant]})
 
 
 def test_the_moe_block_is_active_for_top_k_experts_of_its_experts():

@@ -49,5 +49,5 @@ def over_defaults(raw: dict, defaults: dict) -> dict:
     return {k: raw[k] if raw.get(k) is not None else v for k, v in defaults.items()}
 
 
-FAMILIES = {t: m for m in (importlib.import_module(f"{__name__}.{i.name}") for i in pkgutil.iter_modules(__path__))
-            for t in m.TYPES}  # last: the modules import the helpers above
+FAMILIES = {t: m for m in (importlib.import_module(f"{__name__}.{i.name}") for i in pkgutil.iter_modules(__path__)
+                                   if not i.name.startswith("_")) for t in m.TYPES}  # last: they import the above
