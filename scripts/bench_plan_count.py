@@ -61,6 +61,10 @@ CONFIGS = {  # the published config.json files' dimensions (all their layers)
         "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
         "tie_word_embeddings": False},
     "gemma4_text (transformers' Gemma4TextConfig defaults, 30 layers)": {"model_type": "gemma4_text"},
+    **{f"{t} (transformers' defaults)": {"model_type": t} for t in (  # counted by trl_ds/plan/by_hand/
+        "bailing_hybrid", "dory", "dots3_note_text", "flint", "hy_v4", "inkling2_loop_text", "laguna", "lara_mini",
+        "phi4_multimodal", "zamba2", "zaya")},
+    "reformer (transformers' defaults as a decoder)": {"model_type": "reformer", "is_decoder": True},
 }
 PLAN = ("import sys, runpy; side = sys.argv[2]; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
         "if side == 'meta':\n    import trl_ds.plan.shape_templates as t, trl_ds.plan.by_hand as h\n"
