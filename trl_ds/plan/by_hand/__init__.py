@@ -7,13 +7,32 @@ count, or on a size the config class derives. Each module here names the model_t
     attribute(c, name) -> what getattr(config, name) gives for the names the planner reads,
 and EMBEDDING, LM_HEAD (module names) where they are not model.embed_tokens and lm_head. Every module is held to a
 meta-device build by its test (tests/unit/test_by_hand_*.py).
+
+What the modules share lives here:
+    checking a config as transformers 5.24 does: well_typed and strict_values (@strict's type check, each field
+        declared as (default, *accepted kinds): `fits` says how), is_size, number, pad_fits, listed, default_rope,
+        default_rope_only, odd_rotary, and the names ACTIVATIONS, LAYER_TYPES, LEGACY, ROPE_KEYS;
+    building the module map: decoder (embeddings, each layer and its norms, final norm, lm_head), below, linear,
+        attention, latent_attention, indexer, gated_mlp, routed_experts;
+    reading values: over_defaults, and dotted for attribute().
 """
 import importlib
 import pkgutil
 import re
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 EXPERTS = re.compile(r"^(.*?\.experts)(\.|$)")  # as the meta count groups them: fused, or a ModuleList of experts
+# the activations (activations.py) a family here takes unless it names its own: transformers knows them and their
+# modules hold no tensors (prelu's and xielu's do); any other goes to the meta device
+ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2", "tanh")
+LAYER_TYPES = (  # configuration_utils.ALLOWED_ATTN_LAYER_TYPES, which validate_layer_type holds layer_types to
+    "full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention",
+    "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",
+    "hybrid_sliding", "reference_sliding_attention", "linear_attention")
+ROPE_KEYS = ("rope_type", "rope_theta", "partial_rotary_factor")  # what a default RoPE entry may set
+LEGACY = {"mamba": "linear_attention", "attention": "full_attention",  # remapped by PreTrainedConfig.__post_init__
+          "deepseek_sparse_attention": "indexed_attention", "qwen_sparse_attention": "indexed_attention"}
+Modules = Dict[str, List[int]]
 
 
 def counted(raw: dict):
@@ -23,7 +42,7 @@ def counted(raw: dict):
     return None if c is None else (family, c, family.modules(c))
 
 
-def routed_groups(held: Dict[str, List[int]]) -> List[int]:
+def routed_groups(held: Modules) -> List[int]:
     """The numel of each layer's routed experts."""
     groups: Dict[str, int] = {}
     for name, sizes in held.items():
@@ -33,20 +52,159 @@ def routed_groups(held: Dict[str, List[int]]) -> List[int]:
     return list(groups.values())
 
 
-def embedding_and_head(family, held: Dict[str, List[int]]) -> tuple:
+def embedding_and_head(family, held: Modules) -> tuple:
     """(the input embedding's numel, the untied lm_head's or 0)."""
     return (held[getattr(family, "EMBEDDING", "model.embed_tokens")][0],
             held.get(getattr(family, "LM_HEAD", "lm_head"), [0])[0])
 
 
-def linear(out: Dict[str, List[int]], name: str, fan_in: int, fan_out: int, bias: bool = False) -> None:
+def over_defaults(raw: dict, defaults: dict) -> dict:
+    """The config's values over the class defaults (a key given as None takes the default)."""
+    return {k: raw[k] if raw.get(k) is not None else v for k, v in defaults.items()}
+
+
+def dotted(values: dict, name: str):
+    """values[name], a dotted name read into the dicts a config gives (DBRX's ffn_config.moe_top_k); None if absent."""
+    for part in name.split("."):
+        values = values.get(part) if isinstance(values, dict) else None
+    return values
+
+
+# Checking a config. A strict family declares its fields as {name: (default, *accepted)}, each accepted kind one of
+# the annotation's members: a type, None, [kind] (a list of that kind) or a tuple of values (a Literal).
+
+def fits(value, kind) -> bool:
+    """Whether @strict takes `value` for one member of a field's annotation (an int is no float, a bool no int)."""
+    if kind is None:
+        return value is None
+    if isinstance(kind, list):
+        return isinstance(value, list) and all(fits(v, kind[0]) for v in value)
+    if isinstance(kind, tuple):
+        return value in kind and type(value) in map(type, kind)
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def well_typed(raw: dict, fields: dict) -> bool:
+    """Whether @strict takes every field the config gives."""
+    return all(any(fits(raw[k], kind) for kind in kinds) for k, (_, *kinds) in fields.items() if k in raw)
+
+
+def strict_values(raw: dict, fields: dict) -> Optional[dict]:
+    """Each field's value as the strict dataclass holds it: the given one (None only where annotated) over the
+    default; None where @strict refuses one."""
+    return {k: raw.get(k, default) for k, (default, *_) in fields.items()} if well_typed(raw, fields) else None
+
+
+def number(value) -> bool:
+    """An int or a float, not a bool."""
+    return fits(value, int) or fits(value, float)
+
+
+def is_size(value, may_be_0: bool = False) -> bool:
+    """A width or count a module can be built with: an int (not a bool) above 0, or 0 where `may_be_0`."""
+    return fits(value, int) and value >= (0 if may_be_0 else 1)
+
+
+def pad_fits(pad, vocab: int) -> bool:
+    """nn.Embedding's assert: a padding index inside the vocabulary (counted from either end), or None."""
+    return pad is None or fits(pad, int) and -vocab <= pad < vocab
+
+
+def listed(value, layers: int, kinds) -> bool:
+    """What validate_layer_type accepts: a list of one of `kinds` per layer."""
+    return isinstance(value, list) and len(value) == layers and all(isinstance(v, str) and v in kinds for v in value)
+
+
+def default_rope(entry, keys=None) -> bool:
+    """Whether a RoPE dict is the default kind (rope_type, or the legacy type), with a number for rope_theta where it
+    has one and no keys beyond `keys` (None: any): other kinds have keys of their own that transformers' RoPE
+    validation checks, which the meta device runs."""
+    return isinstance(entry, dict) and (keys is None or set(entry) <= set(keys)) and number(
+        entry.get("rope_theta", 0.0)) and entry.get("rope_type", entry.get("type", "default")) == "default"
+
+
+def default_rope_only(raw: dict) -> bool:
+    """Whether all the RoPE a config sets at its top level (rope_theta, rope_parameters, rope_scaling) is default."""
+    return number(raw.get("rope_theta", 1.0)) and all(
+        default_rope(raw[k]) for k in ("rope_parameters", "rope_scaling") if raw.get(k) is not None)
+
+
+def odd_rotary(head_dim: int, factor=1.0) -> bool:
+    """What validate_rope refuses: an odd head_dim (above 4) rotated whole."""
+    return head_dim > 4 and head_dim % 2 == 1 and int(head_dim * factor) == head_dim
+
+
+# Building the module map: each helper adds the tensors of some modules to `out` (name -> numel of each tensor).
+
+def linear(out: Modules, name: str, fan_in: int, fan_out: int, bias: bool = False) -> None:
     """nn.Linear(fan_in, fan_out): its weight, and its bias where it has one."""
     out[name] = [fan_in * fan_out] + ([fan_out] if bias else [])
 
 
-def over_defaults(raw: dict, defaults: dict) -> dict:
-    """The config's values over the class defaults (a key given as None takes the default)."""
-    return {k: raw[k] if raw.get(k) is not None else v for k, v in defaults.items()}
+def below(prefix: str, held: Modules) -> Modules:
+    """`held`'s modules named below `prefix` (its "" entry is the prefix module itself)."""
+    return {f"{prefix}.{name}" if name else prefix: sizes for name, sizes in held.items()}
+
+
+def decoder(c: dict, layer_modules: Callable[[dict, int], Modules], extra: Optional[Modules] = None,
+            lm_head: Optional[List[int]] = None, norms=("input_layernorm", "post_attention_layernorm")) -> Modules:
+    """A decoder-only causal LM: model.embed_tokens, model.norm, `extra`, each layer's modules below model.layers.i
+    (layer_modules(c, i), and its `norms`, hidden_size wide), then the lm_head: `lm_head` where the family fixes it,
+    else the untied head's weight."""
+    h, vocab = c["hidden_size"], c["vocab_size"]
+    out = {"model.embed_tokens": [vocab * h], "model.norm": [h], **(extra or {})}
+    for i in range(c["num_hidden_layers"]):
+        out.update(below(f"model.layers.{i}", {**layer_modules(c, i), **{name: [h] for name in norms}}))
+    if lm_head is not None:
+        out["lm_head"] = lm_head
+    elif not c["tie_word_embeddings"]:
+        out["lm_head"] = [vocab * h]
+    return out
+
+
+def attention(out: Modules, at: str, h: int, heads: int, kv: int, head_dim: int, bias: bool = False) -> None:
+    """Grouped-query attention's q_proj, k_proj, v_proj and o_proj, below `at`."""
+    linear(out, f"{at}.q_proj", h, heads * head_dim, bias)
+    linear(out, f"{at}.k_proj", h, kv * head_dim, bias)
+    linear(out, f"{at}.v_proj", h, kv * head_dim, bias)
+    linear(out, f"{at}.o_proj", heads * head_dim, h, bias)
+
+
+def latent_attention(out: Modules, h: int, heads: int, q_rank: Optional[int], kv_rank: int, nope: int, rope: int,
+                     v: int, bias: bool) -> None:
+    """DeepSeek's multi-head latent attention (names below self_attn): the query through a q_rank bottleneck with its
+    norm (None: one q_proj), keys and values through a kv_rank one that also carries the shared rope key."""
+    if q_rank is None:
+        linear(out, "q_proj", h, heads * (nope + rope))
+    else:
+        linear(out, "q_a_proj", h, q_rank, bias)
+        out["q_a_layernorm"] = [q_rank]
+        linear(out, "q_b_proj", q_rank, heads * (nope + rope))
+    linear(out, "kv_a_proj_with_mqa", h, kv_rank + rope, bias)
+    out["kv_a_layernorm"] = [kv_rank]
+    linear(out, "kv_b_proj", kv_rank, heads * (nope + v))
+    linear(out, "o_proj", heads * v, h, bias)
+
+
+def indexer(out: Modules, h: int, q_rank: int, heads: int, head_dim: int) -> None:
+    """A sparse-attention indexer (names below self_attn), reading the latent query."""
+    linear(out, "indexer.wq_b", q_rank, heads * head_dim)
+    linear(out, "indexer.wk", h, head_dim)
+    out["indexer.k_norm"] = [head_dim, head_dim]  # a LayerNorm: weight and bias
+    linear(out, "indexer.weights_proj", h, heads)
+
+
+def gated_mlp(out: Modules, at: str, h: int, width: int, bias: bool = False) -> None:
+    """A gated MLP's gate_proj and up_proj (h -> width) and down_proj, below `at`."""
+    linear(out, f"{at}.gate_proj", h, width, bias)
+    linear(out, f"{at}.up_proj", h, width, bias)
+    linear(out, f"{at}.down_proj", width, h, bias)
+
+
+def routed_experts(out: Modules, at: str, h: int, experts: int, width: int) -> None:
+    """Routed experts below `at` (fused gate_up and down projections) and their router's weight (`at`.gate)."""
+    out[f"{at}.experts"] = [experts * 2 * width * h, experts * h * width]
+    out[f"{at}.gate"] = [experts * h]
 
 
 FAMILIES = {t: m for m in (importlib.import_module(f"{__name__}.{i.name}") for i in pkgutil.iter_modules(__path__)

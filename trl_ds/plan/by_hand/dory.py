@@ -8,56 +8,50 @@ and the lm_head a per-token logit_scale; the L2 norms hold no weights.
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear
+from trl_ds.plan.by_hand import (
+    ACTIVATIONS,
+    ROPE_KEYS,
+    attention,
+    default_rope,
+    fits,
+    gated_mlp,
+    is_size,
+    linear,
+    pad_fits,
+    strict_values,
+)
 
 TYPES = ("dory",)
-LIST, DICT, LITERAL = "list", "dict", "literal"
 FIELDS = {  # configuration_dory.py: the default, and what @strict lets through (None only where annotated)
     "vocab_size": (131072, int), "hidden_size": (2560, int), "intermediate_size": (7168, int),
     "num_hidden_layers": (36, int), "num_attention_heads": (16, int), "num_key_value_heads": (4, int),
     "head_dim": (256, int), "hidden_act": ("silu", str), "max_position_embeddings": (8192, int),
     "initializer_range": (0.0177, float), "use_cache": (True, bool), "pad_token_id": (None, int, None),
-    "bos_token_id": (None, int, None), "eos_token_id": (None, int, (LIST, int), None),
-    "tie_word_embeddings": (False, bool), "rope_parameters": (None, DICT, None), "attention_bias": (False, bool),
+    "bos_token_id": (None, int, None), "eos_token_id": (None, int, [int], None),
+    "tie_word_embeddings": (False, bool), "rope_parameters": (None, dict, None), "attention_bias": (False, bool),
     "attention_dropout": (0.0, float), "mlp_bias": (False, bool), "sliding_window": (1024, int),
-    "layer_types": (None, (LIST, str), None), "ngpt_alpha_init": (0.05, float), "n_input_layers": (8, int),
+    "layer_types": (None, [str], None), "ngpt_alpha_init": (0.05, float), "n_input_layers": (8, int),
     "n_recurrent_layers": (None, int, None), "n_output_layers": (8, int), "n_recurrent_loops": (2, int),
-    "recurrent_kv_cache_mode": ("per_loop", (LITERAL, "per_loop", "last_loop")),
+    "recurrent_kv_cache_mode": ("per_loop", ("per_loop", "last_loop")),
 }
 SIZES = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
          "num_key_value_heads", "head_dim")
 ROPE_THETAS = {"sliding_attention": 10_000.0, "full_attention": 10_000_000.0}  # the only types it has defaults for
-ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2", "tanh")
-
-
-def fits(value, kind) -> bool:
-    """Whether @strict takes `value` for one member of a field's annotation (an int is no float, a bool no int).
-    flint and laguna use it too."""
-    if kind is None:
-        return value is None
-    if isinstance(kind, tuple):
-        if kind[0] == LITERAL:
-            return value in kind[1:] and type(value) in map(type, kind[1:])
-        return isinstance(value, list) and all(fits(v, kind[1]) for v in value)
-    if kind == DICT:
-        return isinstance(value, dict)
-    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
 
 
 def plain_rope(rope, kinds: List[str]) -> bool:
-    """Whether `rope_parameters` gives default RoPE for exactly the layer types used, as to_dict writes it: other
-    forms go through transformers' RoPE validation, which the meta device runs."""
+    """Whether `rope_parameters` gives default RoPE for exactly the layer types used, as to_dict writes it (its theta
+    a float): other forms go through transformers' RoPE validation, which the meta device runs."""
     return rope is None or set(rope) == set(kinds) and all(
-        isinstance(p, dict) and set(p) <= {"rope_type", "rope_theta"} and p.get("rope_type", "default") == "default"
-        and fits(p.get("rope_theta", 0.0), float) for p in rope.values())
+        default_rope(p, ROPE_KEYS[:2]) and fits(p.get("rope_theta", 0.0), float) for p in rope.values())
 
 
 def settings(raw: dict) -> Optional[dict]:
     """The config after __post_init__ (its layer counts halved where `layer_types` lists "mlp" blocks); None where
     transformers refuses it, for a tied lm_head (below), and for RoPE or activations the meta device must check."""
-    if any(k in raw and not any(fits(raw[k], kind) for kind in kinds) for k, (_, *kinds) in FIELDS.items()):
-        return None  # @strict refuses it
-    c = {k: raw.get(k, default) for k, (default, *_) in FIELDS.items()}
+    c = strict_values(raw, FIELDS)
+    if c is None:
+        return None
     kinds = c["layer_types"]
     if kinds is not None and "mlp" in kinds:  # each (attention, mlp) pair is one layer
         kinds = kinds[::2]
@@ -69,8 +63,8 @@ def settings(raw: dict) -> Optional[dict]:
     if c["n_recurrent_layers"] is None:
         c["n_recurrent_layers"] = layers - c["n_input_layers"] - c["n_output_layers"]
     if (c["n_input_layers"] + c["n_recurrent_layers"] + c["n_output_layers"] != layers or c["n_recurrent_loops"] < 1
-            or len(kinds) != layers or not set(kinds) <= set(ROPE_THETAS) or min(c[k] for k in SIZES) < 1
-            or c["pad_token_id"] is not None and not -c["vocab_size"] <= c["pad_token_id"] < c["vocab_size"]):
+            or len(kinds) != layers or not set(kinds) <= set(ROPE_THETAS) or not all(is_size(c[k]) for k in SIZES)
+            or not pad_fits(c["pad_token_id"], c["vocab_size"])):
         return None  # validate_architecture, validate_layer_type, a RoPE type with no default, nn.Embedding's assert
     if not plain_rope(c["rope_parameters"], kinds) or {"rope_scaling", "partial_rotary_factor"} & set(raw) \
             or not fits(raw.get("rope_theta", 0.0), float) or c["hidden_act"] not in ACTIVATIONS:
@@ -84,20 +78,16 @@ def modules(c: dict) -> Dict[str, List[int]]:
     """Every module of the causal LM that holds parameters (the lm_head is untied: settings declines a tied one)."""
     h, vocab, f = c["hidden_size"], c["vocab_size"], c["intermediate_size"]
     hd, bias = c["head_dim"], c["attention_bias"]
-    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    q = c["num_attention_heads"] * hd
     out = {"model.embed_tokens": [vocab * h]}
     for i in range(c["num_hidden_layers"]):
         at = f"model.layers.{i}"
         out[at] = [h, h]  # lambda_1, lambda_2
         out[f"{at}.self_attn"] = [q, q]  # sqk, s_gate
-        linear(out, f"{at}.self_attn.q_proj", h, q, bias)
-        linear(out, f"{at}.self_attn.k_proj", h, kv, bias)
-        linear(out, f"{at}.self_attn.v_proj", h, kv, bias)
-        linear(out, f"{at}.self_attn.o_proj", q, h, bias)
+        attention(out, f"{at}.self_attn", h, c["num_attention_heads"], c["num_key_value_heads"], hd, bias)
         linear(out, f"{at}.self_attn.gate_proj", h, q)
         out[f"{at}.mlp"] = [f, f]  # suv_gate, suv_up
-        for name, fan_in, fan_out in (("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h)):
-            linear(out, f"{at}.mlp.{name}", fan_in, fan_out, c["mlp_bias"])
+        gated_mlp(out, f"{at}.mlp", h, f, c["mlp_bias"])
     out["lm_head"] = [vocab * h, vocab]  # its weight, then logit_scale
     return out
 

@@ -10,7 +10,18 @@ layers differ after that, so each layer type has one attention size set.
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear
+from trl_ds.plan.by_hand import (
+    below,
+    decoder,
+    gated_mlp,
+    indexer,
+    is_size,
+    latent_attention,
+    linear,
+    odd_rotary,
+    pad_fits,
+    routed_experts,
+)
 
 TYPES = ("dots3_note_text",)
 SIZES = {  # configuration_dots3_note.py: int fields the count reads
@@ -26,10 +37,6 @@ SWA = {"num_attention_heads": 64, "num_key_value_heads": 64, "q_lora_rank": 1024
 ATTENTION = ("num_attention_heads", "num_key_value_heads", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
              "qk_nope_head_dim", "v_head_dim", "head_dim", "attention_bias", "index_n_heads", "index_head_dim")
 KINDS = ("sliding_attention", "indexed_attention", "full_attention")
-
-
-def is_int(v) -> bool:
-    return type(v) is int and v >= 1
 
 
 def plain_rope(rope, kinds: set) -> bool:
@@ -50,7 +57,7 @@ def layer_kinds(raw: dict, layers: int) -> Optional[tuple]:
     dense, freq = raw.get("first_k_dense_replace", 1), raw.get("moe_layer_freq", 1)
     mlp = raw.get("mlp_layer_types")
     if mlp is None:
-        if type(dense) is not int or not (is_int(freq) or isinstance(freq, list) and len(freq) >= layers):
+        if type(dense) is not int or not (is_size(freq) or isinstance(freq, list) and len(freq) >= layers):
             return None
         mlp = ["sparse" if i >= dense and (bool(freq[i]) if isinstance(freq, list) else i % freq == 0) else "dense"
                for i in range(layers)]
@@ -78,7 +85,7 @@ def entries(raw: dict, c: dict, kinds: list) -> Optional[dict]:
         swa = {name: raw.get(f"swa_{name}", v) for name, v in SWA.items()}
         if "swa_qk_rope_head_dim" in raw:
             swa["qk_rope_head_dim"] = raw["swa_qk_rope_head_dim"]
-        elif is_int(swa["head_dim"]) and is_int(swa["qk_nope_head_dim"]):
+        elif is_size(swa["head_dim"]) and is_size(swa["qk_nope_head_dim"]):
             swa["qk_rope_head_dim"] = swa["head_dim"] - swa["qk_nope_head_dim"]
         else:
             return None  # the class's subtraction fails
@@ -109,10 +116,9 @@ def settings(raw: dict) -> Optional[dict]:
         c["n_routed_experts"] = raw["num_local_experts"]
     c["shared_experts_intermediate_size"] = raw.get("moe_shared_expert_intermediate_size",
                                                     c["shared_experts_intermediate_size"])
-    pad, vocab = c["pad_token_id"], c["vocab_size"]
-    if not all(is_int(c[k]) for k in SIZES) or not (c["q_lora_rank"] is None or is_int(c["q_lora_rank"])) or not (
-            isinstance(c["attention_bias"], bool)) or not isinstance(
-            c["tie_word_embeddings"], bool) or not (pad is None or type(pad) is int and -vocab <= pad < vocab):
+    if not all(is_size(c[k]) for k in SIZES) or not (c["q_lora_rank"] is None or is_size(c["q_lora_rank"])) or not (
+            isinstance(c["attention_bias"], bool)) or not isinstance(c["tie_word_embeddings"], bool) or not pad_fits(
+            c["pad_token_id"], c["vocab_size"]):
         return None
     if raw.get("attention_chunk_size") is not None or raw.get("rope_scaling") is not None:
         return None
@@ -129,8 +135,8 @@ def settings(raw: dict) -> Optional[dict]:
         if len(held) > 1:
             return None
         a = {**{k: c[k] for k in ATTENTION}, **by_layer.get(kinds.index(kind), {})}
-        sizes_ok = all(is_int(a[k]) for k in ATTENTION if k not in ("q_lora_rank", "attention_bias"))
-        if not sizes_ok or not is_int(a["q_lora_rank"]) or not isinstance(a["attention_bias"], bool) or a[
+        sizes_ok = all(is_size(a[k]) for k in ATTENTION if k not in ("q_lora_rank", "attention_bias"))
+        if not sizes_ok or not is_size(a["q_lora_rank"]) or not isinstance(a["attention_bias"], bool) or a[
                 "num_key_value_heads"] != a["num_attention_heads"] or (
                 kind == "indexed_attention" and a["qk_rope_head_dim"] > c["index_head_dim"]) or (
                 kind == "sliding_attention" and a["head_dim"] != a["qk_nope_head_dim"] + a["qk_rope_head_dim"]):
@@ -139,7 +145,7 @@ def settings(raw: dict) -> Optional[dict]:
     experts, groups = c["n_routed_experts"], c["n_group"]
     if experts % groups or experts // groups < 2 or not 1 <= c["topk_group"] <= groups:
         return None
-    if "per_layer_config" in raw and raw["per_layer_config"] is None and c["head_dim"] > 4 and c["head_dim"] % 2:
+    if "per_layer_config" in raw and raw["per_layer_config"] is None and odd_rotary(c["head_dim"]):
         return None  # homogeneous: RoPE may refuse an odd head_dim
     return {**c, "kinds": kinds, "mlp": mlp, "attention": attention}
 
@@ -147,55 +153,32 @@ def settings(raw: dict) -> Optional[dict]:
 def attention_modules(c: dict, kind: str) -> Dict[str, List[int]]:
     """Module name (below self_attn) -> numel of each tensor it holds directly: MLA with a low-rank query."""
     a, h = c["attention"][kind], c["hidden_size"]
-    heads, q, kv, rope, bias = (a["num_attention_heads"], a["q_lora_rank"], a["kv_lora_rank"], a["qk_rope_head_dim"],
-                                a["attention_bias"])
+    heads, q, rope = a["num_attention_heads"], a["q_lora_rank"], a["qk_rope_head_dim"]
     out: Dict[str, List[int]] = {}
-    linear(out, "q_a_proj", h, q, bias)
-    out["q_a_layernorm"] = [q]
-    linear(out, "q_b_proj", q, heads * (a["qk_nope_head_dim"] + rope))
-    linear(out, "kv_a_proj_with_mqa", h, kv + rope, bias)
-    out["kv_a_layernorm"] = [kv]
-    linear(out, "kv_b_proj", kv, heads * (a["qk_nope_head_dim"] + a["v_head_dim"]))
-    linear(out, "o_proj", heads * a["v_head_dim"], h, bias)
+    latent_attention(out, h, heads, q, a["kv_lora_rank"], a["qk_nope_head_dim"], rope, a["v_head_dim"],
+                     a["attention_bias"])
     out["k_rope_only_layernorm"] = [rope]
     linear(out, "g_proj", h, heads)
     if kind == "indexed_attention":
-        n, d = a["index_n_heads"], a["index_head_dim"]
-        linear(out, "indexer.wq_b", q, n * d)
-        linear(out, "indexer.wk", h, d)
-        out["indexer.k_norm"] = [d, d]  # a LayerNorm: weight and bias
-        linear(out, "indexer.weights_proj", h, n)
+        indexer(out, h, q, a["index_n_heads"], a["index_head_dim"])
     return out
 
 
 def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
     """Module name (below model.layers.i) -> numel of each tensor it holds directly."""
     h = c["hidden_size"]
-    out = {f"self_attn.{name}": sizes for name, sizes in attention_modules(c, c["kinds"][i]).items()}
-    if c["mlp"][i] == "sparse":
-        experts, f = c["n_routed_experts"], c["moe_intermediate_size"]
-        out["mlp.experts"] = [experts * 2 * f * h, experts * h * f]
-        out["mlp.gate"] = [experts * h]  # its score-correction bias is a buffer
-        prefix, width = "mlp.shared_experts.", c["shared_experts_intermediate_size"] * c["n_shared_experts"]
+    out = below("self_attn", attention_modules(c, c["kinds"][i]))
+    if c["mlp"][i] == "sparse":  # the router's score-correction bias is a buffer
+        routed_experts(out, "mlp", h, c["n_routed_experts"], c["moe_intermediate_size"])
+        gated_mlp(out, "mlp.shared_experts", h, c["shared_experts_intermediate_size"] * c["n_shared_experts"])
     else:
-        prefix, width = "mlp.", c["intermediate_size"]
-    linear(out, prefix + "gate_proj", h, width)
-    linear(out, prefix + "up_proj", h, width)
-    linear(out, prefix + "down_proj", width, h)
-    out["input_layernorm"] = [h]
-    out["post_attention_layernorm"] = [h]
+        gated_mlp(out, "mlp", h, c["intermediate_size"])
     return out
 
 
 def modules(c: dict) -> Dict[str, List[int]]:
     """Every module of the causal LM that holds parameters; the lm_head only where it is not tied."""
-    h, vocab = c["hidden_size"], c["vocab_size"]
-    out = {"model.embed_tokens": [vocab * h], "model.norm": [h]}
-    for i in range(c["num_hidden_layers"]):
-        out.update({f"model.layers.{i}.{name}": sizes for name, sizes in layer_modules(c, i).items()})
-    if not c["tie_word_embeddings"]:
-        out["lm_head"] = [vocab * h]
-    return out
+    return decoder(c, layer_modules)
 
 
 def attribute(c: dict, name: str):

@@ -7,8 +7,19 @@ fits that. Attention holds per-head sinks and q/k norms over the head dimension.
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear
-from trl_ds.plan.by_hand.dory import DICT, LIST, fits
+from trl_ds.plan.by_hand import (
+    ACTIVATIONS,
+    ROPE_KEYS,
+    attention,
+    decoder,
+    default_rope,
+    gated_mlp,
+    is_size,
+    number,
+    pad_fits,
+    routed_experts,
+    strict_values,
+)
 
 TYPES = ("flint",)
 FIELDS = {  # configuration_flint.py: the default, and what @strict lets through (None only where annotated)
@@ -16,41 +27,34 @@ FIELDS = {  # configuration_flint.py: the default, and what @strict lets through
     "num_hidden_layers": (49, int), "num_attention_heads": (32, int), "num_key_value_heads": (4, int),
     "hidden_act": ("silu", str), "max_position_embeddings": (262144, int), "initializer_range": (0.02, float),
     "rms_norm_eps": (1e-6, float), "use_cache": (True, bool), "tie_word_embeddings": (False, bool),
-    "rope_parameters": (None, DICT, None), "sliding_window": (513, int), "attention_dropout": (0.0, float, int),
+    "rope_parameters": (None, dict, None), "sliding_window": (513, int), "attention_dropout": (0.0, float, int),
     "decoder_sparse_step": (1, int), "moe_intermediate_size": (512, int),
     "shared_expert_intermediate_size": (1024, int), "num_experts_per_tok": (6, int), "num_experts": (256, int),
     "norm_topk_prob": (True, bool), "output_router_logits": (False, bool), "router_aux_loss_coef": (0.0005, float),
-    "mlp_only_layers": (None, (LIST, int), None), "layer_types": (None, (LIST, str), None),
+    "mlp_only_layers": (None, [int], None), "layer_types": (None, [str], None),
     "pad_token_id": (None, int, None), "bos_token_id": (None, int, None),
-    "eos_token_id": (None, int, (LIST, int), None), "head_dim": (128, int), "attention_bias": (False, bool),
+    "eos_token_id": (None, int, [int], None), "head_dim": (128, int), "attention_bias": (False, bool),
 }
 SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")
 KINDS = ("full_attention", "sliding_attention")  # others only change the mask: the meta device checks them
-ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2", "tanh")
-
-
-def number(value) -> bool:
-    return fits(value, float) or fits(value, int)
 
 
 def settings(raw: dict) -> Optional[dict]:
     """The config after __post_init__ (its layer_types and mlp_only_layers derived where left out); None where
     transformers refuses it, and for RoPE, activations or layer kinds the meta device must check."""
-    if any(k in raw and not any(fits(raw[k], kind) for kind in kinds) for k, (_, *kinds) in FIELDS.items()):
-        return None  # @strict refuses it
-    c = {k: raw.get(k, default) for k, (default, *_) in FIELDS.items()}
+    c = strict_values(raw, FIELDS)
+    if c is None:
+        return None
     layers = c["num_hidden_layers"]
     derived = {"layer_types": ["full_attention" if i < 2 or i % 4 == 1 or i == layers - 1 else "sliding_attention"
                                for i in range(layers)], "mlp_only_layers": [0, 1]}
     c.update({k: v for k, v in derived.items() if c[k] is None})  # an empty list stays empty
     kinds, only = c["layer_types"], c["mlp_only_layers"]
-    rope = c["rope_parameters"] or {}
-    if (len(kinds) != layers or not set(kinds) <= set(KINDS) or min(c[k] for k in SIZES) < 1
-            or c["pad_token_id"] is not None and not -c["vocab_size"] <= c["pad_token_id"] < c["vocab_size"]):
+    if (len(kinds) != layers or not set(kinds) <= set(KINDS) or not all(is_size(c[k]) for k in SIZES)
+            or not pad_fits(c["pad_token_id"], c["vocab_size"])):
         return None  # validate_layer_type, a zero division or an empty model, nn.Embedding's assert
     if (c["decoder_sparse_step"] == 0 or c["hidden_act"] not in ACTIVATIONS or "mlp_layer_types" in raw
-            or not set(rope) <= {"rope_type", "rope_theta"} or rope.get("rope_type", "default") != "default"
-            or not number(rope.get("rope_theta", 0.0)) or not number(raw.get("rope_theta", 0.0))
+            or not default_rope(c["rope_parameters"] or {}, ROPE_KEYS[:2]) or not number(raw.get("rope_theta", 0.0))
             or {"rope_scaling", "partial_rotary_factor"} & set(raw)):
         return None  # a zero step divides by zero, and other RoPE goes through transformers' RoPE validation
     sparse = [i not in only and c["num_experts"] > 0 and (i + 1) % c["decoder_sparse_step"] == 0
@@ -60,36 +64,20 @@ def settings(raw: dict) -> Optional[dict]:
 
 def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
     """Module name (below model.layers.i) -> numel of each tensor it holds directly."""
-    h, heads, hd, bias = c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["attention_bias"]
-    kv = c["num_key_value_heads"]
-    out = {"self_attn": [heads], "self_attn.q_norm": [hd], "self_attn.k_norm": [hd],  # sinks: one per head
-           "input_layernorm": [h], "post_attention_layernorm": [h]}
-    linear(out, "self_attn.q_proj", h, heads * hd, bias)
-    linear(out, "self_attn.k_proj", h, kv * hd, bias)
-    linear(out, "self_attn.v_proj", h, kv * hd, bias)
-    linear(out, "self_attn.o_proj", heads * hd, h, bias)
+    h, heads, hd = c["hidden_size"], c["num_attention_heads"], c["head_dim"]
+    out = {"self_attn": [heads], "self_attn.q_norm": [hd], "self_attn.k_norm": [hd]}  # sinks: one per head
+    attention(out, "self_attn", h, heads, c["num_key_value_heads"], hd, c["attention_bias"])
     if c["sparse"][i]:
-        experts, f, shared = c["num_experts"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
-        out["mlp.experts"] = [experts * 2 * f * h, experts * h * f]  # fused gate_up and down projections
-        out["mlp.gate"] = [experts * h]  # the router's weight
-        mlp, f = "mlp.shared_expert", shared
+        routed_experts(out, "mlp", h, c["num_experts"], c["moe_intermediate_size"])
+        gated_mlp(out, "mlp.shared_expert", h, c["shared_expert_intermediate_size"])
     else:
-        mlp, f = "mlp", c["intermediate_size"]
-    linear(out, f"{mlp}.gate_proj", h, f)
-    linear(out, f"{mlp}.up_proj", h, f)
-    linear(out, f"{mlp}.down_proj", f, h)
+        gated_mlp(out, "mlp", h, c["intermediate_size"])
     return out
 
 
 def modules(c: dict) -> Dict[str, List[int]]:
     """Every module of the causal LM that holds parameters; the lm_head only where it is not tied."""
-    h, vocab = c["hidden_size"], c["vocab_size"]
-    out = {"model.embed_tokens": [vocab * h], "model.norm": [h]}
-    for i in range(c["num_hidden_layers"]):
-        out.update({f"model.layers.{i}.{name}": sizes for name, sizes in layer_modules(c, i).items()})
-    if not c["tie_word_embeddings"]:
-        out["lm_head"] = [vocab * h]
-    return out
+    return decoder(c, layer_modules)
 
 
 def attribute(c: dict, name: str):

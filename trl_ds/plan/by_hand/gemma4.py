@@ -10,7 +10,7 @@ gemma4_text adds per-layer input embeddings (`hidden_size_per_layer_input`) and 
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear, over_defaults
+from trl_ds.plan.by_hand import decoder, gated_mlp, linear, over_defaults
 
 TYPES = ("gemma4_text", "gemma4_unified_text")
 DEFAULTS = {  # configuration_gemma4.py, configuration_gemma4_unified.py
@@ -69,9 +69,7 @@ def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
             linear(out, "self_attn.v_proj", h, kv * hd, bias)
     linear(out, "self_attn.o_proj", heads * hd, h, bias)
     width = c["intermediate_size"] * (2 if c["use_double_wide_mlp"] and shared else 1)
-    linear(out, "mlp.gate_proj", h, width)
-    linear(out, "mlp.up_proj", h, width)
-    linear(out, "mlp.down_proj", width, h)
+    gated_mlp(out, "mlp", h, width)
     norms = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]
     if c["hidden_size_per_layer_input"]:
         p = c["hidden_size_per_layer_input"]
@@ -91,18 +89,11 @@ def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
 
 def modules(c: dict) -> Dict[str, List[int]]:
     """Every module of the causal LM that holds parameters; the lm_head only where it is not tied."""
-    h, vocab, layers = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
-    out = {"model.embed_tokens": [vocab * h], "model.norm": [h]}
-    if c["hidden_size_per_layer_input"]:
-        p = c["hidden_size_per_layer_input"]
-        out["model.embed_tokens_per_layer"] = [c["vocab_size_per_layer_input"] * layers * p]
-        out["model.per_layer_model_projection"] = [h * layers * p]
-        out["model.per_layer_projection_norm"] = [p]
-    for i in range(layers):
-        out.update({f"model.layers.{i}.{name}": sizes for name, sizes in layer_modules(c, i).items()})
-    if not c["tie_word_embeddings"]:
-        out["lm_head"] = [vocab * h]
-    return out
+    h, layers, p = c["hidden_size"], c["num_hidden_layers"], c["hidden_size_per_layer_input"]
+    per_layer = {"model.embed_tokens_per_layer": [c["vocab_size_per_layer_input"] * layers * p],
+                 "model.per_layer_model_projection": [h * layers * p],
+                 "model.per_layer_projection_norm": [p]} if p else None
+    return decoder(c, layer_modules, per_layer, norms=())  # layer_modules holds the layers' norms
 
 
 def attribute(c: dict, name: str):

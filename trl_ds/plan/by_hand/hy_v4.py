@@ -9,60 +9,56 @@ per-head sinks, and each layer holds two hyper-connections (`hc_mult` streams) b
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear, over_defaults
+from trl_ds.plan.by_hand import (
+    LAYER_TYPES,
+    LEGACY,
+    below,
+    decoder,
+    default_rope_only,
+    dotted,
+    fits,
+    gated_mlp,
+    indexer,
+    is_size,
+    latent_attention,
+    linear,
+    listed,
+    pad_fits,
+    routed_experts,
+    strict_values,
+)
 
 TYPES = ("hy_v4",)
-DEFAULTS = {  # configuration_hy_v4.py: every size the model reads, and what the strict dataclass checks the type of
-    "vocab_size": 120832, "hidden_size": 2816, "intermediate_size": 6912, "moe_intermediate_size": 768,
-    "num_hidden_layers": 34, "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 256,
-    "tie_word_embeddings": False, "attention_bias": False, "n_routed_experts": 256, "n_shared_experts": 1,
-    "num_experts_per_tok": 8, "n_group": 1, "topk_group": 1, "q_lora_rank": 1536, "kv_lora_rank": 512,
-    "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256, "index_topk": 2048, "index_head_dim": 128,
-    "index_n_heads": 16, "hc_mult": 4, "hidden_act": "silu",
+FIELDS = {  # configuration_hy_v4.py: every size the model reads, its default and the type @strict takes
+    "vocab_size": (120832, int), "hidden_size": (2816, int), "intermediate_size": (6912, int),
+    "moe_intermediate_size": (768, int), "num_hidden_layers": (34, int), "num_attention_heads": (32, int),
+    "num_key_value_heads": (32, int), "head_dim": (256, int), "tie_word_embeddings": (False, bool),
+    "attention_bias": (False, bool), "n_routed_experts": (256, int), "n_shared_experts": (1, int),
+    "num_experts_per_tok": (8, int), "n_group": (1, int), "topk_group": (1, int), "q_lora_rank": (1536, int),
+    "kv_lora_rank": (512, int), "qk_nope_head_dim": (192, int), "qk_rope_head_dim": (64, int),
+    "v_head_dim": (256, int), "index_topk": (2048, int), "index_head_dim": (128, int), "index_n_heads": (16, int),
+    "hc_mult": (4, int), "hidden_act": ("silu", str),
 }
+MAY_BE_0 = ("num_hidden_layers", "n_routed_experts", "n_shared_experts")  # a 0 elsewhere some module may divide by
 PAD_TOKEN_ID = 120002  # the class default: outside a smaller vocabulary, nn.Embedding refuses it
 ACTIVATIONS = ("silu", "swish", "gelu", "gelu_pytorch_tanh", "relu")  # some of ACT2FN's: others go to the meta device
-ATTENTION_TYPES = (  # configuration_utils.ALLOWED_ATTN_LAYER_TYPES, which validate_layer_type holds layer_types to
-    "full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention",
-    "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",
-    "hybrid_sliding", "linear_attention")
-LEGACY = {"mamba": "linear_attention", "attention": "full_attention",  # remapped by PreTrainedConfig.__post_init__
-          "deepseek_sparse_attention": "indexed_attention", "qwen_sparse_attention": "indexed_attention"}
-
-
-def well_typed(raw: dict, defaults: dict, may_be_0: tuple) -> bool:
-    """False where the strict dataclass refuses a value (another type than the default's, None included), where torch
-    refuses a negative size, and for a 0 outside `may_be_0` (some modules divide by it: the meta device decides)."""
-    return all(type(raw[k]) is type(v) and not (type(v) is int and raw[k] < (k not in may_be_0))
-               for k, v in defaults.items() if k in raw)
-
-
-def plain_rope(raw: dict) -> bool:
-    """True for default RoPE; other types need keys transformers checks by type (the meta device decides)."""
-    given = [raw[k] for k in ("rope_parameters", "rope_scaling") if raw.get(k) is not None]
-    return type(raw.get("rope_theta", 1.0)) in (int, float) and all(
-        isinstance(r, dict) and r.get("rope_type", r.get("type", "default")) == "default" and
-        type(r.get("rope_theta", 1.0)) in (int, float) for r in given)
-
-
-def listed(value, layers: int, kinds) -> bool:
-    """What validate_layer_type accepts: a list of one of `kinds` per layer."""
-    return isinstance(value, list) and len(value) == layers and all(isinstance(v, str) and v in kinds for v in value)
+# what validate_layer_type takes, as first written here (reference_sliding_attention goes to the meta device)
+KINDS = tuple(k for k in LAYER_TYPES if k != "reference_sliding_attention") + tuple(LEGACY)
 
 
 def settings(raw: dict) -> Optional[dict]:
     """The config's values over the class defaults, with its lists derived as __post_init__ derives them; None for a
     config transformers refuses (a list of the wrong length or kinds, a pad token outside the vocabulary, a value of
-    the wrong type) and for one these formulas leave to the meta device (RoPE other than default, an unusual
-    activation)."""
-    if not (well_typed(raw, DEFAULTS, ("num_hidden_layers", "n_routed_experts", "n_shared_experts")) and
-            well_typed(raw, {"num_local_experts": 0}, ("num_local_experts",)) and plain_rope(raw) and
-            raw.get("hidden_act", "silu") in ACTIVATIONS):
+    the wrong type, a negative size) and for one these formulas leave to the meta device (RoPE other than default, an
+    unusual activation, a 0 some module divides by)."""
+    c, experts = strict_values(raw, FIELDS), raw.get("num_local_experts", 0)
+    if c is None or not all(is_size(v, k in MAY_BE_0) for k, v in c.items() if fits(v, int)):
         return None
-    c = over_defaults(raw, DEFAULTS)
+    if not is_size(experts, may_be_0=True) or c["hidden_act"] not in ACTIVATIONS or not default_rope_only(raw):
+        return None
     layers, vocab, pad = c["num_hidden_layers"], c["vocab_size"], raw.get("pad_token_id", PAD_TOKEN_ID)
     if "num_local_experts" in raw:  # set after the fields, through attribute_map: it wins over n_routed_experts
-        c["n_routed_experts"] = raw["num_local_experts"]
+        c["n_routed_experts"] = experts
     mlp = raw.get("mlp_layer_types")
     mlp = ["dense"] * min(1, layers) + ["sparse"] * max(layers - 1, 0) if mlp is None else mlp
     kinds = raw.get("layer_types")
@@ -70,9 +66,9 @@ def settings(raw: dict) -> Optional[dict]:
     indexers = raw.get("indexer_types")
     if indexers is None:
         indexers = ["full" if i == 0 or (i - 1) % 4 == 0 else "shared" for i in range(layers)]
-    if not (listed(mlp, layers, ("dense", "sparse")) and listed(kinds, layers, ATTENTION_TYPES + tuple(LEGACY)) and
+    if not (listed(mlp, layers, ("dense", "sparse")) and listed(kinds, layers, KINDS) and
             isinstance(indexers, list) and listed(indexers[:layers], layers, indexers) and  # any strings: the model
-            (pad is None or type(pad) is int and -vocab <= pad < vocab)):  # reads the first, one a layer
+            pad_fits(pad, vocab)):  # reads the first, one a layer
         return None
     return {**c, "mlp_layer_types": mlp, "layer_types": [LEGACY.get(k, k) for k in kinds], "indexer_types": indexers,
             "raw": raw}
@@ -80,59 +76,34 @@ def settings(raw: dict) -> Optional[dict]:
 
 def attention_modules(c: dict, i: int) -> Dict[str, List[int]]:
     """Module name (below model.layers.i.self_attn) -> numel of each tensor it holds directly."""
-    h, heads, bias = c["hidden_size"], c["num_attention_heads"], c["attention_bias"]
-    q_rank, kv_rank, rope, v = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"], c["v_head_dim"]
+    h, heads, q_rank, v = c["hidden_size"], c["num_attention_heads"], c["q_lora_rank"], c["v_head_dim"]
     out: Dict[str, List[int]] = {"": [heads]}  # the sinks
-    linear(out, "q_a_proj", h, q_rank, bias)
-    out["q_a_layernorm"] = [q_rank]
-    linear(out, "q_b_proj", q_rank, heads * (c["qk_nope_head_dim"] + rope))
-    linear(out, "kv_a_proj_with_mqa", h, kv_rank + rope, bias)
-    out["kv_a_layernorm"] = [kv_rank]
-    linear(out, "kv_b_proj", kv_rank, heads * (c["qk_nope_head_dim"] + v))
-    linear(out, "o_proj", heads * v, h, bias)
+    latent_attention(out, h, heads, q_rank, c["kv_lora_rank"], c["qk_nope_head_dim"], c["qk_rope_head_dim"], v,
+                     c["attention_bias"])
     linear(out, "gate_proj", h, heads * v)
     if c["indexer_types"][i] != "shared":
-        index_heads, index_dim = c["index_n_heads"], c["index_head_dim"]
-        linear(out, "indexer.wq_b", q_rank, index_heads * index_dim)
-        linear(out, "indexer.wk", h, index_dim)
-        out["indexer.k_norm"] = [index_dim, index_dim]  # a LayerNorm: weight and bias
-        linear(out, "indexer.weights_proj", h, index_heads)
+        indexer(out, h, q_rank, c["index_n_heads"], c["index_head_dim"])
     return out
 
 
-def mlp_modules(c: dict, i: int) -> Dict[str, List[int]]:
-    """Module name (below model.layers.i.mlp) -> numel of each tensor it holds directly."""
-    h = c["hidden_size"]
-    out: Dict[str, List[int]] = {}
-    if c["mlp_layer_types"][i] == "sparse":
-        experts, f = c["n_routed_experts"], c["moe_intermediate_size"]
-        out["experts"] = [experts * 2 * f * h, experts * h * f]
-        out["gate"] = [experts * h]  # the router; its score correction bias is a buffer
-        prefix, width = "shared_experts.", f * c["n_shared_experts"]
+def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
+    """Module name (below model.layers.i) -> numel of each tensor it holds directly."""
+    h, streams = c["hidden_size"], c["hc_mult"]
+    out = below("self_attn", attention_modules(c, i))
+    if c["mlp_layer_types"][i] == "sparse":  # the router's score correction bias is a buffer
+        routed_experts(out, "mlp", h, c["n_routed_experts"], c["moe_intermediate_size"])
+        gated_mlp(out, "mlp.shared_experts", h, c["moe_intermediate_size"] * c["n_shared_experts"])
     else:
-        prefix, width = "", c["intermediate_size"]
-    linear(out, prefix + "gate_proj", h, width)
-    linear(out, prefix + "up_proj", h, width)
-    linear(out, prefix + "down_proj", width, h)
+        gated_mlp(out, "mlp", h, c["intermediate_size"])
+    for hc in ("attn_hc", "ffn_hc"):  # fn, base (pre and post gates for each stream) and their two scales
+        out[hc] = [2 * streams * streams * h, 2 * streams, 2]
     return out
 
 
 def modules(c: dict) -> Dict[str, List[int]]:
     """Every module of the causal LM that holds parameters; the lm_head only where it is not tied."""
-    h, vocab, streams = c["hidden_size"], c["vocab_size"], c["hc_mult"]
-    out = {"model.embed_tokens": [vocab * h], "model.norm": [h],
-           "model.hc_head": [streams * streams * h, streams, 1]}
-    for i in range(c["num_hidden_layers"]):
-        layer = f"model.layers.{i}"
-        for name, sizes in attention_modules(c, i).items():
-            out[f"{layer}.self_attn" + (f".{name}" if name else "")] = sizes
-        out.update({f"{layer}.mlp.{name}": sizes for name, sizes in mlp_modules(c, i).items()})
-        out[f"{layer}.input_layernorm"] = out[f"{layer}.post_attention_layernorm"] = [h]
-        for hc in ("attn_hc", "ffn_hc"):  # fn, base (pre and post gates for each stream) and their two scales
-            out[f"{layer}.{hc}"] = [2 * streams * streams * h, 2 * streams, 2]
-    if not c["tie_word_embeddings"]:
-        out["lm_head"] = [vocab * h]
-    return out
+    h, streams = c["hidden_size"], c["hc_mult"]
+    return decoder(c, layer_modules, {"model.hc_head": [streams * streams * h, streams, 1]})
 
 
 def attribute(c: dict, name: str):
@@ -140,7 +111,4 @@ def attribute(c: dict, name: str):
     as heads, num_local_experts maps to n_routed_experts, and any other key the config gives is an attribute."""
     derived = {"head_dim": c["qk_rope_head_dim"], "num_key_value_heads": c["num_attention_heads"],
                "num_local_experts": c["n_routed_experts"]}
-    value = {**c["raw"], **c, **derived}
-    for part in name.split("."):  # a dotted name reads into a dict the config gives
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+    return dotted({**c["raw"], **c, **derived}, name)

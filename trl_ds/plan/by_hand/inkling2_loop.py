@@ -10,7 +10,7 @@ it out (every sixth layer "hybrid"). The lm_head is `unpadded_vocab_size` wide a
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear
+from trl_ds.plan.by_hand import LAYER_TYPES, LEGACY, below, decoder, is_size, linear, listed, pad_fits, routed_experts
 
 TYPES = ("inkling2_loop_text",)
 DEFAULTS = {  # configuration_inkling2_loop.py
@@ -25,13 +25,9 @@ ALIASES = {  # the class's attribute_map: an alias given in the config wins over
     "sliding_window": "sliding_window_size", "num_local_experts": "n_routed_experts",
     "sconv_kernel_size": "conv_kernel_size", "intermediate_size": "moe_intermediate_size",
 }
+KINDS = LAYER_TYPES + tuple(LEGACY)  # what validate_layer_type takes, legacy names remapped
 LOOP_CONFIG = {"core_start": "loop_layer_index_start", "core_end": "loop_layer_index_end",
                "num_passes": "loop_num_passes", "gate_rank": "loop_gate_rank"}
-KINDS = (  # configuration_utils.ALLOWED_ATTN_LAYER_TYPES and the legacy names it remaps
-    "full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention",
-    "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",
-    "hybrid_sliding", "reference_sliding_attention", "linear_attention", "mamba", "attention",
-    "deepseek_sparse_attention", "qwen_sparse_attention")
 
 
 def settings(raw: dict) -> Optional[dict]:
@@ -45,7 +41,7 @@ def settings(raw: dict) -> Optional[dict]:
         if not isinstance(loop, dict):
             return None
         c.update({field: loop[key] for key, field in LOOP_CONFIG.items() if key in loop})
-    if raw.get("per_layer_config") or any(type(v) is not int or v < 1 for v in c.values()):
+    if raw.get("per_layer_config") or not all(map(is_size, c.values())):
         return None
     layers, block = c["num_hidden_layers"], c["n_layers_per_attn_res_block"]
     start, end = c["loop_layer_index_start"], c["loop_layer_index_end"]
@@ -54,11 +50,8 @@ def settings(raw: dict) -> Optional[dict]:
     kinds = raw.get("layer_types")
     if kinds is None:
         kinds = ["hybrid" if (i + 1) % 6 == 0 else "hybrid_sliding" for i in range(layers)]
-    if not isinstance(kinds, list) or len(kinds) != layers or any(k not in KINDS for k in kinds):
+    if not listed(kinds, layers, KINDS) or not pad_fits(raw.get("pad_token_id"), c["vocab_size"]):
         return None
-    pad = raw.get("pad_token_id")
-    if pad is not None and not (type(pad) is int and -c["vocab_size"] <= pad < c["vocab_size"]):
-        return None  # nn.Embedding asserts its padding index lies in the vocabulary
     return {**c, "sliding": [k == "hybrid_sliding" for k in kinds],
             "tie_word_embeddings": raw.get("tie_word_embeddings")}
 
@@ -90,13 +83,11 @@ def attention_modules(c: dict, sliding: bool) -> Dict[str, List[int]]:
 def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
     """Module name (below model.layers.i) -> numel of each tensor it holds directly."""
     h, sliding = c["hidden_size"], c["sliding"][i]
-    out = {f"self_attn.{name}": sizes for name, sizes in attention_modules(c, sliding).items()}
+    out = below("self_attn", attention_modules(c, sliding))
     if i > 0:  # layer 0 reads the embedding itself
         out["attention_input"] = [h if sliding else 3 * h]  # full attention: a query each for q, k and v
     out["mlp_input"] = [h]
-    experts, f = c["n_routed_experts"], c["moe_intermediate_size"]
-    out["mlp.experts"] = [experts * 2 * f * h, experts * h * f]
-    out["mlp.gate"] = [experts * h]  # its score-correction bias is a buffer
+    routed_experts(out, "mlp", h, c["n_routed_experts"], c["moe_intermediate_size"])  # score-correction bias: a buffer
     norms = ["input_layernorm"] if sliding else ["q_input_layernorm", "k_input_layernorm", "v_input_layernorm"]
     for name in norms + ["post_attention_layernorm"]:
         out[name] = [h]
@@ -114,14 +105,11 @@ def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
 def modules(c: dict) -> Dict[str, List[int]]:
     """Every module of the causal LM that holds parameters."""
     h = c["hidden_size"]
-    out = {"model.embed_tokens": [c["vocab_size"] * h], "model.embed_tokens.embed_norm": [h], "model.norm": [h],
-           "model.final_input": [h],
-           # a query per message (q, k, v, MLP) of each looped layer, counted from the range as given
-           "model.message_input": [(c["loop_layer_index_end"] - c["loop_layer_index_start"]) * 4 * h]}
-    for i in range(c["num_hidden_layers"]):
-        out.update({f"model.layers.{i}.{name}": sizes for name, sizes in layer_modules(c, i).items()})
-    out["lm_head"] = [h * c["unpadded_vocab_size"]]  # never tied: the checkpoints keep it apart
-    return out
+    extra = {"model.embed_tokens.embed_norm": [h], "model.final_input": [h],
+             # a query per message (q, k, v, MLP) of each looped layer, counted from the range as given
+             "model.message_input": [(c["loop_layer_index_end"] - c["loop_layer_index_start"]) * 4 * h]}
+    # the lm_head: unpadded_vocab_size wide, never tied (the checkpoints keep it apart); layer_modules holds the norms
+    return decoder(c, layer_modules, extra, lm_head=[h * c["unpadded_vocab_size"]], norms=())
 
 
 def attribute(c: dict, name: str):

@@ -7,8 +7,20 @@ included. The sizes depend on each list's items, not on how many layers are of a
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear
-from trl_ds.plan.by_hand.dory import DICT, LIST, fits
+from trl_ds.plan.by_hand import (
+    ACTIVATIONS,
+    ROPE_KEYS,
+    attention,
+    decoder,
+    default_rope,
+    gated_mlp,
+    is_size,
+    linear,
+    number,
+    pad_fits,
+    routed_experts,
+    strict_values,
+)
 
 TYPES = ("laguna",)
 FIELDS = {  # configuration_laguna.py: the default, and what @strict lets through (None only where annotated)
@@ -16,49 +28,42 @@ FIELDS = {  # configuration_laguna.py: the default, and what @strict lets throug
     "num_hidden_layers": (40, int), "num_attention_heads": (48, int), "num_key_value_heads": (8, int),
     "hidden_act": ("silu", str), "max_position_embeddings": (131072, int), "initializer_range": (0.02, float),
     "rms_norm_eps": (1e-6, float), "use_cache": (True, bool), "tie_word_embeddings": (False, bool),
-    "rope_parameters": (None, DICT, None), "sliding_window": (512, int), "attention_dropout": (0.0, float, int),
+    "rope_parameters": (None, dict, None), "sliding_window": (512, int), "attention_dropout": (0.0, float, int),
     "moe_intermediate_size": (512, int), "shared_expert_intermediate_size": (512, int),
     "num_experts_per_tok": (8, int), "num_experts": (256, int), "output_router_logits": (False, bool),
-    "router_aux_loss_coef": (0.001, float), "layer_types": (None, (LIST, str), None),
+    "router_aux_loss_coef": (0.001, float), "layer_types": (None, [str], None),
     "pad_token_id": (None, int, None), "bos_token_id": (None, int, None),
-    "eos_token_id": (None, int, (LIST, int), None), "head_dim": (128, int), "attention_bias": (False, bool),
-    "gating": (True, bool, str), "num_attention_heads_per_layer": (None, (LIST, int), None),
-    "mlp_layer_types": (None, (LIST, str), None), "moe_routed_scaling_factor": (1.0, float),
+    "eos_token_id": (None, int, [int], None), "head_dim": (128, int), "attention_bias": (False, bool),
+    "gating": (True, bool, str), "num_attention_heads_per_layer": (None, [int], None),
+    "mlp_layer_types": (None, [str], None), "moe_routed_scaling_factor": (1.0, float),
     "moe_apply_router_weight_on_input": (False, bool), "moe_router_logit_softcapping": (0.0, float),
 }
 SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")
 KINDS = ("full_attention", "sliding_attention")  # the RoPE types the class has defaults for
-ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2", "tanh")
-
-
-def number(value) -> bool:
-    return fits(value, float) or fits(value, int)
 
 
 def plain_rope(rope, kinds: List[str]) -> bool:
     """Whether `rope_parameters` gives default RoPE for each layer type used, keyed by type as the class writes it:
     other forms go through transformers' RoPE validation, which the meta device runs."""
     return rope is None or set(kinds) <= set(rope) <= set(KINDS) and all(
-        isinstance(p, dict) and set(p) <= {"rope_type", "rope_theta", "partial_rotary_factor"}
-        and p.get("rope_type") == "default" and number(p.get("rope_theta"))
-        and number(p.get("partial_rotary_factor", 1.0))
-        for p in rope.values())
+        default_rope(p, ROPE_KEYS) and {"rope_type", "rope_theta"} <= set(p)  # both given
+        and number(p.get("partial_rotary_factor", 1.0)) for p in rope.values())
 
 
 def settings(raw: dict) -> Optional[dict]:
     """The config after __post_init__ (its per-layer lists derived where left out); None where transformers refuses
     it, and for RoPE, activations or layer kinds the meta device must check."""
-    if any(k in raw and not any(fits(raw[k], kind) for kind in kinds) for k, (_, *kinds) in FIELDS.items()):
-        return None  # @strict refuses it
-    c = {k: raw.get(k, default) for k, (default, *_) in FIELDS.items()}
+    c = strict_values(raw, FIELDS)
+    if c is None:
+        return None
     layers = c["num_hidden_layers"]
     derived = {"layer_types": ["full_attention"] * layers, "mlp_layer_types": ["dense"] + ["sparse"] * (layers - 1),
                "num_attention_heads_per_layer": [c["num_attention_heads"]] * layers}
     c.update({k: v for k, v in derived.items() if c[k] is None})  # an empty list stays empty
     kinds, mlps, heads = c["layer_types"], c["mlp_layer_types"], c["num_attention_heads_per_layer"]
     if (c["moe_apply_router_weight_on_input"] or {len(kinds), len(mlps), len(heads)} != {layers}
-            or not set(mlps) <= {"dense", "sparse"} or min(c[k] for k in SIZES) < 1 or min(heads) < 1
-            or c["pad_token_id"] is not None and not -c["vocab_size"] <= c["pad_token_id"] < c["vocab_size"]):
+            or not set(mlps) <= {"dense", "sparse"} or not all(is_size(c[k]) for k in SIZES) or min(heads) < 1
+            or not pad_fits(c["pad_token_id"], c["vocab_size"])):
         return None  # validate_architecture, validate_layer_type, a zero division, nn.Embedding's assert
     if (not set(kinds) <= set(KINDS) or not plain_rope(c["rope_parameters"], kinds) or "rope_scaling" in raw
             or not number(raw.get("rope_theta", 0.0)) or c["hidden_act"] not in ACTIVATIONS):
@@ -68,37 +73,23 @@ def settings(raw: dict) -> Optional[dict]:
 
 def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
     """Module name (below model.layers.i) -> numel of each tensor it holds directly."""
-    h, hd, bias = c["hidden_size"], c["head_dim"], c["attention_bias"]
-    heads, kv = c["num_attention_heads_per_layer"][i], c["num_key_value_heads"]
-    out = {"self_attn.q_norm": [hd], "self_attn.k_norm": [hd], "input_layernorm": [h], "post_attention_layernorm": [h]}
-    linear(out, "self_attn.q_proj", h, heads * hd, bias)
-    linear(out, "self_attn.k_proj", h, kv * hd, bias)
-    linear(out, "self_attn.v_proj", h, kv * hd, bias)
-    linear(out, "self_attn.o_proj", heads * hd, h, bias)
+    h, hd, heads = c["hidden_size"], c["head_dim"], c["num_attention_heads_per_layer"][i]
+    out = {"self_attn.q_norm": [hd], "self_attn.k_norm": [hd]}
+    attention(out, "self_attn", h, heads, c["num_key_value_heads"], hd, c["attention_bias"])
     per_head = c["gating"] is True or c["gating"] == "per-head"
     linear(out, "self_attn.g_proj", h, heads if per_head else heads * hd)
     if c["mlp_layer_types"][i] == "sparse":
-        experts, f = c["num_experts"], c["moe_intermediate_size"]
-        out["mlp.experts"] = [experts * 2 * f * h, experts * h * f]  # fused gate_up and down projections
-        out["mlp.gate"] = [experts * h, experts]  # the router's weight and e_score_correction_bias
-        mlp, f = "mlp.shared_experts", c["shared_expert_intermediate_size"]
+        routed_experts(out, "mlp", h, c["num_experts"], c["moe_intermediate_size"])
+        out["mlp.gate"].append(c["num_experts"])  # the router's e_score_correction_bias
+        gated_mlp(out, "mlp.shared_experts", h, c["shared_expert_intermediate_size"])
     else:
-        mlp, f = "mlp", c["intermediate_size"]
-    linear(out, f"{mlp}.gate_proj", h, f)
-    linear(out, f"{mlp}.up_proj", h, f)
-    linear(out, f"{mlp}.down_proj", f, h)
+        gated_mlp(out, "mlp", h, c["intermediate_size"])
     return out
 
 
 def modules(c: dict) -> Dict[str, List[int]]:
     """Every module of the causal LM that holds parameters; the lm_head only where it is not tied."""
-    h, vocab = c["hidden_size"], c["vocab_size"]
-    out = {"model.embed_tokens": [vocab * h], "model.norm": [h]}
-    for i in range(c["num_hidden_layers"]):
-        out.update({f"model.layers.{i}.{name}": sizes for name, sizes in layer_modules(c, i).items()})
-    if not c["tie_word_embeddings"]:
-        out["lm_head"] = [vocab * h]
-    return out
+    return decoder(c, layer_modules)
 
 
 def attribute(c: dict, name: str):

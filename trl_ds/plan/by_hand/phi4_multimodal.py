@@ -10,38 +10,47 @@ that hold parameters (prelu, xielu), go to the meta device.
 import math
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear, over_defaults
+from trl_ds.plan.by_hand import (
+    below,
+    decoder,
+    dotted,
+    fits,
+    is_size,
+    linear,
+    number,
+    odd_rotary,
+    pad_fits,
+    strict_values,
+)
 
 TYPES = ("phi4_multimodal",)
-INT, FLOAT, NUM, STR, BOOL = (int,), (float,), (int, float), (str,), (bool,)
-OPT, DICT = (int, type(None)), (dict, type(None))  # int | None, dict | None
-TEXT = {  # configuration_phi4_multimodal.py: field -> (default, the types @strict accepts)
-    "vocab_size": (200064, INT), "hidden_size": (3072, INT), "intermediate_size": (8192, INT),
-    "num_hidden_layers": (32, INT), "num_attention_heads": (32, INT), "num_key_value_heads": (8, OPT),
-    "resid_pdrop": (0.0, NUM), "embd_pdrop": (0.0, NUM), "attention_dropout": (0.0, NUM),
-    "hidden_act": ("silu", STR), "max_position_embeddings": (131072, INT),
-    "original_max_position_embeddings": (4096, OPT), "initializer_range": (0.02, FLOAT),
-    "rms_norm_eps": (1e-5, FLOAT), "use_cache": (True, BOOL), "tie_word_embeddings": (False, BOOL),
-    "rope_parameters": (None, DICT), "bos_token_id": (199999, OPT), "eos_token_id": (None, OPT + (list,)),
-    "pad_token_id": (199999, OPT), "sliding_window": (None, OPT), "vision_config": (None, DICT),
-    "audio_config": (None, DICT),
+TEXT = {  # configuration_phi4_multimodal.py: the default, and what @strict lets through (None only where annotated)
+    "vocab_size": (200064, int), "hidden_size": (3072, int), "intermediate_size": (8192, int),
+    "num_hidden_layers": (32, int), "num_attention_heads": (32, int), "num_key_value_heads": (8, int, None),
+    "resid_pdrop": (0.0, int, float), "embd_pdrop": (0.0, int, float), "attention_dropout": (0.0, int, float),
+    "hidden_act": ("silu", str), "max_position_embeddings": (131072, int),
+    "original_max_position_embeddings": (4096, int, None), "initializer_range": (0.02, float),
+    "rms_norm_eps": (1e-5, float), "use_cache": (True, bool), "tie_word_embeddings": (False, bool),
+    "rope_parameters": (None, dict, None), "bos_token_id": (199999, int, None),
+    "eos_token_id": (None, int, [int], None), "pad_token_id": (199999, int, None), "sliding_window": (None, int, None),
+    "vision_config": (None, dict, None), "audio_config": (None, dict, None),
 }
 VISION = {
-    "hidden_size": (1152, INT), "intermediate_size": (4304, INT), "num_hidden_layers": (27, INT),
-    "num_attention_heads": (16, INT), "num_channels": (3, INT), "image_size": (448, (int, list, tuple)),
-    "patch_size": (14, (int, list, tuple)), "hidden_act": ("gelu_pytorch_tanh", STR),
-    "layer_norm_eps": (1e-6, FLOAT), "attention_dropout": (0.0, NUM), "crop_size": (448, INT),
-    "image_token_id": (200010, INT), "feature_layer": (-2, INT),
+    "hidden_size": (1152, int), "intermediate_size": (4304, int), "num_hidden_layers": (27, int),
+    "num_attention_heads": (16, int), "num_channels": (3, int), "image_size": (448, int, list, tuple),
+    "patch_size": (14, int, list, tuple), "hidden_act": ("gelu_pytorch_tanh", str),
+    "layer_norm_eps": (1e-6, float), "attention_dropout": (0.0, int, float), "crop_size": (448, int),
+    "image_token_id": (200010, int), "feature_layer": (-2, int),
 }
 AUDIO = {
-    "hidden_size": (1024, INT), "intermediate_size": (1536, INT), "num_blocks": (24, INT),
-    "num_attention_heads": (16, INT), "activation": ("swish", STR), "chunk_size": (-1, INT),
-    "left_chunk": (18, INT), "dropout_rate": (0.0, NUM), "ext_pw_out_channel": (1024, INT),
-    "depthwise_separable_out_channel": (1024, INT), "depthwise_multiplier": (1, INT), "kernel_size": (3, INT),
-    "conv_activation": ("swish", STR), "input_size": (80, INT), "conv_glu_type": ("swish", STR),
-    "time_reduction": (8, INT), "bias_max_distance": (1000, INT), "bias_symmetric": (False, BOOL),
-    "nemo_activation": ("relu", STR), "nemo_conv_channels": (1024, INT), "downsample_rate": (1, INT),
-    "initializer_range": (0.02, FLOAT), "audio_token_id": (200011, INT), "feature_layer": (-2, INT),
+    "hidden_size": (1024, int), "intermediate_size": (1536, int), "num_blocks": (24, int),
+    "num_attention_heads": (16, int), "activation": ("swish", str), "chunk_size": (-1, int),
+    "left_chunk": (18, int), "dropout_rate": (0.0, int, float), "ext_pw_out_channel": (1024, int),
+    "depthwise_separable_out_channel": (1024, int), "depthwise_multiplier": (1, int), "kernel_size": (3, int),
+    "conv_activation": ("swish", str), "input_size": (80, int), "conv_glu_type": ("swish", str),
+    "time_reduction": (8, int), "bias_max_distance": (1000, int), "bias_symmetric": (False, bool),
+    "nemo_activation": ("relu", str), "nemo_conv_channels": (1024, int), "downsample_rate": (1, int),
+    "initializer_range": (0.02, float), "audio_token_id": (200011, int), "feature_layer": (-2, int),
 }
 SIZES = {  # what the formulas read: each at least 1 (smaller ones the meta device decides)
     "text": ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -60,22 +69,14 @@ BASE_CHECKS = ("num_heads", "embed_dim", "per_layer_config", "layer_types", "mlp
                "problem_type", "id2label", "label2id")  # keys PreTrainedConfig's own validation reads
 
 
-def well_typed(raw: dict, fields: dict) -> bool:
-    """@strict's check of each field the config gives: an int is not a float, nor a bool an int."""
-    def accepts(value, kinds) -> bool:
-        if value is None:
-            return type(None) in kinds
-        return isinstance(value, kinds) and isinstance(value, bool) == (bool in kinds)
-    eos = raw.get("eos_token_id")
-    return all(accepts(raw[k], kinds) for k, (_, kinds) in fields.items() if k in raw) and all(
-        accepts(token, INT) for token in (eos if isinstance(eos, list) else []))
-
-
 def sub_config(raw: dict, key: str, fields: dict) -> Optional[dict]:
+    """The sub-config's values over its class defaults; None where @strict refuses one (an eos_token_id list too, which
+    PreTrainedConfig types), or it sets a key PreTrainedConfig's own validation reads."""
     given = raw.get(key) or {}
-    if not well_typed(given, fields) or any(k in given for k in BASE_CHECKS):
+    eos = given.get("eos_token_id")
+    if isinstance(eos, list) and not fits(eos, [int]) or any(k in given for k in BASE_CHECKS):
         return None
-    return over_defaults(given, {k: default for k, (default, _) in fields.items()})
+    return strict_values(given, fields)
 
 
 def rope_accepted(raw: dict, t: dict) -> bool:
@@ -87,34 +88,33 @@ def rope_accepted(raw: dict, t: dict) -> bool:
     kind = rope.get("rope_type", rope.get("type", "default"))
     factor = rope["partial_rotary_factor"] if "partial_rotary_factor" in rope else raw.get("partial_rotary_factor", 1.0)
     theta = rope["rope_theta"] if "rope_theta" in rope else raw.get("rope_theta", 10000.0)
-    if kind not in ("default", "longrope") or any(isinstance(v, bool) or not isinstance(v, (int, float))
-                                                   for v in (factor, theta)):
+    if kind not in ("default", "longrope") or not (number(factor) and number(theta)):
         return False
     rotary = int(t["hidden_size"] // t["num_attention_heads"] * factor)
     head_dim = raw.get("head_dim")
-    if head_dim is not None and head_dim > 4 and head_dim % 2 and int(head_dim * factor) == head_dim:
-        return False  # RoPE requires an even rotary dimension
+    if head_dim is not None and odd_rotary(head_dim, factor):
+        return False
     for key in ("short_factor", "long_factor"):
         values = rope.get(key)
         if (values is not None or kind == "longrope") and not (isinstance(values, list) and all(
                 isinstance(v, (int, float)) for v in values) and len(values) == rotary // 2):
             return False
     if kind == "longrope":  # the build reads the top-level original_max_position_embeddings, factor, head_dim
-        original = raw.get("original_max_position_embeddings", 4096)  # None: over_defaults would read 4096
+        original = t["original_max_position_embeddings"]  # as given: None is refused
         scales = [rope.get(k) for k in ("factor", "attention_factor") if rope.get(k) is not None]
         return (isinstance(original, int) and original > 1 and t["max_position_embeddings"] > 0 and not rotary % 2
                 and head_dim in (None, t["hidden_size"] // t["num_attention_heads"])
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scales))
+                and all(map(number, scales)))
     return True
 
 
 def settings(raw: dict) -> Optional[dict]:
     """The text, vision and audio values over the class defaults; None where the class or model would refuse the
     config, or where the formulas were not written for it (see the module docstring)."""
-    if not well_typed(raw, TEXT) or any(k in raw for k in BASE_CHECKS):
+    t = strict_values(raw, TEXT)
+    if t is None or any(k in raw for k in BASE_CHECKS):
         return None
-    t = over_defaults(raw, {k: default for k, (default, _) in TEXT.items()})
-    if raw.get("num_key_value_heads", 8) is None:  # None: as many as the query heads
+    if t["num_key_value_heads"] is None:  # as many as the query heads
         t["num_key_value_heads"] = t["num_attention_heads"]
     v, a = sub_config(raw, "vision_config", VISION), sub_config(raw, "audio_config", AUDIO)
     if v is None or a is None:
@@ -122,12 +122,11 @@ def settings(raw: dict) -> Optional[dict]:
     given_audio = raw.get("audio_config") or {}
     head_dims = [raw.get("head_dim", 1), given_audio.get("head_dim", 1)]  # a config.json may set them: read as given
     sizes = [t[k] for k in SIZES["text"]] + [v[k] for k in SIZES["vision"]] + [a[k] for k in SIZES["audio"]]
-    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes + head_dims) or not {
+    if not all(map(is_size, sizes + head_dims)) or not {
             t["hidden_act"], v["hidden_act"], a["activation"], a["conv_activation"], a["conv_glu_type"],
             a["nemo_activation"]} <= ACTIVATIONS:
         return None
-    pad = raw.get("pad_token_id", 199999)
-    if pad is not None and not -t["vocab_size"] <= pad < t["vocab_size"]:  # nn.Embedding asserts it
+    if not pad_fits(raw.get("pad_token_id", 199999), t["vocab_size"]):
         return None
     if v["hidden_size"] % v["num_attention_heads"] or v["image_size"] < v["patch_size"]:
         return None  # nn.MultiheadAttention asserts the first; the second leaves no patch to embed
@@ -138,7 +137,7 @@ def settings(raw: dict) -> Optional[dict]:
     for _ in range(halvings):  # Phi4MultimodalAudioConfig.__post_init__, a given nemo_final_size set after it
         final = math.floor((final - 1) / 2 + 1)
     final = given_audio.get("nemo_final_size", final)
-    if isinstance(final, bool) or not isinstance(final, int) or final < 1:
+    if not is_size(final):
         return None
     a.update(nemo_final_size=final, halvings=halvings,
              head_dim=given_audio.get("head_dim", a["hidden_size"] // a["num_attention_heads"]))
@@ -208,40 +207,35 @@ def audio_modules(a: dict) -> Dict[str, List[int]]:
     return out
 
 
-def modules(c: dict) -> Dict[str, List[int]]:
-    """Every module of the causal LM that holds parameters; the lm_head only where it is not tied."""
-    t, v, a = c["text"], c["vision"], c["audio"]
-    h, vocab, heads, kv = t["hidden_size"], t["vocab_size"], t["num_attention_heads"], t["num_key_value_heads"]
-    hd, f = t["head_dim"] or h // heads, t["intermediate_size"]
-    out = {"model.embed_tokens": [vocab * h], "model.norm": [h]}
-    for i in range(t["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        linear(out, p + "self_attn.qkv_proj", h, (heads + 2 * kv) * hd)
-        linear(out, p + "self_attn.o_proj", heads * hd, h)
-        linear(out, p + "mlp.gate_up_proj", h, 2 * f)
-        linear(out, p + "mlp.down_proj", f, h)
-        out[p + "input_layernorm"] = [h]
-        out[p + "post_attention_layernorm"] = [h]
-    image, audio = "model.embed_tokens_extend.image_embed", "model.embed_tokens_extend.audio_embed"
-    out[image] = [v["hidden_size"], v["hidden_size"]]  # the global and sub-image separators
-    out.update({f"{image}.img_processor.{name}": sizes for name, sizes in vision_modules(v).items()})
-    linear(out, image + ".img_projection_up", v["hidden_size"], h, True)
-    linear(out, image + ".img_projection_down", h, h, True)
-    out.update({f"{audio}.encoder.{name}": sizes for name, sizes in audio_modules(a).items()})
-    for mode in ("speech", "vision_speech"):
-        linear(out, f"{audio}.up_proj_for_{mode}", a["hidden_size"] * a["downsample_rate"], h, True)
-        linear(out, f"{audio}.down_proj_for_{mode}", h, h, True)
-    if not t["tie_word_embeddings"]:
-        out["lm_head"] = [vocab * h]
+def layer_modules(t: dict, i: int) -> Dict[str, List[int]]:
+    """A text decoder layer (below model.layers.i): fused qkv_proj and gate_up_proj, no biases."""
+    h, heads, kv, f = t["hidden_size"], t["num_attention_heads"], t["num_key_value_heads"], t["intermediate_size"]
+    hd = t["head_dim"] or h // heads
+    out: Dict[str, List[int]] = {}
+    linear(out, "self_attn.qkv_proj", h, (heads + 2 * kv) * hd)
+    linear(out, "self_attn.o_proj", heads * hd, h)
+    linear(out, "mlp.gate_up_proj", h, 2 * f)
+    linear(out, "mlp.down_proj", f, h)
     return out
+
+
+def modules(c: dict) -> Dict[str, List[int]]:
+    """Every module of the causal LM that holds parameters (the towers within model.embed_tokens_extend); the
+    lm_head only where it is not tied."""
+    t, v, a = c["text"], c["vision"], c["audio"]
+    h = t["hidden_size"]
+    image, audio = "model.embed_tokens_extend.image_embed", "model.embed_tokens_extend.audio_embed"
+    towers = {image: [v["hidden_size"], v["hidden_size"]],  # the global and sub-image separators
+              **below(f"{image}.img_processor", vision_modules(v)), **below(f"{audio}.encoder", audio_modules(a))}
+    linear(towers, image + ".img_projection_up", v["hidden_size"], h, True)
+    linear(towers, image + ".img_projection_down", h, h, True)
+    for mode in ("speech", "vision_speech"):
+        linear(towers, f"{audio}.up_proj_for_{mode}", a["hidden_size"] * a["downsample_rate"], h, True)
+        linear(towers, f"{audio}.down_proj_for_{mode}", h, h, True)
+    return decoder(t, layer_modules, towers)
 
 
 def attribute(c: dict, name: str):
     """What getattr(config, name) gives: a field's value, else a key the config.json set (transformers keeps it as
     an attribute), else None."""
-    if name in c["text"]:
-        return c["text"][name]
-    value = c["raw"]
-    for part in name.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+    return c["text"][name] if name in c["text"] else dotted(c["raw"], name)

@@ -9,7 +9,7 @@ causal LM refuses.
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear, over_defaults
+from trl_ds.plan.by_hand import below, is_size, linear, over_defaults
 
 TYPES = ("reformer",)
 EMBEDDING, LM_HEAD = "reformer.embeddings.word_embeddings", "lm_head.decoder"
@@ -23,10 +23,6 @@ LISTS = {"attn_layers": ["local", "lsh", "local", "lsh", "local", "lsh"], "axial
 MAY_BE_NONE = {"lsh_attn_chunk_length": 64, "lsh_num_chunks_after": 0}  # None is a value of their own here
 KINDS = ("lsh", "local")
 ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "silu", "swish", "tanh")
-
-
-def is_size(v) -> bool:
-    return type(v) is int and v > 0
 
 
 def settings(raw: dict) -> Optional[dict]:
@@ -82,7 +78,7 @@ def modules(c: dict) -> Dict[str, List[int]]:
     else:
         out["reformer.embeddings.position_embeddings.embedding"] = [c["max_position_embeddings"] * h]
     for i in range(c["num_hidden_layers"]):
-        out.update({f"reformer.encoder.layers.{i}.{name}": sizes for name, sizes in layer_modules(c, i).items()})
+        out.update(below(f"reformer.encoder.layers.{i}", layer_modules(c, i)))
     out["reformer.encoder.layer_norm"] = [2 * h, 2 * h]  # over both reversible halves
     out["lm_head"] = [vocab]  # the head's own bias, beside its decoder's
     linear(out, LM_HEAD, 2 * h, vocab, bias=True)

@@ -9,7 +9,7 @@ whole block.
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear, over_defaults
+from trl_ds.plan.by_hand import below, is_size, linear, odd_rotary, over_defaults, pad_fits
 
 TYPES = ("zamba2",)
 DEFAULTS = {  # configuration_zamba2.py
@@ -27,11 +27,7 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu
 ROPE = ({"rope_type", "type", "rope_theta"}, ("default",))  # the keys and type read here; any other: the meta device
 
 
-def is_size(v) -> bool:
-    return type(v) is int and v > 0
-
-
-def default_rope(raw: dict) -> bool:
+def plain_rope(raw: dict) -> bool:
     """Rotary embeddings hold no tensors, but the config class validates them: only the default kind is read here."""
     given = [raw[k] for k in ("rope_parameters", "rope_scaling") if raw.get(k)]
     return "partial_rotary_factor" not in raw and all(
@@ -45,7 +41,7 @@ def settings(raw: dict) -> Optional[dict]:
     the rotary check refuses, a padding index outside the vocabulary) or divides by zero building it; and for a layer
     kind other than mamba/hybrid (built as a mamba layer, a path not written out here) or an activation outside
     ACTIVATIONS (prelu's and xielu's hold tensors, an unknown name is refused)."""
-    if (any(k in raw and raw[k] is None for k in DEFAULTS) or not default_rope(raw)
+    if (any(k in raw and raw[k] is None for k in DEFAULTS) or not plain_rope(raw)
             or raw.get("hidden_act", "gelu") not in ACTIVATIONS):
         return None
     c = {**over_defaults(raw, DEFAULTS), **{k: raw.get(k) for k in MAY_BE_NONE}}
@@ -61,8 +57,7 @@ def settings(raw: dict) -> Optional[dict]:
     h, heads = c["hidden_size"], c["num_attention_heads"]
     head_dim = 2 * h // heads
     kv = c["num_key_value_heads"] if c["num_key_value_heads"] is not None else heads
-    pad, vocab = c["pad_token_id"], c["vocab_size"]
-    if (head_dim > 4 and head_dim % 2) or not is_size(kv) or (pad is not None and not -vocab <= pad < vocab):
+    if odd_rotary(head_dim) or not is_size(kv) or not pad_fits(c["pad_token_id"], c["vocab_size"]):
         return None
     return {**c, "kinds": kinds, "head_dim": head_dim, "num_key_value_heads": kv,
             "intermediate_size": c["intermediate_size"] or 4 * h,
@@ -112,10 +107,9 @@ def modules(c: dict) -> Dict[str, List[int]]:
         if kind == "hybrid":
             linear(out, f"{layer}.linear", h, h)
             if k < blocks or not c["tie_word_embeddings"]:  # tied: a later block is its first copy's
-                out.update({f"{layer}.shared_transformer.{name}": sizes
-                            for name, sizes in block_modules(c, k % blocks).items()})
+                out.update(below(f"{layer}.shared_transformer", block_modules(c, k % blocks)))
             k, layer = k + 1, layer + ".mamba_decoder"
-        out.update({f"{layer}.mamba{'.' if name else ''}{name}": sizes for name, sizes in mamba_modules(c).items()})
+        out.update(below(f"{layer}.mamba", mamba_modules(c)))
         out[f"{layer}.input_layernorm"] = [h]
     out["model.final_layernorm"] = [h]
     if not c["tie_word_embeddings"]:

@@ -10,40 +10,35 @@ has no RoPE entry for.
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import linear, over_defaults
+from trl_ds.plan.by_hand import (
+    ACTIVATIONS,
+    ROPE_KEYS,
+    decoder,
+    default_rope,
+    dotted,
+    is_size,
+    linear,
+    number,
+    odd_rotary,
+    pad_fits,
+    strict_values,
+)
 
 TYPES = ("zaya",)
-LIST, DICT = "list", "dict"
 FIELDS = {  # configuration_zaya.py: the default, and what @strict lets through (None only where annotated)
     "vocab_size": (262272, int), "hidden_size": (2048, int), "num_hidden_layers": (40, int),
     "num_attention_heads": (8, int), "num_key_value_heads": (2, int), "hidden_act": ("silu", str),
     "max_position_embeddings": (131072, int), "initializer_range": (0.02, float), "rms_norm_eps": (1e-5, float),
-    "use_cache": (True, bool), "tie_word_embeddings": (True, bool), "rope_parameters": (None, DICT, None),
+    "use_cache": (True, bool), "tie_word_embeddings": (True, bool), "rope_parameters": (None, dict, None),
     "sliding_window": (None, int, None), "attention_dropout": (0.0, float, int), "moe_intermediate_size": (2048, int),
     "num_experts_per_tok": (1, int), "num_experts": (16, int), "output_router_logits": (False, bool),
-    "layer_types": (None, (LIST, str), None), "pad_token_id": (0, int, None), "bos_token_id": (2, int, None),
-    "eos_token_id": (106, int, (LIST, int), None), "head_dim": (128, int), "attention_bias": (False, bool),
+    "layer_types": (None, [str], None), "pad_token_id": (0, int, None), "bos_token_id": (2, int, None),
+    "eos_token_id": (106, int, [int], None), "head_dim": (128, int), "attention_bias": (False, bool),
     "lm_head_bias": (False, bool), "router_hidden_size": (256, int), "cca_time0": (2, int), "cca_time1": (2, int),
 }
 SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
          "moe_intermediate_size", "num_experts", "router_hidden_size", "cca_time0", "cca_time1")
 KINDS = ("hybrid", "hybrid_sliding")  # the layer types ZayaConfig has default RoPE for
-ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2", "tanh")
-
-
-def fits(value, kind) -> bool:
-    """Whether @strict takes `value` for one member of a field's annotation (an int is no float, a bool no int)."""
-    if kind is None:
-        return value is None
-    if isinstance(kind, tuple):
-        return isinstance(value, list) and all(fits(v, kind[1]) for v in value)
-    if kind == DICT:
-        return isinstance(value, dict)
-    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-
-
-def number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def plain_rope(rope, kinds: List[str], head_dim: int) -> bool:
@@ -53,27 +48,23 @@ def plain_rope(rope, kinds: List[str], head_dim: int) -> bool:
         return True
     entries = [rope.get(kind, "missing") for kind in set(kinds)]
     return set(rope) <= {*KINDS, "rope_type"} and all(p is None or (
-        isinstance(p, dict) and set(p) <= {"rope_type", "rope_theta", "partial_rotary_factor"}
-        and p.get("rope_type", "default") == "default" and number(p.get("rope_theta"))
-        and number(p.get("partial_rotary_factor", 1.0))
-        and not (head_dim > 4 and head_dim % 2 and int(head_dim * p.get("partial_rotary_factor", 1.0)) == head_dim))
-        for p in entries)  # an odd head_dim rotated whole: validate_rope refuses it
+        default_rope(p, ROPE_KEYS) and "rope_theta" in p and number(p.get("partial_rotary_factor", 1.0))
+        and not odd_rotary(head_dim, p.get("partial_rotary_factor", 1.0))) for p in entries)
 
 
 def settings(raw: dict) -> Optional[dict]:
     """The config after __post_init__; None where transformers refuses it (validate_architecture, @strict, a padding
     index outside the vocabulary), where the lm_head is tied but keeps a bias (the planner reads an lm_head module as
     an untied head), and for RoPE or activations the meta device must check."""
-    if any(k in raw and not any(fits(raw[k], kind) for kind in kinds) for k, (_, *kinds) in FIELDS.items()):
-        return None  # @strict refuses it
-    c = over_defaults(raw, {k: default for k, (default, *_) in FIELDS.items()})
-    c.update({k: raw[k] for k in ("sliding_window", "pad_token_id") if k in raw})  # None is a value here
-    layers, pad = c["num_hidden_layers"], c["pad_token_id"]
+    c = strict_values(raw, FIELDS)
+    if c is None:
+        return None
+    layers = c["num_hidden_layers"]
     kinds = ["hybrid"] * layers if c["layer_types"] is None else list(c["layer_types"])
-    if (any(c[k] < 1 for k in SIZES) or c["num_experts_per_tok"] != 1
+    if (not all(is_size(c[k]) for k in SIZES) or c["num_experts_per_tok"] != 1
             or c["num_attention_heads"] % c["num_key_value_heads"] or len(kinds) != layers
             or not set(kinds) <= set(KINDS) or ("hybrid_sliding" in kinds and c["sliding_window"] is None)
-            or (pad is not None and not -c["vocab_size"] <= pad < c["vocab_size"])
+            or not pad_fits(c["pad_token_id"], c["vocab_size"])
             or c["hidden_act"] not in ACTIVATIONS or "rope_scaling" in raw
             or not plain_rope(c["rope_parameters"], kinds, c["head_dim"])
             or (c["tie_word_embeddings"] and c["lm_head_bias"])):
@@ -104,9 +95,7 @@ def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
     linear(out, "mlp.gate.router_mlp.fc1", r, r, bias=True)
     linear(out, "mlp.gate.router_mlp.fc2", r, r, bias=True)
     linear(out, "mlp.gate.router_mlp.out_proj", r, experts + 1)  # and the skip expert
-    out["mlp.experts"] = [experts * 2 * f * h, experts * h * f]
-    out["input_layernorm"] = [h]
-    out["post_attention_layernorm"] = [h]
+    out["mlp.experts"] = [experts * 2 * f * h, experts * h * f]  # fused gate_up and down projections
     out["post_attention_residual_scale"] = [h] * 4
     out["post_mlp_residual_scale"] = [h] * 4
     return out
@@ -114,21 +103,14 @@ def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:
 
 def modules(c: dict) -> Dict[str, List[int]]:
     """Every module of the causal LM that holds parameters; the lm_head only where it is not tied."""
-    h, vocab = c["hidden_size"], c["vocab_size"]
-    out = {"model": [h, h], "model.embed_tokens": [vocab * h], "model.norm": [h]}  # the input's scale and bias
-    for i in range(c["num_hidden_layers"]):
-        out.update({f"model.layers.{i}.{name}": sizes for name, sizes in layer_modules(c, i).items()})
-    if not c["tie_word_embeddings"]:
-        linear(out, "lm_head", h, vocab, c["lm_head_bias"])
+    h = c["hidden_size"]
+    out = {"model": [h, h], **decoder(c, layer_modules)}  # the input's scale and bias
+    if c["lm_head_bias"]:  # (settings declines a tied lm_head that keeps one)
+        out["lm_head"].append(c["vocab_size"])
     return out
 
 
 def attribute(c: dict, name: str):
     """What getattr(config, name) gives: a field's value, else what the config.json set (any key becomes an
     attribute), else None."""
-    if name in c:
-        return c[name]
-    value = c["raw"]
-    for part in name.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+    return dotted({**c["raw"], **c}, name)
