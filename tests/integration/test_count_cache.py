@@ -15,8 +15,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.light]
 
 RAW = {"model_type": "flint", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 4,
-       "num_experts_per_tok": 2, "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}}
-# RoPE other than the default: trl_ds/plan/by_hand/flint.py leaves it to the meta device
+       "num_experts_per_tok": 2, "hidden_act": "prelu"}
+# prelu holds a tensor: trl_ds/plan/by_hand/flint.py leaves it to the meta device
 PLAN = ("import sys; from trl_ds.cli.plan import main; main(['model.name_or_path={folder}', 'cluster=1x1', "
         "'--json']); print('torch' in sys.modules, file=sys.stderr)")
 

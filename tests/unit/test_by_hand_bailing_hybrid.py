@@ -12,9 +12,11 @@ SMALL = {"vocab_size": 100, "pad_token_id": 0, "eos_token_id": 1, "hidden_size":
          "moe_intermediate_size": 8, "num_hidden_layers": 3, "num_attention_heads": 4, "num_local_experts": 4,
          "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "kv_lora_rank": 16, "qk_rope_head_dim": 4,
          "qk_nope_head_dim": 8, "v_head_dim": 8, "head_dim": 6, "layer_group_size": 2, "first_k_dense_replace": 1}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}  # a long-context config's
 VARIANTS = {
     "defaults": {},  # 42 layers of 512 experts, 124B: no SMALL
     "small": SMALL,
+    "yarn RoPE": {**SMALL, "rope_parameters": YARN},
     "stored names, tie asked for": {**SMALL, "num_experts": 6, "num_experts_per_token": 3, "num_shared_experts": 2,
                                     "tie_word_embeddings": True},  # the stored names win; nothing is tied
     "q lora, biases, kv heads left to the heads": {**SMALL, "q_lora_rank": 12, "attention_bias": True,
@@ -52,8 +54,9 @@ def test_each_variant_counts_as_the_meta_device_builds_it(variant):
 
 @pytest.mark.slow  # builds on the meta device: make test only
 def test_scaled_rope_is_left_to_the_meta_device_and_counted_exactly():
-    """A RoPE other than the default goes through transformers' RoPE validation (required keys by type) and the MLA's
-    yarn scaling, which settings() does not repeat: it declines, and the meta device counts it."""
+    """A yarn without original_max_position_embeddings, which transformers fills in from the config: settings() counts
+    a scaled RoPE only where the entry holds every key its kind requires, so it declines, and the meta device counts
+    it."""
     assert_declined({"model_type": "bailing_hybrid", **SMALL,
                                     "rope_parameters": {"rope_type": "yarn", "factor": 2.0}})
 

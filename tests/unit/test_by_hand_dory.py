@@ -16,6 +16,10 @@ DOUBLED = {**SMALL, "num_hidden_layers": 8, "n_input_layers": 2, "n_output_layer
 VARIANTS = {
     "defaults": {},  # 36 layers, 4.2B: no SMALL
     "small": SMALL,
+    "yarn RoPE on full attention": {**SMALL, "rope_parameters": {
+        "full_attention": {"rope_type": "yarn", "rope_theta": 1e7, "factor": 4.0,
+                           "original_max_position_embeddings": 4096},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
     "small, as released: blocks and counts doubled": DOUBLED,
     "doubled, an odd layer count floors": {**DOUBLED, "num_hidden_layers": 9, "n_input_layers": 3,
                                            "n_output_layers": 3, "n_recurrent_layers": None},

@@ -3,7 +3,7 @@ it: a layer is sparse where its index is not in mlp_only_layers, there are exper
 decoder_sparse_step, so which layers the list names decides the count, not how many it names; no shape template
 expresses that, and flint went to the meta device (about 3 s, imports torch)."""
 import pytest
-from by_hand_checks import CLASS_REFUSES, assert_counts_as_the_meta_device_builds_it, assert_declined, assert_refused
+from by_hand_checks import CLASS_REFUSES, assert_counts_as_the_meta_device_builds_it, assert_refused
 
 from trl_ds.plan.params import count_params, from_config
 
@@ -46,11 +46,22 @@ def test_each_variant_counts_as_the_meta_device_builds_it(variant):
 
 
 @pytest.mark.slow  # builds on the meta device: make test only
-def test_rope_other_than_default_is_left_to_the_meta_device_and_counted_exactly():
-    """RoPE other than the default goes through transformers' RoPE validation (a yarn without its factor is
-    refused), which settings() does not repeat: it declines, and the meta device counts the config."""
-    rope = {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}
-    assert_declined({"model_type": "flint", **SMALL, "rope_parameters": rope})
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 32},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 8192}])
+def test_scaled_rope_holds_no_tensor_and_counts_as_the_meta_device_builds_it(rope):
+    """A long-context config scales its RoPE (a published one often with yarn): no tensor changes, and the formulas
+    count it where transformers' RoPE validation finds every key its kind requires."""
+    assert_counts_as_the_meta_device_builds_it({"model_type": "flint", **SMALL, "rope_parameters": rope})
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+def test_a_scaled_rope_missing_a_key_its_kind_requires_is_one_clear_error():
+    assert_refused({"model_type": "flint", **SMALL, "rope_parameters": {"rope_type": "yarn",
+                                                                             "original_max_position_embeddings": 64}},
+                   "KeyError: \"Missing required keys in `rope_parameters` for 'rope_type'='yarn'")
 
 
 @pytest.mark.slow  # builds on the meta device: make test only

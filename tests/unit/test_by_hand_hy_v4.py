@@ -12,10 +12,12 @@ SMALL = {"vocab_size": 320, "hidden_size": 64, "num_hidden_layers": 6, "pad_toke
          "num_attention_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8,  # is past 320
          "qk_rope_head_dim": 4, "v_head_dim": 8, "index_n_heads": 2, "index_head_dim": 8, "n_routed_experts": 4,
          "num_experts_per_tok": 2, "moe_intermediate_size": 16, "intermediate_size": 48, "hc_mult": 2}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}  # a long-context config's
 VARIANTS = {
     "defaults": {},  # 34 layers, 58.3B
     "small, lists derived": SMALL,  # 6 layers: layers 0, 1 and 5 hold indexers, layer 0 a dense MLP
     "one layer": {**SMALL, "num_hidden_layers": 1},
+    "yarn RoPE": {**SMALL, "rope_parameters": YARN},
     "tied, biases, pad token counted from the end": {**SMALL, "tie_word_embeddings": True, "attention_bias": True,
                                                      "pad_token_id": -3},
     "own lists, legacy layer types": {**SMALL, "num_hidden_layers": 4,
@@ -70,8 +72,8 @@ def test_a_config_transformers_refuses_is_one_clear_error(change, said):
 
 @pytest.mark.slow  # builds on the meta device: make test only
 def test_a_config_the_formulas_decline_is_still_counted_exactly():
-    """Yarn RoPE: whether transformers accepts it depends on keys each RoPE type requires, which the formulas do not
-    check, so the meta device decides (and counts)."""
-    raw = {"model_type": "hy_v4", **SMALL, "rope_parameters": {"rope_type": "yarn", "factor": 4.0,
-                                                                "original_max_position_embeddings": 4096}}
-    assert_declined(raw, same_as={"model_type": "hy_v4", **SMALL})
+    """longrope's per-dimension factor lists: the formulas do not check their lengths, so the meta device decides
+    (and counts). Yarn, which a long-context config usually gives, they count (VARIANTS)."""
+    rope = {"rope_type": "longrope", "short_factor": [1.0] * 2, "long_factor": [2.0] * 2, "factor": 4.0,  # 4 // 2
+            "original_max_position_embeddings": 4096}
+    assert_declined({"model_type": "hy_v4", **SMALL, "rope_parameters": rope}, same_as={"model_type": "hy_v4", **SMALL})

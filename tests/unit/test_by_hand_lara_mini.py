@@ -11,9 +11,11 @@ SMALL = {"vocab_size": 320, "hidden_size": 64, "num_hidden_layers": 7, "num_atte
          "num_key_value_heads": 2, "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
          "linear_key_head_dim": 8, "linear_value_head_dim": 12, "linear_conv_kernel_dim": 3, "num_experts": 4,
          "num_experts_per_tok": 2, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 24}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}  # a long-context config's
 VARIANTS = {
     "defaults": {},  # 34 layers, 7.28B
     "small, layer_types derived": SMALL,  # 7 layers: the pattern of 5, then its first two again
+    "yarn RoPE": {**SMALL, "rope_parameters": YARN},
     "untied, biases, pad token": {**SMALL, "tie_word_embeddings": False, "attention_bias": True, "pad_token_id": 5},
     "own layer_types, legacy names": {**SMALL, "num_hidden_layers": 4,
                                       "layer_types": ["mamba", "attention", "conv", "linear_attention"]},

@@ -19,6 +19,8 @@ AS_RELEASED = {  # ZAYA1-8B's config.json keys, at SMALL's sizes: nested RoPE wi
 VARIANTS = {
     "defaults": {},  # 40 layers, 8.84B: no SMALL
     "small": SMALL,
+    "yarn RoPE": {**SMALL, "rope_parameters": {"hybrid": {"rope_type": "yarn", "rope_theta": 5e6, "factor": 4.0,
+                                                      "original_max_position_embeddings": 4096}}},
     "small, as released": AS_RELEASED,
     "untied, lm_head and attention biases": {**SMALL, "tie_word_embeddings": False, "lm_head_bias": True,
                                              "attention_bias": True},

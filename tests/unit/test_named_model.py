@@ -116,10 +116,11 @@ def test_folder_wins_over_the_preset_and_the_output_says_so(tmp_path, capsys):
 
 
 def test_a_config_no_formula_covers_is_counted_on_the_meta_device_and_says_so(tmp_path, capsys):
-    """flint with RoPE other than the default, which trl_ds/plan/by_hand/flint.py leaves to the meta device."""
+    """flint with prelu, an activation holding a tensor, which trl_ds/plan/by_hand/flint.py leaves to the meta
+    device."""
     raw = {"model_type": "flint", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}}
+           "hidden_act": "prelu"}
     (tmp_path / "config.json").write_text(json.dumps(raw))
     code, out = plan_here(capsys, f"model.name_or_path={tmp_path}", "cluster=1x1", "--json")
     assert code == 0

@@ -10,8 +10,8 @@ meta-device build by its test (tests/unit/test_by_hand_*.py).
 
 What the modules share lives here:
     checking a config as transformers 5.24 does: well_typed and strict_values (@strict's type check, each field
-        declared as (default, *accepted kinds): `fits` says how), is_size, number, pad_fits, listed, default_rope,
-        default_rope_only, odd_rotary, and the names ACTIVATIONS, LAYER_TYPES, LEGACY, ROPE_KEYS;
+        declared as (default, *accepted kinds): `fits` says how), is_size, number, pad_fits, listed, accepted_rope,
+        accepted_rope_only, odd_rotary, and the names ACTIVATIONS, LAYER_TYPES, LEGACY, ROPE_KEYS;
     building the module map: decoder (embeddings, each layer and its norms, final norm, lm_head), below, linear,
         attention, latent_attention, indexer, gated_mlp, routed_experts;
     reading values: over_defaults, and dotted for attribute().
@@ -30,6 +30,10 @@ LAYER_TYPES = (  # configuration_utils.ALLOWED_ATTN_LAYER_TYPES, which validate_
     "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",
     "hybrid_sliding", "reference_sliding_attention", "linear_attention")
 ROPE_KEYS = ("rope_type", "rope_theta", "partial_rotary_factor")  # what a default RoPE entry may set
+ROPE_NEEDS = {"default": (), "linear": ("factor",), "dynamic": ("factor",),  # _validate_*_rope_parameters:
+              "yarn": ("factor", "original_max_position_embeddings"),  # a key missing raises, a value only warns
+              "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
+ROPE_MAY = {"yarn": ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate")}
 LEGACY = {"mamba": "linear_attention", "attention": "full_attention",  # remapped by PreTrainedConfig.__post_init__
           "deepseek_sparse_attention": "indexed_attention", "qwen_sparse_attention": "indexed_attention"}
 Modules = Dict[str, List[int]]
@@ -115,18 +119,24 @@ def listed(value, layers: int, kinds) -> bool:
     return isinstance(value, list) and len(value) == layers and all(isinstance(v, str) and v in kinds for v in value)
 
 
-def default_rope(entry, keys=None) -> bool:
-    """Whether a RoPE dict is the default kind (rope_type, or the legacy type), with a number for rope_theta where it
-    has one and no keys beyond `keys` (None: any): other kinds have keys of their own that transformers' RoPE
-    validation checks, which the meta device runs."""
-    return isinstance(entry, dict) and (keys is None or set(entry) <= set(keys)) and number(
-        entry.get("rope_theta", 0.0)) and entry.get("rope_type", entry.get("type", "default")) == "default"
+def accepted_rope(entry, keys=None) -> bool:
+    """Whether a RoPE dict is a kind these formulas were checked with, as transformers' RoPE validation accepts it:
+    the default, or linear, dynamic, yarn or llama3 with every key their validation requires (ROPE_NEEDS) given as
+    a number; rope_theta a number where given; no keys beyond `keys` (None: any) and the kind's own. None of them
+    holds a tensor. Other kinds (longrope's per-dimension lists) the meta device decides."""
+    if not isinstance(entry, dict):
+        return False
+    kind = entry.get("rope_type", entry.get("type", "default"))
+    needs = ROPE_NEEDS.get(kind)
+    return needs is not None and (keys is None or set(entry) <= set(keys) | set(needs) | set(
+        ROPE_MAY.get(kind, ()))) and all(k in entry and number(entry[k]) for k in needs) and number(
+        entry.get("rope_theta", 0.0))
 
 
-def default_rope_only(raw: dict) -> bool:
-    """Whether all the RoPE a config sets at its top level (rope_theta, rope_parameters, rope_scaling) is default."""
+def accepted_rope_only(raw: dict) -> bool:
+    """Whether all the RoPE a config sets at its top level (rope_theta, rope_parameters, rope_scaling) is accepted."""
     return number(raw.get("rope_theta", 1.0)) and all(
-        default_rope(raw[k]) for k in ("rope_parameters", "rope_scaling") if raw.get(k) is not None)
+        accepted_rope(raw[k]) for k in ("rope_parameters", "rope_scaling") if raw.get(k) is not None)
 
 
 def odd_rotary(head_dim: int, factor=1.0) -> bool:

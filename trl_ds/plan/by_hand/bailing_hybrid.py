@@ -15,9 +15,9 @@ from trl_ds.plan.by_hand import (
     ACTIVATIONS,
     LEGACY,
     ROPE_KEYS,
+    accepted_rope,
     below,
     decoder,
-    default_rope,
     dotted,
     gated_mlp,
     is_size,
@@ -62,11 +62,11 @@ SIZES = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_siz
 
 
 def plain_rope(rope, partial, head_dim: int) -> bool:
-    """Whether `rope_parameters` is one default-RoPE dict, as the class derives it; other forms (scaled, nested)
-    go through RoPE validation and the MLA's yarn scaling, which the meta device runs."""
+    """Whether `rope_parameters` is one RoPE dict of a kind accepted_rope takes (the class derives a default one);
+    nested forms the meta device decides."""
     rope = rope or {}
     partial = rope.get("partial_rotary_factor", 1.0 if partial is None else partial)  # the given one, else the key
-    return default_rope(rope, ROPE_KEYS) and number(partial) \
+    return accepted_rope(rope, ROPE_KEYS) and number(partial) \
         and not odd_rotary(head_dim, partial)
 
 

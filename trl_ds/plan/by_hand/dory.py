@@ -11,8 +11,8 @@ from typing import Dict, List, Optional
 from trl_ds.plan.by_hand import (
     ACTIVATIONS,
     ROPE_KEYS,
+    accepted_rope,
     attention,
-    default_rope,
     fits,
     gated_mlp,
     is_size,
@@ -40,10 +40,10 @@ ROPE_THETAS = {"sliding_attention": 10_000.0, "full_attention": 10_000_000.0}  #
 
 
 def plain_rope(rope, kinds: List[str]) -> bool:
-    """Whether `rope_parameters` gives default RoPE for exactly the layer types used, as to_dict writes it (its theta
-    a float): other forms go through transformers' RoPE validation, which the meta device runs."""
+    """Whether `rope_parameters` gives an accepted RoPE (accepted_rope) for exactly the layer types used, as to_dict
+    writes it (its theta a float); other forms the meta device decides."""
     return rope is None or set(rope) == set(kinds) and all(
-        default_rope(p, ROPE_KEYS[:2]) and fits(p.get("rope_theta", 0.0), float) for p in rope.values())
+        accepted_rope(p, ROPE_KEYS[:2]) and fits(p.get("rope_theta", 0.0), float) for p in rope.values())
 
 
 def settings(raw: dict) -> Optional[dict]:

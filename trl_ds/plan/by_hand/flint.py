@@ -10,9 +10,9 @@ from typing import Dict, List, Optional
 from trl_ds.plan.by_hand import (
     ACTIVATIONS,
     ROPE_KEYS,
+    accepted_rope,
     attention,
     decoder,
-    default_rope,
     gated_mlp,
     is_size,
     number,
@@ -54,9 +54,9 @@ def settings(raw: dict) -> Optional[dict]:
             or not pad_fits(c["pad_token_id"], c["vocab_size"])):
         return None  # validate_layer_type, a zero division or an empty model, nn.Embedding's assert
     if (c["decoder_sparse_step"] == 0 or c["hidden_act"] not in ACTIVATIONS or "mlp_layer_types" in raw
-            or not default_rope(c["rope_parameters"] or {}, ROPE_KEYS[:2]) or not number(raw.get("rope_theta", 0.0))
+            or not accepted_rope(c["rope_parameters"] or {}, ROPE_KEYS[:2]) or not number(raw.get("rope_theta", 0.0))
             or {"rope_scaling", "partial_rotary_factor"} & set(raw)):
-        return None  # a zero step divides by zero, and other RoPE goes through transformers' RoPE validation
+        return None  # a zero step divides by zero; RoPE accepted_rope does not take the meta device decides
     sparse = [i not in only and c["num_experts"] > 0 and (i + 1) % c["decoder_sparse_step"] == 0
               for i in range(layers)]
     return {**c, "sparse": sparse, "raw": raw}

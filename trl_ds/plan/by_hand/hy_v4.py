@@ -12,9 +12,9 @@ from typing import Dict, List, Optional
 from trl_ds.plan.by_hand import (
     LAYER_TYPES,
     LEGACY,
+    accepted_rope_only,
     below,
     decoder,
-    default_rope_only,
     dotted,
     fits,
     gated_mlp,
@@ -49,12 +49,12 @@ KINDS = tuple(k for k in LAYER_TYPES if k != "reference_sliding_attention") + tu
 def settings(raw: dict) -> Optional[dict]:
     """The config's values over the class defaults, with its lists derived as __post_init__ derives them; None for a
     config transformers refuses (a list of the wrong length or kinds, a pad token outside the vocabulary, a value of
-    the wrong type, a negative size) and for one these formulas leave to the meta device (RoPE other than default, an
-    unusual activation, a 0 some module divides by)."""
+    the wrong type, a negative size) and for one these formulas leave to the meta device (RoPE accepted_rope does not take,
+    an unusual activation, a 0 some module divides by)."""
     c, experts = strict_values(raw, FIELDS), raw.get("num_local_experts", 0)
     if c is None or not all(is_size(v, k in MAY_BE_0) for k, v in c.items() if fits(v, int)):
         return None
-    if not is_size(experts, may_be_0=True) or c["hidden_act"] not in ACTIVATIONS or not default_rope_only(raw):
+    if not is_size(experts, may_be_0=True) or c["hidden_act"] not in ACTIVATIONS or not accepted_rope_only(raw):
         return None
     layers, vocab, pad = c["num_hidden_layers"], c["vocab_size"], raw.get("pad_token_id", PAD_TOKEN_ID)
     if "num_local_experts" in raw:  # set after the fields, through attribute_map: it wins over n_routed_experts

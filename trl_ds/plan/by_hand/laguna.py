@@ -10,9 +10,9 @@ from typing import Dict, List, Optional
 from trl_ds.plan.by_hand import (
     ACTIVATIONS,
     ROPE_KEYS,
+    accepted_rope,
     attention,
     decoder,
-    default_rope,
     gated_mlp,
     is_size,
     linear,
@@ -43,10 +43,10 @@ KINDS = ("full_attention", "sliding_attention")  # the RoPE types the class has 
 
 
 def plain_rope(rope, kinds: List[str]) -> bool:
-    """Whether `rope_parameters` gives default RoPE for each layer type used, keyed by type as the class writes it:
-    other forms go through transformers' RoPE validation, which the meta device runs."""
+    """Whether `rope_parameters` gives an accepted RoPE (accepted_rope) for each layer type used, keyed by type as the
+    class writes it; other forms the meta device decides."""
     return rope is None or set(kinds) <= set(rope) <= set(KINDS) and all(
-        default_rope(p, ROPE_KEYS) and {"rope_type", "rope_theta"} <= set(p)  # both given
+        accepted_rope(p, ROPE_KEYS) and {"rope_type", "rope_theta"} <= set(p)  # both given
         and number(p.get("partial_rotary_factor", 1.0)) for p in rope.values())
 
 

@@ -10,9 +10,9 @@ from typing import Dict, List, Optional
 from trl_ds.plan.by_hand import (
     LAYER_TYPES,
     LEGACY,
+    accepted_rope_only,
     attention,
     decoder,
-    default_rope_only,
     dotted,
     fits,
     gated_mlp,
@@ -45,11 +45,11 @@ def settings(raw: dict) -> Optional[dict]:
     """The config's values over the class defaults, with layer_types derived as __post_init__ derives it; None for a
     config transformers refuses (heads not a multiple of key/value heads, a list of the wrong length or kinds, a pad
     token outside the vocabulary, a value of the wrong type) and for one these formulas leave to the meta device
-    (RoPE other than default, an unusual activation)."""
+    (RoPE accepted_rope does not take, an unusual activation)."""
     c = strict_values(raw, FIELDS)
     if c is None or not all(is_size(v, k in MAY_BE_0) for k, v in c.items() if fits(v, int)):
         return None
-    if c["hidden_act"] not in ACTIVATIONS or not default_rope_only(raw):
+    if c["hidden_act"] not in ACTIVATIONS or not accepted_rope_only(raw):
         return None
     layers, vocab, pad = c["num_hidden_layers"], c["vocab_size"], raw.get("pad_token_id")
     kinds = raw.get("layer_types")

@@ -13,8 +13,8 @@ from typing import Dict, List, Optional
 from trl_ds.plan.by_hand import (
     ACTIVATIONS,
     ROPE_KEYS,
+    accepted_rope,
     decoder,
-    default_rope,
     dotted,
     is_size,
     linear,
@@ -42,13 +42,13 @@ KINDS = ("hybrid", "hybrid_sliding")  # the layer types ZayaConfig has default R
 
 
 def plain_rope(rope, kinds: List[str], head_dim: int) -> bool:
-    """Whether `rope_parameters` gives default RoPE with a theta for every layer type used (an entry of None: none),
-    as ZAYA's own defaults do; other forms go through RoPE validation, which the meta device runs."""
+    """Whether `rope_parameters` gives an accepted RoPE (accepted_rope) with a theta for every layer type used (an
+    entry of None: none), as ZAYA's own defaults do; other forms the meta device decides."""
     if rope is None:
         return True
     entries = [rope.get(kind, "missing") for kind in set(kinds)]
     return set(rope) <= {*KINDS, "rope_type"} and all(p is None or (
-        default_rope(p, ROPE_KEYS) and "rope_theta" in p and number(p.get("partial_rotary_factor", 1.0))
+        accepted_rope(p, ROPE_KEYS) and "rope_theta" in p and number(p.get("partial_rotary_factor", 1.0))
         and not odd_rotary(head_dim, p.get("partial_rotary_factor", 1.0))) for p in entries)
 
 
