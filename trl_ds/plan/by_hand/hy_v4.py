@@ -49,8 +49,8 @@ KINDS = tuple(k for k in LAYER_TYPES if k != "reference_sliding_attention") + tu
 def settings(raw: dict) -> Optional[dict]:
     """The config's values over the class defaults, with its lists derived as __post_init__ derives them; None for a
     config transformers refuses (a list of the wrong length or kinds, a pad token outside the vocabulary, a value of
-    the wrong type, a negative size) and for one these formulas leave to the meta device (RoPE accepted_rope does not take,
-    an unusual activation, a 0 some module divides by)."""
+    the wrong type, a negative size) and for one these formulas leave to the meta device (RoPE accepted_rope does not
+    take, an unusual activation, a 0 some module divides by)."""
     c, experts = strict_values(raw, FIELDS), raw.get("num_local_experts", 0)
     if c is None or not all(is_size(v, k in MAY_BE_0) for k, v in c.items() if fits(v, int)):
         return None
