@@ -98,3 +98,10 @@ def test_a_rope_the_formulas_decline_is_still_counted_exactly_on_the_meta_device
     linear = {"rope_type": "linear", "factor": 2.0}
     assert_declined({"model_type": "dots3_note_text", **SMALL, "rope_parameters": linear},
                     same_as={"model_type": "dots3_note_text", **SMALL})
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+def test_an_activation_holding_a_tensor_is_left_to_the_meta_device():
+    """xielu holds tensors in every MLP it runs in: the formulas once counted it as silu."""
+    counts, _ = assert_declined({"model_type": "dots3_note_text", **SMALL, "hidden_act": "xielu"})
+    assert counts.total > count_params(from_config({"model_type": "dots3_note_text", **SMALL}, "")).total

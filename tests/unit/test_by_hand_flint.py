@@ -70,6 +70,8 @@ def test_a_scaled_rope_missing_a_key_its_kind_requires_is_one_clear_error():
     ({"mlp_only_layers": [True]}, "StrictDataclassFieldValidationError: Validation error for field "
                                   "'mlp_only_layers'"),  # @strict: a bool is no int
     ({"decoder_sparse_step": 0}, "ZeroDivisionError: integer modulo by zero"),  # the model divides by the step
+    ({"head_dim": 9}, CLASS_REFUSES + "'validate_rope'"),  # an odd head rotated whole: once counted
+    ({"intermediate_size": -8}, "RuntimeError: Trying to create tensor with negative dimension"),  # once counted
 ])
 def test_a_config_transformers_refuses_is_one_clear_error(change, said):
     assert_refused({"model_type": "flint", **SMALL, **change}, said)

@@ -5,7 +5,7 @@ head_dim), which no shape template expresses, and both types went to the meta de
 import json
 
 import pytest
-from by_hand_checks import assert_counts_as_the_meta_device_builds_it, assert_refused
+from by_hand_checks import assert_counts_as_the_meta_device_builds_it, assert_declined, assert_refused
 from test_family_survey import assert_planned_without_torch_within_3x_a_preset
 
 from trl_ds.plan.params import count_params, from_config
@@ -71,3 +71,24 @@ def test_planning_gemma4_takes_under_a_second_without_torch(tmp_path):
     def counted_here(plan):
         assert (plan["architecture"]["count"], plan["parameters"]) == ("fast", 5077177856)  # the meta device's
     assert_planned_without_torch_within_3x_a_preset(f"model.name_or_path={tmp_path}", counted_here)
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+def test_more_kv_shared_layers_than_layers_is_left_to_the_meta_device():
+    """10 of 8 layers "shared": transformers then keeps k/v in layers counted from the end, which the formulas do not
+    follow (they counted no k/v at all, 135,696 parameters too few by the review's arithmetic)."""
+    assert_declined({"model_type": "gemma4_text", **SMALL, "num_kv_shared_layers": 10})
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+@pytest.mark.parametrize("change", [{"enable_moe_block": True}, {"layer_types": []}, {"per_layer_config": {"x": {}}}])
+def test_a_config_the_formulas_cannot_read_is_one_clear_error_not_a_traceback(change):
+    """An MoE block with no num_experts, an empty layer_types, a per_layer_config not keyed by layer: each ended the
+    plan in a TypeError or IndexError of the formulas; the meta path now says what transformers says."""
+    assert_refused({"model_type": "gemma4_text", **SMALL, **change}, "")
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+def test_no_layers_at_all_is_left_to_the_meta_device():
+    """It ended the plan in an IndexError of the formulas; transformers builds it."""
+    assert_declined({"model_type": "gemma4_text", **SMALL, "num_hidden_layers": 0})

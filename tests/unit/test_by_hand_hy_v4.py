@@ -65,6 +65,7 @@ def test_each_variant_counts_as_the_meta_device_builds_it(variant):
     ({"pad_token_id": 120002}, "AssertionError: Padding_idx must be within num_embeddings"),  # the class default
     ({"mlp_layer_types": ["dense"] * 5}, "StrictDataclassClassValidationError: .*'validate_layer_type'"),
     ({"attention_bias": None}, "StrictDataclassFieldValidationError: .*'attention_bias'"),
+    ({"indexer_types": ["full"] * 6 + [5]}, "StrictDataclassFieldValidationError: .*'indexer_types'"),  # once counted
 ])
 def test_a_config_transformers_refuses_is_one_clear_error(change, said):
     assert_refused({"model_type": "hy_v4", **SMALL, **change}, said)

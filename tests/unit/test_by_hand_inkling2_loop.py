@@ -78,3 +78,12 @@ def test_a_config_transformers_refuses_is_one_clear_error(change):
 def test_a_config_the_model_cannot_build_is_one_clear_error_not_a_traceback(change, said):
     """The class accepts both; building the model fails (once a traceback from the planner)."""
     assert_refused({"model_type": "inkling2_loop_text", **SMALL, **change}, said)
+
+
+@pytest.mark.slow  # builds on the meta device: make test only
+def test_an_activation_holding_a_tensor_is_left_to_the_meta_device():
+    """prelu as the router's scoring function holds one weight a layer: the formulas once counted it as sigmoid."""
+    from by_hand_checks import assert_declined
+
+    counts, _ = assert_declined({"model_type": "inkling2_loop_text", **SMALL, "scoring_func": "prelu"})
+    assert counts.total == count_params(from_config({"model_type": "inkling2_loop_text", **SMALL}, "")).total + 8

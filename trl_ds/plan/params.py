@@ -2,8 +2,10 @@
 
 Fast and torch-free for the families in FAST_TYPES: their transformers modules are written out below (attention
 with optional biases and QK-norm, DeepSeek's MLA, gated or fused MLPs, mixture-of-experts blocks with a router,
-fused experts and shared experts, dense-then-MoE layer mixes, tied embeddings). Every other model_type is counted
-by building the model on the meta device with transformers (imports torch, no weights, no download).
+fused experts and shared experts, dense-then-MoE layer mixes, tied embeddings). Also torch-free: the families
+counted by hand-written formulas (trl_ds/plan/by_hand/) and by shape templates (trl_ds/plan/shape_templates.py).
+Every other config is counted by building the model on the meta device with transformers (imports torch, no
+weights, no download), then kept by config (count_cache.py).
 tests/unit/test_params.py and tests/unit/test_model_families.py hold both to a meta-device instantiation, exact to
 the parameter. LoRA adapters are counted apart (`count_lora`): PEFT's lora_A and lora_B of each targeted Linear.
 """

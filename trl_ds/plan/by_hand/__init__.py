@@ -1,8 +1,10 @@
 """Families counted from their config by hand-written per-module formulas, torch-free, where no shape template fits
 (trl_ds/plan/shape_templates.py): what a layer holds depends on its position, on a list's items rather than their
 count, or on a size the config class derives. Each module here names the model_types it counts (TYPES) and gives
-    settings(raw) -> the values its formulas read, or None where the meta device must decide (a config transformers
-                     refuses, or one the formulas were not written for),
+    settings(raw) -> the values its formulas read, or None where the meta device must decide: a config the formulas
+                     were not written for, or one transformers refuses for what the formulas read (a size, a list,
+                     their types; a wrong type in a field that shapes nothing, a dropout, is refused when the run
+                     builds the model, not here),
     modules(c)    -> module name -> numel of each tensor the module holds directly, as the meta device builds them,
     attribute(c, name) -> what getattr(config, name) gives for the names the planner reads,
 and EMBEDDING, LM_HEAD (module names) where they are not model.embed_tokens and lm_head. Every module is held to a
@@ -24,7 +26,10 @@ from typing import Callable, Dict, List, Optional
 EXPERTS = re.compile(r"^(.*?\.experts)(\.|$)")  # as the meta count groups them: fused, or a ModuleList of experts
 # the activations (activations.py) a family here takes unless it names its own: transformers knows them and their
 # modules hold no tensors (prelu's and xielu's do); any other goes to the meta device
-ACTIVATIONS = ("silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2", "tanh")
+ACTIVATIONS = (  # activations.py's ACT2CLS less prelu and xielu, whose modules hold tensors
+    "gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh", "gelu_python_tanh",
+    "gelu_accurate", "hardswish", "laplace", "leaky_relu", "linear", "mish", "quick_gelu", "relu", "relu2", "relu6",
+    "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh")
 LAYER_TYPES = (  # configuration_utils.ALLOWED_ATTN_LAYER_TYPES, which validate_layer_type holds layer_types to
     "full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention",
     "compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe", "hybrid",

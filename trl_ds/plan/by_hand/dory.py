@@ -17,6 +17,7 @@ from trl_ds.plan.by_hand import (
     gated_mlp,
     is_size,
     linear,
+    odd_rotary,
     pad_fits,
     strict_values,
 )
@@ -71,6 +72,8 @@ def settings(raw: dict) -> Optional[dict]:
         return None
     if c["tie_word_embeddings"]:  # the tied lm_head still holds its logit_scale, which embedding_and_head would
         return None  # read as an untied head's weight: the meta device counts this one
+    if odd_rotary(c["head_dim"]):
+        return None  # validate_rope refuses an odd head rotated whole; rotated in part, the meta device decides
     return {**c, "layer_types": kinds, "raw": raw}
 
 

@@ -11,6 +11,7 @@ layers differ after that, so each layer type has one attention size set.
 from typing import Dict, List, Optional
 
 from trl_ds.plan.by_hand import (
+    ACTIVATIONS,
     below,
     decoder,
     gated_mlp,
@@ -120,8 +121,9 @@ def settings(raw: dict) -> Optional[dict]:
             isinstance(c["attention_bias"], bool)) or not isinstance(c["tie_word_embeddings"], bool) or not pad_fits(
             c["pad_token_id"], c["vocab_size"]):
         return None
-    if raw.get("attention_chunk_size") is not None or raw.get("rope_scaling") is not None:
-        return None
+    if raw.get("attention_chunk_size") is not None or raw.get("rope_scaling") is not None or raw.get(
+            "hidden_act", "silu") not in ACTIVATIONS:
+        return None  # prelu or xielu in an MLP holds a tensor
     found = layer_kinds(raw, c["num_hidden_layers"])
     if found is None or not plain_rope(raw.get("rope_parameters"), set(found[0])):
         return None

@@ -16,6 +16,7 @@ from trl_ds.plan.by_hand import (
     gated_mlp,
     is_size,
     number,
+    odd_rotary,
     pad_fits,
     routed_experts,
     strict_values,
@@ -36,6 +37,8 @@ FIELDS = {  # configuration_flint.py: the default, and what @strict lets through
     "eos_token_id": (None, int, [int], None), "head_dim": (128, int), "attention_bias": (False, bool),
 }
 SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")
+WIDTHS = ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+          "num_experts")  # 0 builds empty tensors; below 0 nothing builds
 KINDS = ("full_attention", "sliding_attention")  # others only change the mask: the meta device checks them
 
 
@@ -51,6 +54,7 @@ def settings(raw: dict) -> Optional[dict]:
     c.update({k: v for k, v in derived.items() if c[k] is None})  # an empty list stays empty
     kinds, only = c["layer_types"], c["mlp_only_layers"]
     if (len(kinds) != layers or not set(kinds) <= set(KINDS) or not all(is_size(c[k]) for k in SIZES)
+            or not all(is_size(c[k], may_be_0=True) for k in WIDTHS)
             or not pad_fits(c["pad_token_id"], c["vocab_size"])):
         return None  # validate_layer_type, a zero division or an empty model, nn.Embedding's assert
     if (c["decoder_sparse_step"] == 0 or c["hidden_act"] not in ACTIVATIONS or "mlp_layer_types" in raw
@@ -59,6 +63,8 @@ def settings(raw: dict) -> Optional[dict]:
         return None  # a zero step divides by zero; RoPE accepted_rope does not take the meta device decides
     sparse = [i not in only and c["num_experts"] > 0 and (i + 1) % c["decoder_sparse_step"] == 0
               for i in range(layers)]
+    if odd_rotary(c["head_dim"]):
+        return None  # validate_rope refuses an odd head rotated whole; rotated in part, the meta device decides
     return {**c, "sparse": sparse, "raw": raw}
 
 

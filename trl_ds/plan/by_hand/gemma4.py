@@ -6,11 +6,11 @@ position, not on how many layers of a kind there are. A layer's attention takes 
 `num_kv_shared_layers` layers reuse an earlier layer's keys and values, so they hold no k/v projections or norms,
 and an MLP twice as wide with `use_double_wide_mlp`; a full-attention layer with `attention_k_eq_v` has no v_proj.
 gemma4_text adds per-layer input embeddings (`hidden_size_per_layer_input`) and an MoE block beside the MLP
-(`enable_moe_block`). tests/unit/test_gemma4_family.py holds each variant to a meta-device count.
+(`enable_moe_block`). tests/unit/test_by_hand_gemma4.py holds each variant to a meta-device count.
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import decoder, gated_mlp, linear, over_defaults
+from trl_ds.plan.by_hand import ACTIVATIONS, decoder, gated_mlp, is_size, linear, over_defaults, pad_fits
 
 TYPES = ("gemma4_text", "gemma4_unified_text")
 DEFAULTS = {  # configuration_gemma4.py, configuration_gemma4_unified.py
@@ -26,14 +26,20 @@ OVERRIDES = ("head_dim", "num_key_value_heads")  # what a layer's per_layer_conf
 
 def settings(raw: dict) -> Optional[dict]:
     """The config's values over the class defaults (the unified text model has no per-layer inputs or MoE block);
-    None where a per-layer entry sets something other than OVERRIDES."""
+    None where a per-layer entry sets something other than OVERRIDES, and where transformers refuses the config or
+    the formulas were not written for it (see sound())."""
     own = {**DEFAULTS, **(TEXT_ONLY if raw["model_type"] == "gemma4_text" else {})}
     c = over_defaults(raw, own)
     c["hidden_size_per_layer_input"] = c.get("hidden_size_per_layer_input") or 0
     c["enable_moe_block"] = bool(c.get("enable_moe_block"))
+    if not sound(raw, c):
+        return None
     layers = c["num_hidden_layers"]
-    kinds = list(raw.get("layer_types") or ["sliding_attention" if (i + 1) % 6 else "full_attention"
-                                            for i in range(layers)])
+    given = raw.get("layer_types")
+    kinds = list(given) if given is not None else [
+        "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)]
+    if len(kinds) != layers:
+        return None  # validate_layer_type refuses it
     kinds[-1] = "full_attention"  # the class forces the last layer to full attention
     if "per_layer_config" in raw:
         entries = {int(i): dict(e) for i, e in (raw["per_layer_config"] or {}).items()}
@@ -42,7 +48,7 @@ def settings(raw: dict) -> Optional[dict]:
         if c["attention_k_eq_v"] and c["num_global_key_value_heads"] is not None:
             entry["num_key_value_heads"] = c["num_global_key_value_heads"]
         entries = {i: entry for i, kind in enumerate(kinds) if kind == "full_attention"}
-    if any(set(e) - set(OVERRIDES) for e in entries.values()) or len(kinds) != layers or any(
+    if any(set(e) - set(OVERRIDES) for e in entries.values()) or any(
             len({repr(sorted(entries.get(i, {}).items())) for i, k in enumerate(kinds) if k == kind}) > 1
             for kind in set(kinds)):  # layers of one kind with different overrides: transformers refuses them
         return None
@@ -50,6 +56,26 @@ def settings(raw: dict) -> Optional[dict]:
     if 0 < first_shared and set(kinds[:first_shared]) != set(kinds):  # transformers refuses it: the meta path says so
         return None
     return {**c, "kinds": kinds, "entries": entries, "first_shared": first_shared}
+
+
+def sound(raw: dict, c: dict) -> bool:
+    """Sizes that build, an MoE block with its sizes, a per_layer_config of entries by layer index, KV sharing over
+    at most every layer (more makes transformers keep k/v in layers counted from the end), a layer_types list, an
+    activation that holds no tensor (ACTIVATIONS) and a pad token inside the vocabulary."""
+    sizes = [c[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "num_key_value_heads", "head_dim", "global_head_dim")]
+    if c["enable_moe_block"]:
+        sizes += [c["num_experts"], c["top_k_experts"], c["moe_intermediate_size"]]
+    if c["hidden_size_per_layer_input"]:
+        sizes += [c["vocab_size_per_layer_input"]]
+    entries = raw.get("per_layer_config") or {}
+    kinds = raw.get("layer_types")
+    return all(is_size(n) for n in sizes) and is_size(c["hidden_size_per_layer_input"], may_be_0=True) and \
+        is_size(c["num_kv_shared_layers"], may_be_0=True) and c["num_kv_shared_layers"] <= c["num_hidden_layers"] \
+        and isinstance(entries, dict) and all(str(i).isdigit() and isinstance(e, dict) for i, e in entries.items()) \
+        and (kinds is None or isinstance(kinds, list) and all(isinstance(k, str) for k in kinds)) \
+        and raw.get("hidden_activation", "gelu_pytorch_tanh") in ACTIVATIONS \
+        and pad_fits(raw.get("pad_token_id", 0), c["vocab_size"])
 
 
 def layer_modules(c: dict, i: int) -> Dict[str, List[int]]:

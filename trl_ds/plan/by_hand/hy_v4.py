@@ -10,6 +10,7 @@ per-head sinks, and each layer holds two hyper-connections (`hc_mult` streams) b
 from typing import Dict, List, Optional
 
 from trl_ds.plan.by_hand import (
+    ACTIVATIONS,
     LAYER_TYPES,
     LEGACY,
     accepted_rope_only,
@@ -23,6 +24,7 @@ from trl_ds.plan.by_hand import (
     latent_attention,
     linear,
     listed,
+    odd_rotary,
     pad_fits,
     routed_experts,
     strict_values,
@@ -41,16 +43,15 @@ FIELDS = {  # configuration_hy_v4.py: every size the model reads, its default an
 }
 MAY_BE_0 = ("num_hidden_layers", "n_routed_experts", "n_shared_experts")  # a 0 elsewhere some module may divide by
 PAD_TOKEN_ID = 120002  # the class default: outside a smaller vocabulary, nn.Embedding refuses it
-ACTIVATIONS = ("silu", "swish", "gelu", "gelu_pytorch_tanh", "relu")  # some of ACT2FN's: others go to the meta device
 # what validate_layer_type takes, as first written here (reference_sliding_attention goes to the meta device)
 KINDS = tuple(k for k in LAYER_TYPES if k != "reference_sliding_attention") + tuple(LEGACY)
 
 
 def settings(raw: dict) -> Optional[dict]:
     """The config's values over the class defaults, with its lists derived as __post_init__ derives them; None for a
-    config transformers refuses (a list of the wrong length or kinds, a pad token outside the vocabulary, a value of
-    the wrong type, a negative size) and for one these formulas leave to the meta device (RoPE accepted_rope does not
-    take, an unusual activation, a 0 some module divides by)."""
+    config transformers refuses (a list of the wrong length or kinds, a pad token outside the vocabulary, a wrong
+    type in a field FIELDS checks, a negative size, an odd head rotated whole) and for one these formulas leave to
+    the meta device (RoPE accepted_rope does not take, an unusual activation, a 0 some module divides by)."""
     c, experts = strict_values(raw, FIELDS), raw.get("num_local_experts", 0)
     if c is None or not all(is_size(v, k in MAY_BE_0) for k, v in c.items() if fits(v, int)):
         return None
@@ -67,9 +68,11 @@ def settings(raw: dict) -> Optional[dict]:
     if indexers is None:
         indexers = ["full" if i == 0 or (i - 1) % 4 == 0 else "shared" for i in range(layers)]
     if not (listed(mlp, layers, ("dense", "sparse")) and listed(kinds, layers, KINDS) and
-            isinstance(indexers, list) and listed(indexers[:layers], layers, indexers) and  # any strings: the model
-            pad_fits(pad, vocab)):  # reads the first, one a layer
+            fits(indexers, [str]) and len(indexers) >= layers and  # @strict's list[str]; the model reads one a
+            pad_fits(pad, vocab)):  # layer from the first
         return None
+    if odd_rotary(c["qk_rope_head_dim"]):
+        return None  # validate_rope refuses an odd head rotated whole; rotated in part, the meta device decides
     return {**c, "mlp_layer_types": mlp, "layer_types": [LEGACY.get(k, k) for k in kinds], "indexer_types": indexers,
             "raw": raw}
 

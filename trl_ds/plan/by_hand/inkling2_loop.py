@@ -10,7 +10,18 @@ it out (every sixth layer "hybrid"). The lm_head is `unpadded_vocab_size` wide a
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import LAYER_TYPES, LEGACY, below, decoder, is_size, linear, listed, pad_fits, routed_experts
+from trl_ds.plan.by_hand import (
+    ACTIVATIONS,
+    LAYER_TYPES,
+    LEGACY,
+    below,
+    decoder,
+    is_size,
+    linear,
+    listed,
+    pad_fits,
+    routed_experts,
+)
 
 TYPES = ("inkling2_loop_text",)
 DEFAULTS = {  # configuration_inkling2_loop.py
@@ -50,8 +61,9 @@ def settings(raw: dict) -> Optional[dict]:
     kinds = raw.get("layer_types")
     if kinds is None:
         kinds = ["hybrid" if (i + 1) % 6 == 0 else "hybrid_sliding" for i in range(layers)]
-    if not listed(kinds, layers, KINDS) or not pad_fits(raw.get("pad_token_id"), c["vocab_size"]):
-        return None
+    if not listed(kinds, layers, KINDS) or not pad_fits(raw.get("pad_token_id"), c["vocab_size"]) or not {
+            raw.get("hidden_act", "silu"), raw.get("scoring_func", "sigmoid")} <= set(ACTIVATIONS):
+        return None  # prelu or xielu (as an MLP's or the router's function) holds a tensor
     return {**c, "sliding": [k == "hybrid_sliding" for k in kinds],
             "tie_word_embeddings": raw.get("tie_word_embeddings")}
 

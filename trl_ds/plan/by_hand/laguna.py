@@ -17,6 +17,7 @@ from trl_ds.plan.by_hand import (
     is_size,
     linear,
     number,
+    odd_rotary,
     pad_fits,
     routed_experts,
     strict_values,
@@ -39,6 +40,8 @@ FIELDS = {  # configuration_laguna.py: the default, and what @strict lets throug
     "moe_apply_router_weight_on_input": (False, bool), "moe_router_logit_softcapping": (0.0, float),
 }
 SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")
+WIDTHS = ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+          "num_experts")  # 0 builds empty tensors; below 0 nothing builds
 KINDS = ("full_attention", "sliding_attention")  # the RoPE types the class has defaults for
 
 
@@ -62,12 +65,15 @@ def settings(raw: dict) -> Optional[dict]:
     c.update({k: v for k, v in derived.items() if c[k] is None})  # an empty list stays empty
     kinds, mlps, heads = c["layer_types"], c["mlp_layer_types"], c["num_attention_heads_per_layer"]
     if (c["moe_apply_router_weight_on_input"] or {len(kinds), len(mlps), len(heads)} != {layers}
-            or not set(mlps) <= {"dense", "sparse"} or not all(is_size(c[k]) for k in SIZES) or min(heads) < 1
+            or not set(mlps) <= {"dense", "sparse"} or not all(is_size(c[k]) for k in SIZES)
+            or not all(is_size(c[k], may_be_0=True) for k in WIDTHS) or min(heads) < 1
             or not pad_fits(c["pad_token_id"], c["vocab_size"])):
         return None  # validate_architecture, validate_layer_type, a zero division, nn.Embedding's assert
     if (not set(kinds) <= set(KINDS) or not plain_rope(c["rope_parameters"], kinds) or "rope_scaling" in raw
             or not number(raw.get("rope_theta", 0.0)) or c["hidden_act"] not in ACTIVATIONS):
         return None
+    if odd_rotary(c["head_dim"]):
+        return None  # validate_rope refuses an odd head rotated whole; rotated in part, the meta device decides
     return {**c, "raw": raw}
 
 

@@ -8,6 +8,7 @@ attention with q/k norms. Every layer holds an MoE block: routed experts, a rout
 from typing import Dict, List, Optional
 
 from trl_ds.plan.by_hand import (
+    ACTIVATIONS,
     LAYER_TYPES,
     LEGACY,
     accepted_rope_only,
@@ -19,6 +20,7 @@ from trl_ds.plan.by_hand import (
     is_size,
     linear,
     listed,
+    odd_rotary,
     pad_fits,
     routed_experts,
     strict_values,
@@ -35,7 +37,6 @@ FIELDS = {  # configuration_lara_mini.py: every size the model reads, its defaul
     "sliding_window": (512, int), "hidden_act": ("silu", str),
 }
 MAY_BE_0 = ("num_hidden_layers", "num_experts")  # a 0 elsewhere some module may divide by
-ACTIVATIONS = ("silu", "swish", "gelu", "gelu_pytorch_tanh", "relu")  # some of ACT2FN's: others go to the meta device
 # what validate_layer_type takes, as first written here (reference_sliding_attention goes to the meta device)
 KINDS = tuple(k for k in LAYER_TYPES if k != "reference_sliding_attention") + tuple(LEGACY)
 PATTERN = ["linear_attention", "sliding_attention", "linear_attention", "full_attention", "sliding_attention"]
@@ -44,8 +45,8 @@ PATTERN = ["linear_attention", "sliding_attention", "linear_attention", "full_at
 def settings(raw: dict) -> Optional[dict]:
     """The config's values over the class defaults, with layer_types derived as __post_init__ derives it; None for a
     config transformers refuses (heads not a multiple of key/value heads, a list of the wrong length or kinds, a pad
-    token outside the vocabulary, a value of the wrong type) and for one these formulas leave to the meta device
-    (RoPE accepted_rope does not take, an unusual activation)."""
+    token outside the vocabulary, a wrong type in a field FIELDS checks, an odd head rotated whole) and for one these
+    formulas leave to the meta device (RoPE accepted_rope does not take, an unusual activation)."""
     c = strict_values(raw, FIELDS)
     if c is None or not all(is_size(v, k in MAY_BE_0) for k, v in c.items() if fits(v, int)):
         return None
@@ -60,6 +61,8 @@ def settings(raw: dict) -> Optional[dict]:
             listed(kinds, layers, KINDS) and (mlp is None or listed(mlp, layers, ("dense", "sparse"))) and
             pad_fits(pad, vocab)):
         return None
+    if odd_rotary(c["head_dim"]):
+        return None  # validate_rope refuses an odd head rotated whole; rotated in part, the meta device decides
     return {**c, "layer_types": [LEGACY.get(k, k) for k in kinds], "raw": raw}
 
 
@@ -81,7 +84,7 @@ def mixer_modules(c: dict, kind: str) -> Dict[str, List[int]]:
         return out
     hd = c["head_dim"]
     attention(out, "self_attn", h, c["num_attention_heads"], c["num_key_value_heads"], hd, c["attention_bias"])
-    out["self_attn.q_norm"] = out["self_attn.k_norm"] = [hd]
+    out["self_attn.q_norm"], out["self_attn.k_norm"] = [hd], [hd]
     return out
 
 

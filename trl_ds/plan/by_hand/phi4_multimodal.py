@@ -11,6 +11,7 @@ import math
 from typing import Dict, List, Optional
 
 from trl_ds.plan.by_hand import (
+    ACTIVATIONS,
     below,
     decoder,
     dotted,
@@ -61,10 +62,6 @@ SIZES = {  # what the formulas read: each at least 1 (smaller ones the meta devi
               "depthwise_separable_out_channel", "depthwise_multiplier", "kernel_size", "input_size",
               "bias_max_distance", "nemo_conv_channels", "downsample_rate"),
 }
-ACTIVATIONS = {  # activations.py's ACT2CLS, less prelu and xielu: they hold parameters
-    "gelu", "gelu_10", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh", "gelu_python_tanh",
-    "gelu_accurate", "hardswish", "laplace", "leaky_relu", "linear", "mish", "quick_gelu", "relu", "relu2", "relu6",
-    "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh"}
 BASE_CHECKS = ("num_heads", "embed_dim", "per_layer_config", "layer_types", "mlp_layer_types", "output_attentions",
                "problem_type", "id2label", "label2id")  # keys PreTrainedConfig's own validation reads
 
@@ -124,7 +121,7 @@ def settings(raw: dict) -> Optional[dict]:
     sizes = [t[k] for k in SIZES["text"]] + [v[k] for k in SIZES["vision"]] + [a[k] for k in SIZES["audio"]]
     if not all(map(is_size, sizes + head_dims)) or not {
             t["hidden_act"], v["hidden_act"], a["activation"], a["conv_activation"], a["conv_glu_type"],
-            a["nemo_activation"]} <= ACTIVATIONS:
+            a["nemo_activation"]} <= set(ACTIVATIONS):
         return None
     if not pad_fits(raw.get("pad_token_id", 199999), t["vocab_size"]):
         return None

@@ -9,7 +9,7 @@ causal LM refuses.
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import below, is_size, linear, over_defaults
+from trl_ds.plan.by_hand import ACTIVATIONS, below, is_size, linear, over_defaults
 
 TYPES = ("reformer",)
 EMBEDDING, LM_HEAD = "reformer.embeddings.word_embeddings", "lm_head.decoder"
@@ -22,7 +22,6 @@ LISTS = {"attn_layers": ["local", "lsh", "local", "lsh", "local", "lsh"], "axial
          "axial_pos_embds_dim": [64, 192]}
 MAY_BE_NONE = {"lsh_attn_chunk_length": 64, "lsh_num_chunks_after": 0}  # None is a value of their own here
 KINDS = ("lsh", "local")
-ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "silu", "swish", "tanh")
 
 
 def settings(raw: dict) -> Optional[dict]:

@@ -9,7 +9,7 @@ whole block.
 """
 from typing import Dict, List, Optional
 
-from trl_ds.plan.by_hand import below, is_size, linear, odd_rotary, over_defaults, pad_fits
+from trl_ds.plan.by_hand import ACTIVATIONS, below, is_size, linear, odd_rotary, over_defaults, pad_fits
 
 TYPES = ("zamba2",)
 DEFAULTS = {  # configuration_zamba2.py
@@ -23,7 +23,6 @@ MAY_BE_NONE = ("intermediate_size", "num_key_value_heads", "pad_token_id")  # No
 KINDS = {"mamba": "linear_attention", "linear_attention": "linear_attention", "hybrid": "hybrid"}  # legacy remapped
 DEFAULT_KINDS = (["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7 + ["linear_attention"] * 4
                  + ["hybrid"] + ["linear_attention"] * 3 + ["hybrid"] + ["linear_attention"] * 2)
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "relu", "silu", "swish", "tanh")
 ROPE = ({"rope_type", "type", "rope_theta"}, ("default",))  # the keys and type read here; any other: the meta device
 
 
