@@ -41,10 +41,10 @@ def assert_declined(raw: dict, same_as: Optional[dict] = None):
     """The family's settings() declines `raw` and the meta device counts it: the planner's total is the meta build's;
     and where `same_as` is given (a config the formulas count, whose model `raw` does not change), its total and active
     count. Returns (the planner's counts, the meta layout) for the caller's own checks."""
-    from trl_ds.plan.by_hand import FAMILIES
+    from trl_ds.plan.by_hand import family
     from trl_ds.plan.params import meta_layout
 
-    assert FAMILIES[raw["model_type"]].settings(raw) is None
+    assert family(raw["model_type"]).settings(raw) is None
     arch = from_config(raw, "declined")
     counts, meta = count_params(arch), meta_layout(arch.config_json)
     assert (counts.method, counts.total) == ("meta", sum(map(sum, meta.modules)))

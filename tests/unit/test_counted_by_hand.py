@@ -8,6 +8,8 @@ import sys
 import pytest
 from conftest import REPO
 
+from trl_ds.plan import by_hand
+
 # the model_types the survey left to the meta device at 7110462 that the planner can plan, and Gemma 4's text models
 BY_HAND = ("bailing_hybrid", "dory", "dots3_note_text", "flint", "gemma4_text", "gemma4_unified_text", "hy_v4",
            "inkling2_loop_text", "laguna", "lara_mini", "phi4_multimodal", "reformer", "zamba2", "zaya")
@@ -25,3 +27,14 @@ def test_every_family_counted_by_hand_plans_its_defaults_without_torch():
     counted, imported = map(json.loads, out.stdout.splitlines())
     assert counted == {t: "fast" for t in BY_HAND}  # each total: the family's test, against the meta device
     assert imported == []
+
+
+def test_the_registry_names_every_module_of_the_package_for_the_types_it_counts():
+    """A module left out of FAMILIES would never count; a type named for the wrong module would count wrong."""
+    import pkgutil
+
+    names = {info.name for info in pkgutil.iter_modules(by_hand.__path__)}
+    assert set(by_hand.FAMILIES.values()) == names
+    assert {t: by_hand.family(t).TYPES for t in BY_HAND} == {t: tuple(
+        k for k, v in by_hand.FAMILIES.items() if v == by_hand.FAMILIES[t]) for t in BY_HAND}
+    assert sorted(by_hand.FAMILIES) == sorted(BY_HAND)

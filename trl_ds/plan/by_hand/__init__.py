@@ -1,6 +1,7 @@
 """Families counted from their config by hand-written per-module formulas, torch-free, where no shape template fits
 (trl_ds/plan/shape_templates.py): what a layer holds depends on its position, on a list's items rather than their
-count, or on a size the config class derives. Each module here names the model_types it counts (TYPES) and gives
+count, or on a size the config class derives. FAMILIES (below) names the module for each model_type; each module
+names the model_types it counts (TYPES) and gives
     settings(raw) -> the values its formulas read, or None where the meta device must decide: a config the formulas
                      were not written for, or one transformers refuses for what the formulas read (a size, a list,
                      their types; a wrong type in a field that shapes nothing, a dropout, is refused when the run
@@ -19,7 +20,6 @@ What the modules share lives here:
     reading values: over_defaults, and dotted for attribute().
 """
 import importlib
-import pkgutil
 import re
 from typing import Callable, Dict, List, Optional
 
@@ -46,9 +46,9 @@ Modules = Dict[str, List[int]]
 
 def counted(raw: dict):
     """(the family's module, its settings, its modules) where a module here counts the config, else None."""
-    family = FAMILIES.get(raw.get("model_type"))
-    c = family.settings(raw) if family is not None else None
-    return None if c is None else (family, c, family.modules(c))
+    counting = family(raw.get("model_type"))
+    c = counting.settings(raw) if counting is not None else None
+    return None if c is None else (counting, c, counting.modules(c))
 
 
 def routed_groups(held: Modules) -> List[int]:
@@ -222,5 +222,15 @@ def routed_experts(out: Modules, at: str, h: int, experts: int, width: int) -> N
     out[f"{at}.gate"] = [experts * h]
 
 
-FAMILIES = {t: m for m in (importlib.import_module(f"{__name__}.{i.name}") for i in pkgutil.iter_modules(__path__)
-                                   if not i.name.startswith("_")) for t in m.TYPES}  # last: they import the above
+FAMILIES = {  # model_type -> the module here that counts it (imported when a config of that type is planned: every
+    # plan imports this package, few count one of these)
+    "bailing_hybrid": "bailing_hybrid", "dory": "dory", "dots3_note_text": "dots3_note", "flint": "flint",
+    "gemma4_text": "gemma4", "gemma4_unified_text": "gemma4", "hy_v4": "hy_v4", "inkling2_loop_text": "inkling2_loop",
+    "laguna": "laguna", "lara_mini": "lara_mini", "phi4_multimodal": "phi4_multimodal", "reformer": "reformer",
+    "zamba2": "zamba2", "zaya": "zaya"}
+
+
+def family(model_type: str):
+    """The module that counts `model_type`, or None."""
+    name = FAMILIES.get(model_type)
+    return None if name is None else importlib.import_module(f"{__name__}.{name}")
