@@ -14,7 +14,7 @@ meta-device build by its test (tests/unit/test_by_hand_*.py).
 What the modules share lives here:
     checking a config as transformers 5.24 does: well_typed and strict_values (@strict's type check, each field
         declared as (default, *accepted kinds): `fits` says how), is_size, number, pad_fits, listed, accepted_rope,
-        accepted_rope_only, odd_rotary, and the names ACTIVATIONS, LAYER_TYPES, LEGACY, ROPE_KEYS;
+        accepted_rope_only, odd_rotary, and the names ACTIVATIONS, LAYER_TYPES, LEGACY, KNOWN_KINDS, ROPE_KEYS;
     building the module map: decoder (embeddings, each layer and its norms, final norm, lm_head), below, linear,
         attention, latent_attention, indexer, gated_mlp, routed_experts;
     reading values: over_defaults, and dotted for attribute().
@@ -41,6 +41,8 @@ ROPE_NEEDS = {"default": (), "linear": ("factor",), "dynamic": ("factor",),  # _
 ROPE_MAY = {"yarn": ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate")}
 LEGACY = {"mamba": "linear_attention", "attention": "full_attention",  # remapped by PreTrainedConfig.__post_init__
           "deepseek_sparse_attention": "indexed_attention", "qwen_sparse_attention": "indexed_attention"}
+KNOWN_KINDS = tuple(k for k in LAYER_TYPES if k != "reference_sliding_attention") + tuple(LEGACY)  # what
+# validate_layer_type takes, legacy names included; reference_sliding_attention, untried here, goes to the meta device
 Modules = Dict[str, List[int]]
 
 

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 
 from trl_ds.plan.by_hand import (
     ACTIVATIONS,
-    LAYER_TYPES,
+    KNOWN_KINDS,
     LEGACY,
     accepted_rope_only,
     below,
@@ -43,8 +43,6 @@ FIELDS = {  # configuration_hy_v4.py: every size the model reads, its default an
 }
 MAY_BE_0 = ("num_hidden_layers", "n_routed_experts", "n_shared_experts")  # a 0 elsewhere some module may divide by
 PAD_TOKEN_ID = 120002  # the class default: outside a smaller vocabulary, nn.Embedding refuses it
-# what validate_layer_type takes, as first written here (reference_sliding_attention goes to the meta device)
-KINDS = tuple(k for k in LAYER_TYPES if k != "reference_sliding_attention") + tuple(LEGACY)
 
 
 def settings(raw: dict) -> Optional[dict]:
@@ -67,7 +65,7 @@ def settings(raw: dict) -> Optional[dict]:
     indexers = raw.get("indexer_types")
     if indexers is None:
         indexers = ["full" if i == 0 or (i - 1) % 4 == 0 else "shared" for i in range(layers)]
-    if not (listed(mlp, layers, ("dense", "sparse")) and listed(kinds, layers, KINDS) and
+    if not (listed(mlp, layers, ("dense", "sparse")) and listed(kinds, layers, KNOWN_KINDS) and
             fits(indexers, [str]) and len(indexers) >= layers and  # @strict's list[str]; the model reads one a
             pad_fits(pad, vocab)):  # layer from the first
         return None

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 from trl_ds.plan.by_hand import (
     ACTIVATIONS,
-    LAYER_TYPES,
+    KNOWN_KINDS,
     LEGACY,
     accepted_rope_only,
     attention,
@@ -37,8 +37,6 @@ FIELDS = {  # configuration_lara_mini.py: every size the model reads, its defaul
     "sliding_window": (512, int), "hidden_act": ("silu", str),
 }
 MAY_BE_0 = ("num_hidden_layers", "num_experts")  # a 0 elsewhere some module may divide by
-# what validate_layer_type takes, as first written here (reference_sliding_attention goes to the meta device)
-KINDS = tuple(k for k in LAYER_TYPES if k != "reference_sliding_attention") + tuple(LEGACY)
 PATTERN = ["linear_attention", "sliding_attention", "linear_attention", "full_attention", "sliding_attention"]
 
 
@@ -58,7 +56,7 @@ def settings(raw: dict) -> Optional[dict]:
     mlp = raw.get("mlp_layer_types")  # no field, and the model ignores it, but validate_layer_type checks it
     if not (c["num_attention_heads"] % c["num_key_value_heads"] == 0 and  # validate_architecture
             c["linear_num_value_heads"] % c["linear_num_key_heads"] == 0 and
-            listed(kinds, layers, KINDS) and (mlp is None or listed(mlp, layers, ("dense", "sparse"))) and
+            listed(kinds, layers, KNOWN_KINDS) and (mlp is None or listed(mlp, layers, ("dense", "sparse"))) and
             pad_fits(pad, vocab)):
         return None
     if odd_rotary(c["head_dim"]):
