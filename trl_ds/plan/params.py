@@ -10,6 +10,7 @@ tests/unit/test_params.py and tests/unit/test_model_families.py hold both to a m
 the parameter. LoRA adapters are counted apart (`count_lora`): PEFT's lora_A and lora_B of each targeted Linear.
 """
 import json
+import re
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import Dict, List, Tuple
@@ -17,7 +18,7 @@ from typing import Dict, List, Tuple
 from trl_ds.config.model_source import DIM_KEYS, model_source, preset_config, read_json
 from trl_ds.errors import ConfigError
 from trl_ds.plan import count_cache, shape_templates
-from trl_ds.plan.by_hand import counted, embedding_and_head, routed_groups
+from trl_ds.plan.by_hand import counted, embedding_and_head
 from trl_ds.plan.gpt_families import GPT_TYPES, extra_embeddings, gpt_layer, standard_keys
 from trl_ds.plan.hybrid_families import HYBRID_DEFAULTS, gated_delta_net, is_linear_attention
 from trl_ds.plan.more_families import (
@@ -59,6 +60,7 @@ DEFAULTS = {
 COMMON_DEFAULTS = {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "decoder_sparse_step": 1,
                    "mlp_only_layers": []}
 EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+EXPERTS = re.compile(r"^(.*?\.experts)(\.|$)")  # a layer's routed experts, by module name
 NESTED = {"experts": "ffn_config.moe_num_experts", "per_token": "ffn_config.moe_top_k",  # DBRX's ffn_config
           "width": "ffn_config.ffn_hidden_size"}
 
@@ -432,19 +434,26 @@ def described(attr, model_type: str, routed: tuple, config_json: str, where: str
 def meta_layout(config_json: str) -> Layout:
     config, model = meta_model(config_json)
     modules: Dict[str, List[int]] = {}
-    routed: Dict[str, int] = {}
     for name, p in model.named_parameters():  # already without the tied duplicates
-        owner = name.rsplit(".", 1)[0]
-        modules.setdefault(owner, []).append(p.numel())
-        if ".experts." in name:  # fused experts (one module) or a ModuleList of them: one group per layer
-            group = name[:name.index(".experts") + len(".experts")]
-            routed[group] = routed.get(group, 0) + p.numel()
+        modules.setdefault(name.rsplit(".", 1)[0], []).append(p.numel())
     embedding = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     lm_head = 0 if head is None or head.weight is embedding else head.weight.numel()
     experts, per_token = routing(config_attr(config))
     return Layout(modules=tuple(tuple(v) for v in modules.values()), embedding=embedding.numel(), lm_head=lm_head,
-                  routed=tuple((n, experts, per_token) for n in routed.values()) if experts else (), method="meta")
+                  routed=tuple((n, experts, per_token) for n in routed_groups(modules)) if experts else (),
+                  method="meta")
+
+
+def routed_groups(modules: Dict[str, List[int]]) -> List[int]:
+    """The numel of each layer's routed experts: fused experts (one module) or a ModuleList of them, one group per
+    layer, from module names."""
+    groups: Dict[str, int] = {}
+    for name, sizes in modules.items():
+        found = EXPERTS.match(name)
+        if found:
+            groups[found[1]] = groups.get(found[1], 0) + sum(sizes)
+    return list(groups.values())
 
 
 def counted_elsewhere(config_json: str, where: str) -> Architecture:
@@ -468,20 +477,30 @@ def counted_elsewhere(config_json: str, where: str) -> Architecture:
 def own_layout(config_json: str):
     """(what getattr(config, name) gives, the layout) of a config counted without torch beyond the families written
     out above: by hand-written formulas (trl_ds/plan/by_hand/), else by a shape template; None where neither does."""
-    by_hand = counted(json.loads(config_json))
+    by_hand = hand_layout(config_json)
     if by_hand is not None:
-        family, c, held = by_hand
-        attr = lambda name: family.attribute(c, name)  # noqa: E731
-        experts, per_token = routing(attr)
-        embedding, lm_head = embedding_and_head(family, held)
-        return attr, Layout(modules=tuple(tuple(v) for v in held.values()), embedding=embedding, lm_head=lm_head,
-                            routed=tuple((n, experts, per_token) for n in routed_groups(held)) if experts else (),
-                            method="fast")
+        return by_hand
     templated = template_layout(config_json)
     if templated is None:
         return None
     tpl, values, lay = templated
     return (lambda name: shape_templates.attribute(tpl, values, name)), lay
+
+
+@lru_cache(maxsize=16)
+def hand_layout(config_json: str):
+    """(what getattr(config, name) gives, the layout) where a family in trl_ds/plan/by_hand/ counts the config, else
+    None: kept, as a plan reads it for the architecture and again for the layout."""
+    by_hand = counted(json.loads(config_json))
+    if by_hand is None:
+        return None
+    family, c, held = by_hand
+    attr = lambda name: family.attribute(c, name)  # noqa: E731
+    experts, per_token = routing(attr)
+    embedding, lm_head = embedding_and_head(family, held)
+    return attr, Layout(modules=tuple(tuple(v) for v in held.values()), embedding=embedding, lm_head=lm_head,
+                        routed=tuple((n, experts, per_token) for n in routed_groups(held)) if experts else (),
+                        method="fast")
 
 
 @lru_cache(maxsize=16)

@@ -20,10 +20,8 @@ What the modules share lives here:
     reading values: over_defaults, and dotted for attribute().
 """
 import importlib
-import re
 from typing import Callable, Dict, List, Optional
 
-EXPERTS = re.compile(r"^(.*?\.experts)(\.|$)")  # as the meta count groups them: fused, or a ModuleList of experts
 # the activations (activations.py) a family here takes unless it names its own: transformers knows them and their
 # modules hold no tensors (prelu's and xielu's do); any other goes to the meta device
 ACTIVATIONS = (  # activations.py's ACT2CLS less prelu and xielu, whose modules hold tensors
@@ -51,16 +49,6 @@ def counted(raw: dict):
     counting = family(raw.get("model_type"))
     c = counting.settings(raw) if counting is not None else None
     return None if c is None else (counting, c, counting.modules(c))
-
-
-def routed_groups(held: Modules) -> List[int]:
-    """The numel of each layer's routed experts."""
-    groups: Dict[str, int] = {}
-    for name, sizes in held.items():
-        found = EXPERTS.match(name)
-        if found:
-            groups[found[1]] = groups.get(found[1], 0) + sum(sizes)
-    return list(groups.values())
 
 
 def embedding_and_head(family, held: Modules) -> tuple:
