@@ -40,8 +40,9 @@ def tutorial(tmp_path_factory):
 def test_zero_offload_trains_the_10b_gpt2_on_one_v100(tutorial):
     overrides, v100 = tutorial
     # the tutorial's batch of 10 on its one GPU; the planner picks the micro-batch (see docs/planner.md for 10)
-    fitting, misfits = need([*overrides, "batch.global_size=10", "zero=stage2", "offload=cpu",
-                             "trainer.gradient_checkpointing=true"], [v100], [1])
+    answer = need([*overrides, "batch.global_size=10", "zero=stage2", "offload=cpu",
+                   "trainer.gradient_checkpointing=true"], [v100], [1])
+    fitting, misfits = answer.fitting, answer.misfits
     assert misfits == [] and [s.gpus for s in fitting] == [1]
     one = fitting[0]
     assert one.smallest and one.best.estimate.device_total <= 32 * 2 ** 30
@@ -51,7 +52,8 @@ def test_zero_offload_trains_the_10b_gpt2_on_one_v100(tutorial):
 def test_plain_data_parallelism_cannot_train_it_on_one_v100_nor_eight(tutorial):
     overrides, v100 = tutorial
     # 10 samples per GPU on 8 of them (the tutorial's per-GPU batch)
-    fitting, misfits = need([*overrides, "batch.global_size=80", "zero=stage0", "offload=none"], [v100], [1, 8])
+    answer = need([*overrides, "batch.global_size=80", "zero=stage0", "offload=none"], [v100], [1, 8])
+    fitting, misfits = answer.fitting, answer.misfits
     assert fitting == [] and [s.gpus for s in misfits] == [1, 8]
     # 16 B per parameter on every rank (ZeRO paper: 2 + 2 + 12), more than 32 GB whatever the batch
     assert all("nothing fits (smallest " in s.why_not for s in misfits)
@@ -73,6 +75,41 @@ def test_gpu_hours_and_order_on_shipped_presets(capsys):
     assert [r for r in rows if r["smallest"]] == [min(singles, key=lambda r: r["whole_run"]["gpu_hours"])]
 
 
+def test_the_counts_that_cannot_hold_the_batch_are_skipped_with_why(capsys):
+    """#61: the default counts (1, 8, 16, 32) at batch.global_size=8 refused the whole question over 16 GPUs."""
+    assert main(["--need", "--gpus", "h100-80gb", "model=llama3-8b", "batch.global_size=8", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert sorted(r["gpus"] for r in answer["fitting"] + answer["not_fitting"]) == [1, 8]
+    assert answer["skipped"] == [{"gpus": 16, "why": "batch.global_size=8 has fewer samples than 16 GPUs"},
+                                 {"gpus": 32, "why": "batch.global_size=8 has fewer samples than 32 GPUs"}]
+    assert main(["--need", "--gpus", "h100-80gb", "--counts", "1,3", "model=llama3-8b", "batch.global_size=8"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "skipped: 3 GPUs: batch.global_size=8 does not divide over 3 GPUs"
+
+
+def test_every_row_prints_the_overrides_that_launch_it(capsys):
+    """#61: a partial offload printed `offload=opt-cpu@0.25`, not an override. Each row's run line, composed as the
+    launch composes it, is the configuration the row describes: its ratio, its sub-group size, its memory."""
+    from trl_ds.check.plan_rows import config_problems
+    from trl_ds.cli.plan import plan
+
+    assert main(["--need", "--gpus", "h100-80gb", "--counts", "1,8", "model=llama3-8b", "batch.global_size=8",
+                 "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["fitting"]
+    partial = [r for r in rows if any(o.startswith("offload.ratio=") for o in r["overrides"])]
+    assert partial, "no partial offload among the rows: the case this test is about is gone"
+    for row in rows:
+        command = row["command"].split()
+        assert command[:3] == ["python", "-m", "trl_ds"] and set(row["overrides"]) <= set(command)
+        cfg, _, current, _ = plan(command[3:])
+        assert config_problems(cfg) == []
+        assert current.device_total == row["device_total_bytes"]
+        assert (cfg.cluster.gpus_per_node * cfg.cluster.nodes, cfg.cluster.gpu) == (row["gpus"], row["gpu"])
+    ratio = next(o for o in partial[0]["overrides"] if o.startswith("offload.ratio="))
+    assert 0 < float(ratio.split("=")[1]) < 1
+    assert any(o.startswith("zero.sub_group_size=") for o in partial[0]["overrides"])
+
+
 def test_the_table_marks_the_smallest(capsys):
     assert main(["--need", "--gpus", "h100-80gb", "--counts", "1,8", "model=llama3-8b", "batch.global_size=64",
                  "trainer.max_steps=100"]) == 0
@@ -84,9 +121,9 @@ def test_the_table_marks_the_smallest(capsys):
 @pytest.mark.parametrize("args,message", [
     (["model=llama3-8b"], "trl-ds plan --need compares cluster shapes at one global batch: set batch.global_size "
                           "(e.g. batch.global_size=64)."),
-    (["model=llama3-8b", "batch.global_size=12", "--counts", "1,8"],
-     "batch.global_size=12 does not divide over 8 GPUs: use a multiple of every count (--counts 1,8), or name "
-     "fewer counts."),
+    (["model=llama3-8b", "batch.global_size=12", "--counts", "8,16"],
+     "batch.global_size=12 divides over none of --counts 8,16: use a multiple of one of them (e.g. "
+     "batch.global_size=64), or name counts that divide it."),
     (["--counts", "1,12", "batch.global_size=48"], "--counts 1,12: give GPU counts, 1 to 8 or whole nodes of 8, e.g. "
                                                    "--counts 1,8,16,32."),
     (["--gpus"], "--gpus needs a value, e.g. --gpus a100-80gb,h100-80gb."),

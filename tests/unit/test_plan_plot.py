@@ -53,3 +53,63 @@ def test_without_matplotlib_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err.strip() == INSTALL == ("trl-ds plan: --plot needs matplotlib, which is not "
                                                           "installed: pip install 'trl_ds[report]'")
     assert not (tmp_path / "plan.png").exists()
+
+
+@pytest.mark.parametrize("target,message", [
+    ("missing/plan.png", "--plot {d}/missing/plan.png: the folder {d}/missing does not exist; create it (mkdir -p "
+                         "{d}/missing) or name a file in an existing folder."),
+    ("plan.txt", "--plot {d}/plan.txt: matplotlib cannot write .txt files; name a .png, .svg or .pdf file (it writes "),
+])
+def test_a_target_it_cannot_write_is_one_line_before_the_table(tmp_path, capsys, target, message):
+    """#61: the whole table, then a FileNotFoundError or matplotlib's ValueError traceback, exit 1."""
+    assert main([*ARGS, "--plot", str(tmp_path / target)]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1
+    assert out.err.startswith("trl-ds plan: " + message.format(d=tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_gets_a_file_inside_named_in_the_output(tmp_path, capsys):
+    """#61: --plot FOLDER wrote FOLDER.png beside it and said it wrote FOLDER."""
+    folder = tmp_path / "plots"
+    folder.mkdir()
+    assert main(["--plot", str(folder), "--fits", *ARGS]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"trl-ds plan: wrote {folder}/plan.png (12 configurations)"
+    assert (folder / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and sorted(tmp_path.iterdir()) == [folder]
+
+
+def test_fits_when_nothing_fits_draws_nothing_and_says_so(tmp_path, capsys):
+    """#61: --fits --plot drew every row that did not fit."""
+    args = ["model=llama3-70b", "cluster=1x1", "cluster.gpu_memory_gb=8", "cluster.cpu_memory_gb=16"]
+    assert main(["--fits", "--plot", str(tmp_path / "p.png"), *args]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == f"trl-ds plan: nothing fits, so --plot --fits drew nothing ({tmp_path}/p.png not " \
+                                   f"written)."
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_plot_and_need_in_any_order(tmp_path, capsys):
+    """#61: `--plot f.png --need ...` reached Hydra as an override (LexerNoViableAltException: --plot). With --json,
+    stdout stays one JSON document and the line about the file goes to stderr."""
+    need = ["--gpus", "h100-80gb", "--counts", "1,8", "model=llama3-8b", "batch.global_size=8"]
+    assert main(["--plot", str(tmp_path / "a.svg"), "--need", *need, "--json"]) == 0
+    out = capsys.readouterr()
+    shapes = json.loads(out.out)["fitting"]
+    assert out.err == f"trl-ds plan: wrote {tmp_path}/a.svg ({len(shapes)} shapes)\n"
+    assert main([*need, "--json", "--need", "--plot=" + str(tmp_path / "b.svg")]) == 0
+    assert json.loads(capsys.readouterr().out)["fitting"] == shapes
+    svg = (tmp_path / "a.svg").read_text()
+    assert svg.startswith("<?xml") and all(f"{s['gpu']} x{s['gpus']}" in svg for s in shapes)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--plot"], "--plot needs a value, e.g. --plot plan.png."),
+    (["--plot", "--need"], "--plot needs a value, e.g. --plot plan.png."),
+    (["--counts", "1,8"], "--counts 1,8: --counts chooses --need's shapes; add --need, or drop --counts."),
+    (["--fit"], "--fit: not a flag of trl-ds plan (its flags: --json, --fits, --need, --gpus, --counts, --plot, "
+                "--tokens; see trl-ds plan --help)."),
+])
+def test_flag_mistakes_are_one_line(args, message, capsys):
+    assert main([*ARGS, *args]) == 2
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("", f"trl-ds plan: {message}\n")

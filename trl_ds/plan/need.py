@@ -1,21 +1,24 @@
 """`trl-ds plan --need [--gpus A,B] [--counts 1,8,16,32] [--tokens N] [overrides]`: which hardware can train this?
 
 For every GPU preset trl_ds ships (trl_ds/plan/hardware/*.yaml with a memory_gb; --gpus names presets or hardware
-YAML files instead) × every GPU count (8 per node from 8 up), auto-fit (trl_ds/plan/autofit.py) finds the fastest
+YAML files instead) × every GPU count (8 per node from 8 up) that the global batch divides over (the others are
+listed as skipped, with why), auto-fit (trl_ds/plan/autofit.py) finds the fastest
 configuration that fits, over the choices the command line leaves open: zero, offload, checkpointing and, with
 batch.global_size, the micro-batch. Host RAM per node (cluster.cpu_memory_gb, cluster=1x8's unless given) is part of
 "fits", as in every plan. The shapes that fit are sorted by the whole run's GPU-hours (trl_ds/plan/runtime.py; at
 one global batch, GPU-seconds per sample when the steps are not known before launch); the one with the least GPU
-memory in all (then the fewest GPUs) is marked as the smallest that fits.
+memory in all (then the fewest GPUs) is marked as the smallest that fits. Each row's configuration is printed as
+the overrides that set it, and the whole command that launches it (planner.run_command).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from trl_ds.config.compose import compose
 from trl_ds.errors import ConfigError
 from trl_ds.plan.autofit import Candidate, candidates
+from trl_ds.plan.dimensions import OPT16
 from trl_ds.plan.memory import Setup
-from trl_ds.plan.planner import size
+from trl_ds.plan.planner import grid_overrides, run_command, size
 from trl_ds.plan.runtime import RunTime, duration, run_time
 from trl_ds.plan.steptime import HARDWARE_DIR, read_preset
 
@@ -26,6 +29,8 @@ PER_NODE = 8  # GPUs per node once a shape has 8 or more
 LEFT_OPEN = {"zero=": "zero=auto", "offload=": "offload=auto",
              "trainer.gradient_checkpointing=": "trainer.gradient_checkpointing=auto",
              "trainer.per_device_train_batch_size=": "trainer.per_device_train_batch_size=auto"}
+# the overrides (by prefix) that set each auto choice; others are their own prefix (tp, sp, trainer.*)
+CHOICE_KEYS = {"zero": ("zero=",), "offload": ("offload", "zero.sub_group_size="), OPT16: ("precision.",)}
 
 
 @dataclass
@@ -37,6 +42,18 @@ class Shape:
     run: Optional[RunTime] = None
     why_not: str = ""
     smallest: bool = False
+    overrides: List[str] = field(default_factory=list)  # what it was fitted with: the user's, the shape's, the autos
+
+    @property
+    def choices(self) -> List[str]:
+        """The best configuration's open choices, as overrides (a partial offload with its ratio and sub-group)."""
+        keys = tuple(k for auto in self.best.auto for k in CHOICE_KEYS.get(auto, (auto,)))
+        return [o for o in grid_overrides(self.best.estimate.setup) if o.startswith(keys)]
+
+    @property
+    def command(self) -> str:
+        """The command that launches the best configuration on this shape."""
+        return run_command(self.best.estimate.setup, self.overrides)
 
     @property
     def nodes(self) -> int:
@@ -69,9 +86,9 @@ def shape_overrides(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: 
 
 def fit_shape(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: int, tokens: Optional[float],
               row_check: RowCheckFactory = None) -> Shape:
-    shape = Shape(gpu=gpu, memory_gb=memory_gb, gpus=gpus)
+    shape = Shape(gpu=gpu, memory_gb=memory_gb, gpus=gpus, overrides=shape_overrides(overrides, gpu, memory_gb, gpus))
     try:
-        cfg = compose(shape_overrides(overrides, gpu, memory_gb, gpus))
+        cfg = compose(shape.overrides)
         ranked = candidates(cfg, accepts=row_check(cfg) if row_check else None)
     except ConfigError as err:
         shape.why_not = " / ".join(err.problems)
@@ -87,30 +104,42 @@ def fit_shape(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: int, t
     return shape
 
 
-def check_batch(overrides: Sequence[str], counts: Sequence[int]) -> Optional[int]:
-    """The global batch every shape trains at: batch.global_size, a multiple of every count."""
-    cfg = compose(overrides)
-    global_size = cfg.batch.global_size
+def usable_counts(overrides: Sequence[str], counts: Sequence[int]) -> Tuple[List[int], List[Tuple[int, str]]]:
+    """(the counts the global batch divides over, (count, why) for each one it does not). Every shape trains at
+    batch.global_size; ConfigError when it is unset or no count can hold it."""
+    global_size = compose(overrides).batch.global_size
     if not global_size:
         raise ConfigError(["trl-ds plan --need compares cluster shapes at one global batch: set batch.global_size "
                            "(e.g. batch.global_size=64)."])
-    uneven = [n for n in counts if global_size % n]
-    if uneven:
-        raise ConfigError([f"batch.global_size={global_size} does not divide over {uneven[0]} GPUs: use a multiple "
-                           f"of every count (--counts {','.join(map(str, counts))}), or name fewer counts."])
-    return global_size
+    kept = [n for n in counts if global_size % n == 0]
+    skipped = [(n, f"batch.global_size={global_size} " + (f"has fewer samples than {n} GPUs" if n > global_size else
+                                                            f"does not divide over {n} GPUs")) for n in counts
+               if global_size % n]
+    if not kept:
+        raise ConfigError([f"batch.global_size={global_size} divides over none of --counts "
+                           f"{','.join(map(str, counts))}: use a multiple of one of them (e.g. "
+                           f"batch.global_size={counts[0] * 8}), or name counts that divide it."])
+    return kept, skipped
+
+
+@dataclass
+class Answer:
+    fitting: List[Shape]  # cheapest first, the smallest marked
+    misfits: List[Shape]
+    skipped: List[Tuple[int, str]]  # GPU counts that cannot hold the global batch, and why
 
 
 def need(overrides: Sequence[str], gpus: Sequence[str], counts: Sequence[int], tokens: Optional[float] = None,
-         row_check: RowCheckFactory = None) -> Tuple[List[Shape], List[Shape]]:
-    """(shapes that fit, cheapest first, the smallest marked; shapes that do not). row_check(cfg): the launch's check
-    of a shape's candidates (trl_ds/check/plan_rows.py RowCheck), so no shape is fitted with a config it refuses."""
-    check_batch(overrides, counts)
-    shapes = [fit_shape(overrides, g, memory_of(g), n, tokens, row_check) for g in gpus for n in counts]
+         row_check: RowCheckFactory = None) -> Answer:
+    """The shapes that fit and those that do not, over the counts that can hold the global batch. row_check(cfg): the
+    launch's check of a shape's candidates (trl_ds/check/plan_rows.py RowCheck), so no shape is fitted with a config
+    it refuses."""
+    kept, skipped = usable_counts(overrides, counts)
+    shapes = [fit_shape(overrides, g, memory_of(g), n, tokens, row_check) for g in gpus for n in kept]
     fitting = sorted((s for s in shapes if s.best), key=lambda s: (s.cost, s.gpus))
     if fitting:
         min(fitting, key=lambda s: (s.memory_gb * s.gpus, s.gpus)).smallest = True
-    return fitting, [s for s in shapes if not s.best]
+    return Answer(fitting, [s for s in shapes if not s.best], skipped)
 
 
 def memory_of(gpu: str) -> float:
@@ -121,31 +150,37 @@ def memory_of(gpu: str) -> float:
     return float(memory)
 
 
-def render(fitting: List[Shape], misfits: List[Shape], tokens_or_steps: str) -> str:
-    head = ["", "gpu", "GPUs", "nodes", "fastest configuration that fits", "GiB/rank", "host GiB/node", "s/step",
-            "whole run", "GPU-hours"]
-    rows = [["*" if s.smallest else "", s.gpu, str(s.gpus), str(s.nodes), s.best.label(),
-             size(s.best.estimate.device_total), size(s.best.estimate.host_total), f"{s.best.time.seconds:.3g}",
-             duration(s.run.seconds) if s.run.steps else "?", f"{s.run.gpu_hours:.3g}" if s.run.steps else "?"]
-            for s in fitting]
+def render(answer: Answer, tokens_or_steps: str, only_fitting: bool = False) -> str:
+    """The table of shapes that fit, then each one's run line; the counts skipped and (unless only_fitting) the
+    shapes that do not fit, each with why."""
+    head = ["", "gpu", "GPUs", "nodes", "GiB/rank", "host GiB/node", "s/step", "whole run", "GPU-hours",
+            "fastest configuration that fits (overrides)"]  # last: the widest, and ragged
+    rows = [["*" if s.smallest else "", s.gpu, str(s.gpus), str(s.nodes), size(s.best.estimate.device_total),
+             size(s.best.estimate.host_total), f"{s.best.time.seconds:.3g}",
+             duration(s.run.seconds) if s.run.steps else "?", f"{s.run.gpu_hours:.3g}" if s.run.steps else "?",
+             " ".join(s.choices)] for s in answer.fitting]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    fmt = lambda r: "  ".join(c.ljust(w) if i in (1, 4) else c.rjust(w)  # noqa: E731
+    fmt = lambda r: "  ".join(c.ljust(w) if i in (1, len(head) - 1) else c.rjust(w)  # noqa: E731
                               for i, (c, w) in enumerate(zip(r, widths))).rstrip()
     lines = [f"trl_ds plan --need: {tokens_or_steps}; cheapest first (GPU-hours); * the smallest that fits", ""]
     lines += [fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows] if rows else \
         ["nothing fits on any of these shapes."]
+    lines += [""] + [f"run ({s.gpu} x{s.gpus}): {s.command}" for s in answer.fitting] if rows else []
+    lines += [""] + [f"skipped: {n} GPUs: {why}" for n, why in answer.skipped] if answer.skipped else []
+    misfits = [] if only_fitting else answer.misfits
     lines += [""] + [f"does not fit: {s.gpu} x{s.gpus}: {s.why_not}" for s in misfits] if misfits else []
     return "\n".join(lines)
 
 
-def as_json(fitting: List[Shape], misfits: List[Shape]) -> dict:
+def as_json(answer: Answer) -> dict:
     def row(s: Shape) -> dict:
         out = {"gpu": s.gpu, "memory_gb": s.memory_gb, "gpus": s.gpus, "nodes": s.nodes}
         if not s.best:
             return {**out, "fits": False, "why_not": s.why_not}
         e = s.best.estimate
-        return {**out, "fits": True, "smallest": s.smallest, "configuration": s.best.label(),
-                "device_total_bytes": e.device_total, "host_total_bytes": e.host_total,
+        return {**out, "fits": True, "smallest": s.smallest, "configuration": s.best.label(), "overrides": s.choices,
+                "command": s.command, "device_total_bytes": e.device_total, "host_total_bytes": e.host_total,
                 "step_seconds": s.best.time.seconds, "seconds_per_sample": s.best.time.per_sample,
                 "whole_run": s.run.as_json()}
-    return {"fitting": [row(s) for s in fitting], "not_fitting": [row(s) for s in misfits]}
+    return {"fitting": [row(s) for s in answer.fitting], "not_fitting": [row(s) for s in answer.misfits],
+            "skipped": [{"gpus": n, "why": why} for n, why in answer.skipped]}

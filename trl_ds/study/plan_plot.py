@@ -3,10 +3,15 @@
 Top: each configuration's per-rank peak, stacked by the plan's components, against the GPU's memory
 (cluster.gpu_memory_gb). Bottom: its host RAM per node against cluster.cpu_memory_gb. The recommended configuration
 is marked. Bars follow the table's order (fitting rows first, fastest first), at most MAX_BARS of them; --fits
-keeps the fitting ones. matplotlib is an optional extra (pip install 'trl_ds[report]').
+keeps the fitting ones. With --need, one bar per shape that fits (its fastest configuration), each against its own
+GPU's memory. The target is checked before the plan is computed (plot_target): a folder gets plan.png inside it, a
+name without a suffix gets .png, and a missing folder or a format matplotlib cannot write is one line.
+matplotlib is an optional extra (pip install 'trl_ds[report]').
 """
 import importlib.util
-from typing import Dict, List, Optional, Sequence
+import os
+import sys
+from typing import Dict, List, Optional, Sequence, TextIO
 
 from trl_ds.config.model_source import display_name
 from trl_ds.errors import ConfigError
@@ -27,9 +32,10 @@ def bar_label(e: Estimate) -> str:
             f"{'ckpt ' if s.gradient_checkpointing else ''}mb{s.micro_batch}").replace(" \n", "\n")
 
 
-def plot_plan(rows: Sequence[Estimate], best: Optional[Estimate], path: str, title: str) -> Dict[str, List[float]]:
+def plot_plan(rows: Sequence[Estimate], best: Optional[Estimate], path: str, title: str,
+              labels: Optional[Sequence[str]] = None, mark: str = "recommended") -> Dict[str, List[float]]:
     """Write the figure; returns each drawn bar series' heights in GiB, read back from the figure's bars, and the
-    index of the bar marked recommended."""
+    index of the bar marked recommended. Each bar's GPU line is its own setup's memory (one line where all agree)."""
     import matplotlib
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
@@ -46,45 +52,101 @@ def plot_plan(rows: Sequence[Estimate], best: Optional[Estimate], path: str, tit
         bars = top.bar(xs, heights, bottom=base, color={**COLORS, **EXTRA_COLORS}[part], label=part, width=0.7)
         drawn[part] = [b.get_height() for b in bars]
         base = [b + h for b, h in zip(base, heights)]
-    if not s.judged_on_host:
-        top.axhline(s.gpu_memory_gb, color="black", linestyle="--", label=f"GPU memory {s.gpu_memory_gb:g} GiB")
+    limits = [e.setup.gpu_memory_gb for e in shown if not e.setup.judged_on_host]
+    gpu_lines(top, shown)
     hosts = bottom.bar(xs, [e.host_total / GiB for e in shown], color="#64B5CD", width=0.7, label="host per node")
     drawn["host"] = [b.get_height() for b in hosts]
     bottom.axhline(s.cpu_memory_gb, color="black", linestyle=":", label=f"host RAM {s.cpu_memory_gb:g} GiB per node")
-    drawn["recommended"] = mark_best(top, shown, best, base)
-    top.set_ylim(0, 1.4 * max(base + ([] if s.judged_on_host else [s.gpu_memory_gb])))  # room for the legend
+    drawn["recommended"] = mark_best(top, shown, best, base, mark)
+    top.set_ylim(0, 1.4 * max(base + limits))  # room for the legend
     bottom.set_ylim(0, 1.4 * max(drawn["host"] + [s.cpu_memory_gb]))
     top.set_ylabel("per-rank peak (GiB)")
     bottom.set_ylabel("host per node (GiB)")
     top.set_title(title, fontsize=10)
     top.legend(fontsize=7, ncol=2, loc="upper right")
     bottom.legend(fontsize=7, loc="upper right")
-    bottom.set_xticks(xs, [bar_label(e) for e in shown], fontsize=6, rotation=90)
+    bottom.set_xticks(xs, list(labels or [bar_label(e) for e in shown])[:len(shown)], fontsize=6, rotation=90)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return drawn
 
 
-def mark_best(ax, shown: Sequence[Estimate], best: Optional[Estimate], tops: Sequence[float]) -> List[int]:
+def gpu_lines(ax, shown: Sequence[Estimate]) -> None:
+    """The GPU's memory: one line across, or a short one over each bar where the bars' GPUs differ (--need)."""
+    limits = [None if e.setup.judged_on_host else e.setup.gpu_memory_gb for e in shown]
+    if len(set(limits)) == 1 and limits[0] is not None:
+        ax.axhline(limits[0], color="black", linestyle="--", label=f"GPU memory {limits[0]:g} GiB")
+        return
+    for i, limit in enumerate(limits):
+        if limit is not None:
+            ax.hlines(limit, i - 0.4, i + 0.4, color="black", linestyles="--", label="GPU memory" if i == 0 else None)
+
+
+def mark_best(ax, shown: Sequence[Estimate], best: Optional[Estimate], tops: Sequence[float], text: str
+              ) -> List[int]:
     marked = [i for i, e in enumerate(shown) if best is not None and e.setup == best.setup]
     for i in marked:
-        ax.annotate("recommended", (i, tops[i]), xytext=(0, 14), textcoords="offset points", ha="center",
+        ax.annotate(text, (i, tops[i]), xytext=(0, 14), textcoords="offset points", ha="center",
                     fontsize=8, fontweight="bold", arrowprops={"arrowstyle": "->"})
     return marked
 
 
-def plot_rows(cfg, rows: Sequence[Estimate], best: Optional[Estimate], path: str, only_fitting: bool = False
-              ) -> Dict[str, List[float]]:
-    """Draw the plan's rows (the table's order; --fits: the fitting ones) and say where; returns the bars drawn."""
+def plot_rows(cfg, rows: Sequence[Estimate], best: Optional[Estimate], path: str, only_fitting: bool = False,
+              to: TextIO = sys.stdout) -> Dict[str, List[float]]:
+    """Draw the plan's rows (the table's order; --fits: the fitting ones, or nothing where none fits) and say where;
+    returns the bars drawn."""
     if only_fitting:
-        rows = [e for e in rows if e.verdict == "fits"] or rows
+        rows = [e for e in rows if e.verdict == "fits"]
+        if not rows:
+            print(f"trl-ds plan: nothing fits, so --plot --fits drew nothing ({path} not written).", file=to)
+            return {}
     c = cfg.cluster
     title = (f"{display_name(cfg.model)} on {c.nodes} x {c.gpus_per_node} {c.gpu} at {c.gpu_memory_gb:g} GiB: "
              f"{min(len(rows), MAX_BARS)} of {len(rows)} configurations (fits first, fastest first)")
     drawn = plot_plan(rows, best, path, title)
-    print(f"trl-ds plan: wrote {path} ({min(len(rows), MAX_BARS)} configurations)")
+    print(f"trl-ds plan: wrote {path} ({min(len(rows), MAX_BARS)} configurations)", file=to)
     return drawn
+
+
+def plot_need(fitting: Sequence, path: str, to: TextIO = sys.stdout) -> Dict[str, List[float]]:
+    """--need --plot: each shape that fits, its fastest configuration (need.Shape's best), cheapest first."""
+    if not fitting:
+        print(f"trl-ds plan: nothing fits on any shape, so --plot drew nothing ({path} not written).", file=to)
+        return {}
+    shown = fitting[:MAX_BARS]
+    rows = [s.best.estimate for s in shown]
+    labels = [f"{s.gpu} x{s.gpus}\n{bar_label(s.best.estimate)}" for s in shown]
+    title = f"trl-ds plan --need: {len(shown)} of {len(fitting)} shapes that fit, cheapest first"
+    smallest = next((s.best.estimate for s in shown if s.smallest), None)
+    drawn = plot_plan(rows, smallest, path, title, labels=labels, mark="smallest that fits")
+    print(f"trl-ds plan: wrote {path} ({len(shown)} shapes)", file=to)
+    return drawn
+
+
+def plot_target(path: str) -> str:
+    """The file --plot writes, checked before any work: ConfigError (one line) for a folder that does not exist or
+    cannot be written, or a format matplotlib cannot write."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if os.path.isdir(path):
+        path = os.path.join(path, "plan.png")
+    suffix = os.path.splitext(path)[1].lower().lstrip(".")
+    if not suffix:
+        path, suffix = path + ".png", "png"
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise ConfigError([f"--plot {path}: matplotlib cannot write .{suffix} files; name a .png, .svg or .pdf file "
+                           f"(it writes {', '.join('.' + f for f in sorted(formats))})."])
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ConfigError([f"--plot {path}: the folder {os.path.dirname(path) or folder} does not exist; create it "
+                           f"(mkdir -p {os.path.dirname(path) or folder}) or name a file in an existing folder."])
+    where = path if os.path.exists(path) else folder
+    if not os.access(where, os.W_OK):
+        raise ConfigError([f"--plot {path}: {where} cannot be written (permissions); name a file in a folder you can "
+                           f"write."])
+    return path
 
 
 def require_matplotlib() -> None:
