@@ -16,6 +16,7 @@ from typing import Callable, List, Optional, Tuple
 from trl_ds.check.argument_values import check_argument_values
 from trl_ds.check.data_file import check_data_files
 from trl_ds.check.deepspeed_rules import DEEPSPEED_RULES, deepspeed_problems
+from trl_ds.check.hardware_values import check_hardware_values
 from trl_ds.check.history import check_history
 from trl_ds.check.quantization import check_bitsandbytes_here, check_quantization
 from trl_ds.check.rendezvous import check_elastic_batch, check_rendezvous
@@ -293,7 +294,7 @@ RULES: List[Callable] = [
     check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer,
     check_model, check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm, check_trainer_options,
     check_peft, check_quantization, check_sequence_parallel, check_tensor_parallel, check_passthrough, check_eval,
-    check_rendezvous,
+    check_rendezvous, check_hardware_values,
     *DEEPSPEED_RULES,
     check_argument_values,  # values with a closed set of choices, against transformers' and TRL's lists
     check_script,
