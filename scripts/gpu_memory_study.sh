@@ -56,7 +56,7 @@ run_all() {
   local started=$SECONDS common
   common=$(common_overrides)
   if [ "$MODE" = study ]; then  # build DeepSpeed's CPU Adam once, outside the runs' time limits
-    "$PY" -m trl_ds.launch.build_ops cpu_adam
+    "$PY" -m trl_ds.cli build-ops cpu_adam
   fi
   mkdir -p "$OUT/runs"
   local model=""  # the first run builds and saves the random-init model; the others load that folder

@@ -38,7 +38,7 @@ def hardware_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("calibrate") / "hardware.yaml"
     lock = copy_op_cache(path.parent / "cache") / "deepspeed_shm_comm" / "lock"
     stale_lock(lock, cwd=path.parent)
-    out = subprocess.run([sys.executable, "-m", "trl_ds.study.calibrate", "--out", str(path), "--nvme-path",
+    out = subprocess.run([sys.executable, "-m", "trl_ds.cli", "calibrate", "--out", str(path), "--nvme-path",
                           str(path.parent)], cwd=REPO, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "TORCH_EXTENSIONS_DIR": str(lock.parent.parent)})
     assert out.returncode == 0, out.stderr

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.light]
 
 
 def test_cli_reports_ops_backends_and_devices(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "trl_ds.launch.env", "--json", "--nvme-path", str(tmp_path / "nvme")],
+    out = subprocess.run([sys.executable, "-m", "trl_ds.cli", "env", "--json", "--nvme-path", str(tmp_path / "nvme")],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     env = json.loads(out.stdout)
@@ -28,7 +28,7 @@ def test_cli_reports_ops_backends_and_devices(tmp_path):
 
 
 def test_cli_text_names_every_topic():
-    out = subprocess.run([sys.executable, "-m", "trl_ds.launch.env"], cwd=REPO, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "trl_ds.cli", "env"], cwd=REPO, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
     for topic in ("packages:", "GPUs (nvidia-smi):", "libaio (NVMe offload):", "SLURM:", "NVMe path",

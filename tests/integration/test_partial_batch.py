@@ -16,7 +16,7 @@ import pytest
 from conftest import copy_op_cache
 from lock_holder import stale_lock
 
-from trl_ds.study.equivalence import main
+from trl_ds.cli.main import main
 from trl_ds.worker.data import tiny_sft_examples
 
 pytestmark = [pytest.mark.integration, pytest.mark.beside, pytest.mark.xdist_group("beside")]
@@ -30,8 +30,8 @@ def check(tmp_path, name, points, steps, *overrides):
     data = tmp_path / "rows20.jsonl"
     data.write_text("".join(json.dumps(e) + "\n" for e in tiny_sft_examples(ROWS)))
     out = tmp_path / name
-    code = main(["--out", str(out), "--points", points, "--steps", str(steps), f"trainer.dataset_name={data}",
-                 *overrides])
+    code = main(["check-equivalence", "--out", str(out), "--points", points, "--steps", str(steps),
+                 f"trainer.dataset_name={data}", *overrides])
     return code, json.loads((out / "equivalence.json").read_text()), (out / "equivalence.md").read_text()
 
 

@@ -39,7 +39,7 @@ def run_sweep(folder, args, env=None):
 
 
 def run_report(*args):
-    out = subprocess.run([sys.executable, "-m", "trl_ds.study.report", *map(str, args)], cwd=REPO, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "trl_ds.cli", "report", *map(str, args)], cwd=REPO, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout

@@ -1,4 +1,5 @@
-"""trl-ds report on synthetic run dirs: rows, estimated vs measured columns, incomplete runs, csv/md/png, the CLI."""
+"""trl-ds report on synthetic run dirs: rows, estimated vs measured columns, incomplete runs, csv/md/png, the CLI
+(`main`: the `trl-ds` command itself, in this process)."""
 import csv
 import importlib.util
 import json
@@ -7,10 +8,10 @@ import pytest
 import yaml
 from conftest import require
 
+from trl_ds.cli.main import main
 from trl_ds.errors import ConfigError
 from trl_ds.launch.summary import failure_reason, record_skipped
 from trl_ds.plan.memory import CUDA_CONTEXT_BYTES
-from trl_ds.study import report
 from trl_ds.study.points import read_point
 from trl_ds.study.table import varying_keys
 
@@ -132,7 +133,7 @@ def sweep(tmp_path):
 
 def test_report_on_a_sweep_writes_csv_md_and_names_the_incomplete_runs(tmp_path, capsys):
     folder = sweep(tmp_path)
-    assert report.main([str(folder)]) == 0
+    assert main(["report", str(folder)]) == 0
     with open(folder / "sweep.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["point"], r["zero"], r["status"]) for r in rows] == [
@@ -154,17 +155,17 @@ def test_report_on_several_folders_and_plain_run_dirs_writes_into_out(tmp_path, 
     a = make_run(tmp_path / "outputs" / "a", ["zero=stage1"])
     b = make_run(tmp_path / "outputs" / "b", ["zero=stage2"])
     folder = sweep(tmp_path)
-    assert report.main([str(a), str(b), str(folder), "--out", str(tmp_path / "out")]) == 0
+    assert main(["report", str(a), str(b), str(folder), "--out", str(tmp_path / "out")]) == 0
     with open(tmp_path / "out" / "sweep.csv") as f:
         points = [r["point"] for r in csv.DictReader(f)]
     assert points == ["outputs/a", "outputs/b", *(f"multirun/10-00-00/{n}" for n in (0, 1, 2, 3, 10))]
-    assert report.main([str(a), str(b)]) == 0  # plain run dirs only: the folder that holds them
+    assert main(["report", str(a), str(b)]) == 0  # plain run dirs only: the folder that holds them
     assert (tmp_path / "outputs" / "sweep.md").exists()
 
 
 def test_report_refuses_a_path_that_holds_no_run(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert report.main([str(tmp_path / "empty"), str(tmp_path / "nowhere")]) == 2
+    assert main(["report", str(tmp_path / "empty"), str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path}/empty holds no run" in err and f"{tmp_path}/nowhere is not a folder" in err
     assert not (tmp_path / "empty" / "sweep.csv").exists()
@@ -174,7 +175,7 @@ def test_without_matplotlib_the_report_says_so_in_one_line_and_writes_csv_and_md
     folder = sweep(tmp_path)
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
-    assert report.main([str(folder)]) == 0
+    assert main(["report", str(folder)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "not installed" in line]
     assert lines == ["trl-ds report: matplotlib is not installed, so memory.png is not written "
                      "(pip install 'trl_ds[report]')"]
@@ -186,7 +187,7 @@ def test_memory_png_draws_the_points_with_figures(tmp_path, capsys):
     require(importlib.util.find_spec("matplotlib") is not None,
             "matplotlib is not installed: pip install -e '.[report]'")
     folder = sweep(tmp_path)
-    assert report.main([str(folder)]) == 0
+    assert main(["report", str(folder)]) == 0
     # stages 0 and 3, the failed point's estimate, the incomplete point's figures; not the empty folder
     assert f"wrote {folder}/memory.png (4 points)" in capsys.readouterr().out
     assert (folder / "memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -197,9 +198,31 @@ def test_report_on_one_run_dir_writes_inside_it_and_nothing_beside_it(tmp_path, 
     parent = tmp_path / "outputs" / "2026-12-05"
     run = make_run(parent / "10-00-00", ["zero=stage1"])
     make_run(parent / "11-00-00", ["zero=stage2"])
-    assert report.main([str(run)]) == 0
+    assert main(["report", str(run)]) == 0
     assert (run / "sweep.csv").exists() and (run / "sweep.md").exists()
     assert sorted(p.name for p in parent.iterdir()) == ["10-00-00", "11-00-00"]
     with open(run / "sweep.csv") as f:
         assert [(r["point"], r["zero"]) for r in csv.DictReader(f)] == [("10-00-00", "stage1")]
     assert f"wrote {run}/sweep.csv and sweep.md" in capsys.readouterr().out
+
+
+def test_report_out_gets_every_file_and_the_run_dir_none(tmp_path, capsys):
+    """`trl-ds report RUN_DIR --out OUT`: loss.png went into the run dir, beside its metrics, instead of OUT (#61)."""
+    require(importlib.util.find_spec("matplotlib") is not None,
+            "matplotlib is not installed: pip install -e '.[report]'")
+    run = make_run(tmp_path / "run", ["zero=stage1"])
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in (
+        {"step": 1, "loss": 2.5}, {"step": 2, "loss": 2.0}, {"step": 2, "eval_loss": 2.2})))
+    before = sorted(p.name for p in run.iterdir())
+    assert main(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in run.iterdir()) == before
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["loss.png", "memory.png", "sweep.csv", "sweep.md"]
+    assert (tmp_path / "out" / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"trl-ds report: wrote {tmp_path}/out/loss.png (2 train, 1 eval points)" in capsys.readouterr().out
+
+
+def test_report_takes_no_unknown_flag(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", str(tmp_path), "--outt", "x"])
+    assert exit_.value.code == 2
+    assert "usage: trl-ds report" in capsys.readouterr().err

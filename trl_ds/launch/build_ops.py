@@ -6,7 +6,6 @@ that wait into a visible setup step with a time per op. A lock that no process h
 is removed first; one a live process holds is waited on (trl_ds/op_locks.py).
 `make test` runs it before the suite; on a cluster, run it once per node image.
 """
-import argparse
 import contextlib
 import os
 import sys
@@ -42,16 +41,11 @@ def build(name: str, say_cleared: bool = False) -> Optional[str]:
     return note + ("cached" if before == os.path.getmtime(library) else "built")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def build_ops(names: List[str]) -> int:
+    """`trl-ds build-ops`: build each of `names` (keys of BUILDERS), one line per op; the exit code."""
     # Build with the ninja the ranks use (the venv's, first on their PATH): ninja versions do not share a build
     # log, and a build made by another ninja is rebuilt from scratch by the next run.
     os.environ["PATH"] = spawn_env()["PATH"]
-    parser = argparse.ArgumentParser(prog="trl-ds build-ops", description=__doc__.split("\n")[0])
-    parser.add_argument("ops", nargs="*", metavar="OP", help=f"ops to build (default: all of {', '.join(BUILDERS)})")
-    names = parser.parse_args(argv).ops or list(BUILDERS)
-    unknown = [name for name in names if name not in BUILDERS]
-    if unknown:
-        parser.error(f"unknown op {', '.join(unknown)}; choose from {', '.join(BUILDERS)}")  # exits 2
     bound_op_lock_waits()  # a lock a live process holds is waited on (with a limit), never removed
     for name in names:
         started = time.perf_counter()
@@ -60,7 +54,3 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{name:<20} {result or 'not available on this accelerator or machine'} "
               f"({time.perf_counter() - started:.1f} s)", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

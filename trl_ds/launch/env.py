@@ -5,7 +5,6 @@ free space where NVMe offload would write. It is written into every run dir as e
 part (trl_ds/launch/env_probe.py: torch devices, gloo/NCCL, which DeepSpeed ops are installed, built or buildable here),
 what `ds_report`, `accelerate env` and `trl env` tell, in one place.
 """
-import argparse
 import contextlib
 import ctypes.util
 import json
@@ -122,19 +121,12 @@ def format_env(env: Dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="trl-ds env", description="What this machine offers to trl_ds.")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.add_argument("--nvme-path", default=DEFAULT_NVME_PATH, help="where offload.nvme_path would point")
-    args = parser.parse_args(argv)
+def print_env(nvme_path: str, as_json: bool = False) -> int:
+    """`trl-ds env`: the fast part and the probe, as text or JSON on stdout."""
     from trl_ds.launch.env_probe import probe
 
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed logs to stdout on import; keep stdout the report
         found = probe()
-    env = {**collect_env(args.nvme_path), "probe": found}
-    print(json.dumps(env, indent=2) if args.json else format_env(env))
+    env = {**collect_env(nvme_path), "probe": found}
+    print(json.dumps(env, indent=2) if as_json else format_env(env))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -11,7 +11,6 @@ Llama, a size the step-time study does not use), torch AdamW (the optimizer on t
 optimizer (torch's fused AdamW on every core; --deepspeed-adam times DeepSpeedCPUAdam), and NVMe write/read at
 --nvme-path. Writes a hardware YAML in the format of trl_ds/plan/hardware/'s presets (cluster.gpu=<file> loads it).
 """
-import argparse
 import contextlib
 import json
 import os
@@ -280,13 +279,8 @@ def write(numbers: Dict[str, float], path: str, seconds: float) -> None:
         f.write("\n".join(lines) + "\n")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="trl-ds calibrate", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="hardware.yaml", help="the hardware YAML to write")
-    parser.add_argument("--ranks", type=int, default=2, help="ranks per node that will share this machine")
-    parser.add_argument("--nvme-path", default=tempfile.gettempdir(), help="folder on the NVMe drive to test")
-    parser.add_argument("--deepspeed-adam", action="store_true", help="time DeepSpeedCPUAdam (slow to load)")
-    args = parser.parse_args(argv)
+def calibrate(out: str, ranks: int, nvme_path: str, deepspeed_adam: bool = False) -> int:
+    """`trl-ds calibrate`: measure, write the hardware YAML `out`, print it; the exit code."""
     # DeepSpeed's JIT ops with the ninja every launch uses (the venv's): another ninja rebuilds them from scratch
     # (trl_ds/launch/build_ops.py); the ZeRO micro-steps load shm_comm, --deepspeed-adam cpu_adam
     os.environ["PATH"] = spawn_env()["PATH"]
@@ -294,16 +288,11 @@ def main(argv=None) -> int:
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed logs to stdout, where the YAML goes
         build("deepspeed_shm_comm", say_cleared=True)  # its ranks load it: built, or a held lock waited on, here once
     start = time.perf_counter()
-    numbers = measure(args.ranks, args.nvme_path, args.deepspeed_adam)
-    write(numbers, args.out, time.perf_counter() - start)
+    numbers = measure(ranks, nvme_path, deepspeed_adam)
+    write(numbers, out, time.perf_counter() - start)
     print(yaml.safe_dump(numbers, sort_keys=False).rstrip())
-    print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s; "
-          f"use it with cluster.gpu={os.path.abspath(args.out)}")
+    print(f"wrote {out} in {time.perf_counter() - start:.0f} s; use it with cluster.gpu={os.path.abspath(out)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def ranks(xs: List[float]) -> List[float]:

@@ -16,7 +16,6 @@ gradient sums to nearly zero turns that roundoff into a visibly different update
 tensor moves the tensor's relative difference past 1e-5 while every loss agrees to 1e-7). A step on another global
 batch, or a normalisation bug (a factor 2 is off by 50%), is off by 1e-2 or more, far above either.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -25,7 +24,6 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from trl_ds.config.partial_batch import count_rows, explain_divergence
-from trl_ds.config.run_name import run_name
 from trl_ds.rundir.layout import FINAL_MODEL_DIR, METRICS
 
 LOSS_RTOL = 1e-5
@@ -121,43 +119,23 @@ def render_table(result: Dict) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="trl-ds check-equivalence", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--global-batch", type=int, default=8, help="samples per optimizer step (divisible by 4)")
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--ranks", default="1,2,4", help="rank counts to try, e.g. 1,2 (4 ranks on 2 cores is slow)")
-    parser.add_argument("--points", default="", help="only these points, e.g. 1x8x1,2x4x1 (the first is the reference)")
-    parser.add_argument("--zero", action="store_true", help="compare ZeRO stages instead of batch shapes")
-    parser.add_argument("--out", default=os.path.join("outputs", "equivalence", run_name().replace("/", "_")))
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides of the main app, applied to every point")
-    return parser.parse_args(argv)
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    args = parse_args(argv)
-    if args.global_batch % 4:
-        print(f"--global-batch {args.global_batch} must be divisible by 4 (it is split into micro-batches of a "
-              f"quarter). Use --global-batch {args.global_batch + 4 - args.global_batch % 4}.", file=sys.stderr)
-        return 2
-    ranks = [int(r) for r in args.ranks.split(",")]
-    points = zero_points(args.global_batch) if args.zero else batch_shapes(args.global_batch, ranks)
-    if args.points:
-        wanted = args.points.replace("x", "×").split(",")
+def check_equivalence(global_batch: int, steps: int, ranks: List[int], only: List[str], zero: bool, out: str,
+                      overrides: List[str]) -> int:
+    """Run every point (only those named in `only`, e.g. 1x8x1, when given), compare, write equivalence.json and .md
+    into `out`; 0 when equivalent, else 1. global_batch must divide by 4 (trl-ds check-equivalence says so)."""
+    points = zero_points(global_batch) if zero else batch_shapes(global_batch, ranks)
+    if only:
+        wanted = [name.replace("x", "×") for name in only]
         points = [p for p in points if p.name in wanted]
     runs = {}
     for point in points:
         print(f"running {point.name} ...", flush=True)
-        runs[point.name] = run_point(point, args.overrides, args.out, args.steps)
-    result = compare(runs, args.global_batch)
+        runs[point.name] = run_point(point, overrides, out, steps)
+    result = compare(runs, global_batch)
     table = render_table(result)
     print(table)
-    with open(os.path.join(args.out, "equivalence.json"), "w") as f:
+    with open(os.path.join(out, "equivalence.json"), "w") as f:
         json.dump(result, f, indent=2)
-    with open(os.path.join(args.out, "equivalence.md"), "w") as f:
+    with open(os.path.join(out, "equivalence.md"), "w") as f:
         f.write(table + "\n")
     return 0 if result["equivalent"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

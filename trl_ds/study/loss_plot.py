@@ -19,8 +19,9 @@ def loss_curves(metrics_path: str) -> Tuple[Curve, Curve]:
     return sorted(train.items()), sorted(evaluation.items())
 
 
-def write_loss_plot(run_dir: str) -> str:
-    """Writes run_dir/loss.png; returns what was written, for the report's output."""
+def write_loss_plot(run_dir: str, out_dir: str) -> str:
+    """Writes out_dir/loss.png (the report's folder: the run dir itself unless --out says another); returns what was
+    written, for the report's output."""
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.exists(metrics):
         return f"{run_dir} has no metrics.jsonl, so loss.png is not written"
@@ -39,7 +40,7 @@ def write_loss_plot(run_dir: str) -> str:
     ax.set_title(os.path.basename(run_dir.rstrip("/")))
     ax.legend()
     ax.grid(alpha=0.3)
-    path = os.path.join(run_dir, "loss.png")
+    path = os.path.join(out_dir, "loss.png")
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return f"wrote {path} ({len(train)} train, {len(evaluation)} eval points)"

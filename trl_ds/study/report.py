@@ -6,11 +6,11 @@
     trl-ds report outputs/2026-12-02/10-00-00 outputs/...         # plain run dirs
 
 Writes sweep.csv (one row per point, every figure in bytes), sweep.md (the readable table, sorted by measured peak)
-and memory.png (needs matplotlib: pip install 'trl_ds[report]') into --out DIR, or the first sweep folder, or one
-run dir itself, or, for several plain run dirs, the folder holding them; prints the table. A point whose files are
-missing or half-written is reported as incomplete, naming the file; the others are reported as usual.
+and memory.png (needs matplotlib: pip install 'trl_ds[report]'), and for one run dir its loss.png, into --out DIR, or
+the first sweep folder, or one run dir itself, or, for several plain run dirs, the folder holding them; prints the
+table. A point whose files are missing or half-written is reported as incomplete, naming the file; the others are
+reported as usual. The command's arguments are parsed in trl_ds/cli/commands.py.
 """
-import argparse
 import importlib.util
 import os
 import sys
@@ -89,29 +89,20 @@ def default_out(runs: Sequence[str], sweeps: Sequence[str]) -> str:
     return runs[0] if len(runs) == 1 else os.path.commonpath([os.path.dirname(r) for r in runs])
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="trl-ds report", description=__doc__.split("\n")[0],
-                                     epilog="See the module docstring or docs/memory_study.md.")
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="sweep folders and/or run dirs")
-    parser.add_argument("--out", metavar="DIR",
-                        help="where to write (default: the first sweep folder, or the one run dir)")
-    args = parser.parse_args(argv)
-    runs, sweeps, problems = find_runs(args.paths)
+def report(paths: Sequence[str], out: Optional[str] = None) -> int:
+    """The report of `paths` (sweep folders and/or run dirs) into `out`, or default_out's folder; the exit code."""
+    runs, sweeps, problems = find_runs(paths)
     if problems:
         print("trl-ds report: " + "\n  ".join(problems), file=sys.stderr)
         return EXIT_USER_ERROR
-    out_dir = args.out or default_out(runs, sweeps)
-    write_report(runs, args.paths, out_dir)
-    if len(runs) == 1 and not sweeps:  # one run: its loss curve too, beside its metrics.jsonl
+    out_dir = out or default_out(runs, sweeps)
+    write_report(runs, paths, out_dir)
+    if len(runs) == 1 and not sweeps:  # one run: its loss curve too, read from its metrics.jsonl
         if importlib.util.find_spec("matplotlib") is None:
-            print("trl_ds.study.report: matplotlib is not installed, so loss.png is not written "
+            print("trl-ds report: matplotlib is not installed, so loss.png is not written "
                   "(pip install 'trl_ds[report]')")
         else:
             from trl_ds.study.loss_plot import write_loss_plot
 
-            print(f"trl_ds.study.report: {write_loss_plot(runs[0])}")
+            print(f"trl-ds report: {write_loss_plot(runs[0], out_dir)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
