@@ -1,4 +1,5 @@
-"""`trl-ds plan [--json] [--fits] [--tokens N] [overrides]`: which ZeRO/offload/checkpointing/micro-batch configs fit
+"""`trl-ds plan [--json] [--fits] [--tokens N] [--plot FILE] [--need [--gpus A,B] [--counts 1,8]] [overrides]`:
+which ZeRO/offload/checkpointing/micro-batch configs fit
 (trl_ds/plan/planner.py), and the whole run's time; with --need, the hardware that can train the run
 (trl_ds/plan/need.py); with --plot FILE, the table's memory as a picture (trl_ds/study/plan_plot.py).
 
@@ -11,7 +12,11 @@
     trl-ds plan --need model=llama3-70b batch.global_size=64 trainer.max_steps=2000
     trl-ds plan --need --gpus a100-80gb,h100-80gb --counts 8,16 --tokens 2e9 model=llama3-8b batch.global_size=64
     trl-ds plan --plot plan.png model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24
+    trl-ds plan deepspeed.from_file=ds_z3.json model=llama3-8b cluster=1x8      # your DeepSpeed JSON, as run takes it
 
+Flags, in any order, each checked before any work: --json, --fits, --tokens N, --plot FILE (a folder: FILE/plan.png;
+.png, .svg, .pdf, ...), --need with --gpus A,B and --counts 1,8,16,32. The files users bring are overrides here as on
+`trl-ds run`: deepspeed.from_file=, launcher.from_accelerate=, trainer.from_trl_config=, script= (docs/interop.md).
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
 micro-batch around it, and with tp=auto / sp=auto / offload=auto the tp size, the sp size and the partial offload
 ratios too (each a column of the table where the rows differ in it). The config goes through the launch's own

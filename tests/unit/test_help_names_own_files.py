@@ -1,0 +1,26 @@
+"""#61: `trl-ds run --help` named none of the keys users bring their own things with. Each command that takes
+overrides names them in its --help: run (Hydra's help, conf/hydra/help/) and plan."""
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from trl_ds.cli.plan import main as plan_main
+
+OWN = ("script=", "deepspeed.from_file=", "launcher.from_accelerate=", "trainer.from_trl_config=")
+
+
+@pytest.mark.slow  # two Hydra starts (4 s each): make test runs them, make test-fast does not
+@pytest.mark.parametrize("command", [["-m", "trl_ds", "--help"], ["-m", "trl_ds.cli", "run", "--help"]])
+def test_run_help_names_them(command):
+    out = subprocess.run([sys.executable, *command], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert all(key in out.stdout for key in OWN), out.stdout
+
+
+def test_plan_help_names_them_and_its_flags(capsys):
+    assert plan_main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert all(key in text for key in OWN)
+    assert all(flag in text for flag in ("--json", "--fits", "--tokens", "--plot", "--need", "--gpus", "--counts"))
