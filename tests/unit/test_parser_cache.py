@@ -62,7 +62,7 @@ def test_the_same_script_and_arguments_in_another_run_dir_read_the_verdict_back(
     """script_args naming files in the run dir name the new run dir's (scripts/bench_accelerate.py's --model)."""
     folder, cfg = case
     cfg.script_args.append(f"--data_file={folder / 'run' / 'data' / 'train.jsonl'}")
-    remember_accepted(verdict_key(cfg, str(folder / "run")), cfg.script)
+    remember_accepted(verdict_key(cfg, str(folder / "run")), cfg.script, [])
     shutil.copytree(folder / "run", folder / "run2")
     cfg.script_args[-1] = f"--data_file={folder / 'run2' / 'data' / 'train.jsonl'}"
     assert accepted_before(verdict_key(cfg, str(folder / "run2")))
@@ -73,7 +73,7 @@ def test_the_same_script_and_arguments_in_another_run_dir_read_the_verdict_back(
 def test_anything_the_parser_reads_changed_asks_again(case, change, monkeypatch):
     folder, cfg = case
     run_dir = str(folder / "run")
-    remember_accepted(verdict_key(cfg, run_dir), cfg.script)
+    remember_accepted(verdict_key(cfg, run_dir), cfg.script, [])
     assert accepted_before(verdict_key(cfg, run_dir))
     edits = {
         "script": lambda: (folder / "user" / "train.py").write_text(SCRIPT + "# edited\n"),
@@ -93,7 +93,7 @@ def test_a_folder_too_large_to_fingerprint_is_never_kept(case):
     for i in range(MAX_FILES):
         (folder / "user" / f"m{i}.py").write_text("")
     assert verdict_key(cfg, str(folder / "run")) is None
-    remember_accepted(verdict_key(cfg, str(folder / "run")), cfg.script)
+    remember_accepted(verdict_key(cfg, str(folder / "run")), cfg.script, [])
     assert not os.path.exists(os.path.join(os.environ["TRL_DS_CACHE"], parser_cache.KIND))
 
 

@@ -6,10 +6,12 @@ A verdict is kept only when the parser accepted, keyed by everything that verdic
 - the arguments it gets: trainer.yaml, ds_config.json and script_args (the run dir's path in them made neutral: a
   relaunch into a new run dir reads the verdict back), and the world size (GRPO's and RLOO's batch arguments are
   judged at it), from the folder it is launched from;
-- the Python, every installed distribution's name and version, and trl_ds's own check code.
+- the Python, every installed distribution's name and version, and trl_ds's own check code;
+- the script's convention (script_convention=) and PYTHONPATH.
+Read back, a verdict also needs every file the check imported outside installed distributions (a helper module on
+PYTHONPATH, a package in development) as it was when kept; any change asks again.
 A script whose folder holds more than MAX_FILES .py files is never kept (fingerprinting it would cost more than it
-saves). What the key cannot see: environment variables the parser reads, and a package installed in development mode
-that changed without a new version.
+saves). What the key cannot see: other environment variables the parser reads.
 """
 import hashlib
 import itertools
@@ -23,19 +25,26 @@ from trl_ds.config.values import world_size
 from trl_ds.rundir.layout import DS_CONFIG, TRAINER_YAML
 
 KIND = "parser_verdicts"
-FORMAT = 1  # bump when the key's parts change
+FORMAT = 2  # bump when the key's parts change
 MAX_FILES = 200
-CHECK_CODE = ("script.py", "script_argv.py")  # trl_ds/worker/: what runs the check and builds the arguments
+# trl_ds/worker/: what runs the check and builds the arguments
+CHECK_CODE = ("script.py", "script_argv.py", "script_verdict.py")
 
 
 def accepted_before(key: Optional[str]) -> bool:
+    """Kept under this key, and every file the check imported outside installed distributions as it was then."""
     stored = read_entry(entry_path(KIND, key)) if key else None
-    return stored is not None and stored.get("key") == key
+    if stored is None or stored.get("key") != key or not isinstance(stored.get("imported"), dict):
+        return False
+    return all(_digest([path]) == digest for path, digest in stored["imported"].items())
 
 
-def remember_accepted(key: Optional[str], script: str) -> None:
+def remember_accepted(key: Optional[str], script: str, imported: List[str]) -> None:
+    """imported: the files the check imported outside installed distributions (helper modules beside the script or
+    on PYTHONPATH, a development checkout), whose contents a later launch must find unchanged."""
     if key:
-        write_entry(entry_path(KIND, key), {"key": key, "script": script})
+        write_entry(entry_path(KIND, key), {"key": key, "script": script,
+                                            "imported": {path: _digest([path]) for path in imported}})
 
 
 def verdict_key(cfg, run_dir: str) -> Optional[str]:
@@ -48,6 +57,7 @@ def verdict_key(cfg, run_dir: str) -> Optional[str]:
     worker = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "worker")
     return "\n".join([
         f"format {FORMAT}", sys.executable, sys.version, os.getcwd(), cfg.script, sources,
+        f"convention {cfg.get('script_convention')}", f"PYTHONPATH {os.environ.get('PYTHONPATH', '')}",
         *(text.replace(run_dir, "<run dir>") for text in inputs), f"world {world_size(cfg)}",
         *_installed(), *(_digest([os.path.join(worker, name)]) for name in CHECK_CODE)])
 

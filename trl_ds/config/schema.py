@@ -438,6 +438,8 @@ class RunConfig:
     # (trl.scripts.sft), with its own arguments (docs/scripts.md "Your own script").
     script: Optional[str] = None
     script_args: List[str] = field(default_factory=list)
+    # What the script's parser takes: auto (found from its code), trl, hf, hf_file or none (docs/scripts.md)
+    script_convention: str = "auto"
 
 
 def register() -> None:

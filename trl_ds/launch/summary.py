@@ -110,7 +110,7 @@ def print_summary(cfg, prepared, returncode: int, wall_seconds: float) -> None:
     run_dir = prepared.run_dir
     path = os.path.join(run_dir, SUMMARY)
     if returncode != 0 or not os.path.exists(path):
-        log = failed_rank_log(run_dir)
+        log = script_output_log(failed_rank_log(run_dir))
         reason = failure_reason(log, returncode)
         if DISK_FULL in reason:  # a save cut short: its files only take the space a rerun needs
             removed = remove_incomplete(run_dir)
@@ -140,14 +140,17 @@ def print_outcome(cfg, run_dir: str, s: Optional[dict] = None) -> None:
             print(tail(s["log"]))
         print(f"  run dir: {run_dir}")
         return
-    print(f"trl_ds: run {s['status']}: {describe(cfg)}")
+    differed = " (as planned; the engine differed: see below)" if s.get("engine_differences") else ""
+    print(f"trl_ds: run {s['status']}: {describe(cfg)}{differed}")
     if s.get("missing"):  # script=: a script that trained no transformers Trainer (worker/script.py)
         print(f"  not recorded   {', '.join(s['missing'])}: {s['missing_why']}\n  run dir: {run_dir}")
         return
-    print(f"  final loss     {s['final_loss']:.4f} after {s['steps']} steps (mean {s['mean_loss']:.4f})")
+    print(f"  final loss     {loss_text(s)}")
     if s.get("eval_loss") is not None:
         print(f"  eval loss      {s['eval_loss']:.4f} at step {s['eval_step']} ({s['evaluations']} evaluations)")
-    print(f"  throughput     {s['samples_per_second']:.2f} samples/s, {s['train_seconds']:.1f} s training")
+    rate = s.get("samples_per_second")
+    print(f"  throughput     {'not reported' if rate is None else f'{rate:.2f} samples/s'}, "
+          f"{s['train_seconds']:.1f} s training")
     joined = "" if s["world_size"] == world_size(cfg) else \
         f"; {s['world_size']} of {world_size(cfg)} planned ranks joined (launcher.min_nodes), global batch " \
         f"{s['global_batch']} kept"
@@ -157,6 +160,40 @@ def print_outcome(cfg, run_dir: str, s: Optional[dict] = None) -> None:
     for mem_path in sorted(glob.glob(os.path.join(glob.escape(run_dir), MEMORY_DIR, "rank_*.json"))):
         print(f"  memory         {format_memory(read_json(mem_path))}")
     print(f"  run dir        {run_dir}")
+    for diff in s.get("engine_differences") or []:
+        print(f"trl_ds: WARNING: {engine_line(diff)}", file=sys.stderr)
+
+
+def loss_text(s: dict) -> str:
+    """A run that trained but logged no loss (a script's own logging_steps beyond its steps) says so."""
+    if s.get("final_loss") is None:
+        return (f"no logged loss after {s['steps']} steps (nothing was logged: the trainer's logging_steps="
+                f"{s.get('logging_steps', '?')} is more than the steps trained)")
+    mean = "" if s.get("mean_loss") is None else f" (mean {s['mean_loss']:.4f})"
+    return f"{s['final_loss']:.4f} after {s['steps']} steps{mean}"
+
+
+def engine_line(diff: dict) -> str:
+    """One difference between the engine a rank built and the run dir (worker/engine_check.py)."""
+    line = f"the engine ran {diff['name']} {diff['engine']}; the run dir says {diff['run_dir']}"
+    return f"{line}: {diff['cause']}" if diff.get("cause") else line
+
+
+def script_output_log(log: Optional[str]) -> Optional[str]:
+    """The log that holds the failing rank's last output: its stdout.log where its stderr.log is empty (a script that
+    printed its error and exited)."""
+    if not log or os.path.basename(log) != "stderr.log" or _has_text(log):
+        return log
+    stdout = os.path.join(os.path.dirname(log), "stdout.log")
+    return stdout if _has_text(stdout) else log
+
+
+def _has_text(path: str) -> bool:
+    try:
+        with open(path, errors="replace") as f:
+            return bool(f.read().strip())
+    except OSError:
+        return False
 
 
 def failure_reason(log, returncode: int) -> str:

@@ -124,6 +124,7 @@ def summarize(run_dir: str, trainer, metrics: dict, wall: float, state, resumed:
         "eval_step": evals[-1][0] if evals else None,
         "evaluations": len(evals),
         "steps": trainer.state.global_step,
+        "logging_steps": trainer.args.logging_steps,  # why no loss was logged, when none was
         "num_tokens": logged_tokens(trainer.state.log_history, trainer.state.global_step),  # the run's, all launches
         "samples_per_second": metrics.get("train_samples_per_second"),
         "train_seconds": round(wall, 3),

@@ -9,18 +9,28 @@ the arguments its parser expects (worker/script_argv.py).
 same arguments, and print the parser's verdict: exit 0 once it parsed, 2 with one line when it refused.
 """
 import atexit
+import dataclasses
+import json
 import os
 import runpy
 import sys
 
-from trl_ds.config.script_target import is_file_target, read_parser_kind, source_file
+from trl_ds.config.script_target import (
+    HF_FILE_PARSER,
+    IMPORTED,
+    convention,
+    is_file_target,
+    is_folder_target,
+    own_modules,
+    source_file,
+)
 from trl_ds.config.values import world_size
 from trl_ds.op_locks import bound_op_lock_waits
 from trl_ds.python_path import this_python_first
 from trl_ds.rundir.layout import SUMMARY, load_run_config, script_copy, write_json
 from trl_ds.rundir.lifeline import LAUNCH_ID, watch_launcher
 from trl_ds.short_lived import skip_final_collection
-from trl_ds.worker.script_argv import script_argv
+from trl_ds.worker.script_argv import deepspeed_path, resolved_trainer_args, script_argv, training_values
 from trl_ds.worker.shm_buffers import unlink_at_exit
 from trl_ds.worker.unused_packages import skip_muon
 
@@ -70,15 +80,42 @@ def leave_process_group() -> None:
 
 def run_script(cfg, run_dir: str) -> None:
     """A file runs from the run dir's copy (written at launch: it reaches every node the run dir reaches, and a job
-    that starts later runs what was checked); a module as the environment installs it."""
-    path = script_copy(run_dir, cfg.script) if is_file_target(cfg.script) else source_file(cfg.script)
-    sys.argv = [path, *script_argv(read_parser_kind(path), run_dir, list(cfg.script_args))]
+    that starts later runs what was checked); a folder with __main__.py where it lies, as `python some_folder` runs
+    it; a module as the environment installs it."""
+    original = source_file(cfg.script)
+    if is_folder_target(cfg.script):
+        path = os.path.abspath(cfg.script)
+    else:
+        path = script_copy(run_dir, cfg.script) if is_file_target(cfg.script) else original
+    # the convention from the original (its helper modules lie beside it), else from the copy (a node without it)
+    kind = convention(cfg, original if original and os.path.exists(original) else path).kind
+    sys.argv = [path, *script_argv(kind, run_dir, list(cfg.script_args))]
+    if kind == HF_FILE_PARSER:
+        under_its_own_values(run_dir)
     if is_file_target(cfg.script):
         # as `python train.py` puts the script's folder first: modules beside it import where that folder is reachable
         sys.path.insert(0, os.path.dirname(cfg.script))
         runpy.run_path(path, run_name="__main__")
+    elif is_folder_target(cfg.script):
+        runpy.run_path(path, run_name="__main__")  # puts the folder first on sys.path itself
     else:
         runpy.run_module(cfg.script, run_name="__main__", alter_sys=True)
+
+
+def under_its_own_values(run_dir: str) -> None:
+    """A script that parses only its own file or dict (parse_yaml_file, parse_json_file, parse_dict: they read no
+    flags) gets trl_ds's training arguments under its own values, as flags before its script_args: HfArgumentParser's
+    parse_dict, which the other two call, is given them first. Its own `deepspeed` is refused before launch."""
+    import transformers
+
+    original = transformers.HfArgumentParser.parse_dict
+    ours = training_values(resolved_trainer_args(run_dir))
+
+    def parse_dict(self, args, allow_extra_keys=False):
+        fields = {f.name for dtype in self.dataclass_types for f in dataclasses.fields(dtype)}
+        return original(self, {**{k: v for k, v in ours.items() if k in fields}, **args}, allow_extra_keys)
+
+    transformers.HfArgumentParser.parse_dict = parse_dict
 
 
 def untrained_summary(cfg, run_dir: str) -> dict:
@@ -95,12 +132,13 @@ class Parsed(BaseException):
 
 
 def check(cfg, run_dir: str) -> int:
-    stop_after_parsing()
+    parsed = []
+    stop_after_parsing(parsed)
     as_the_ranks_see_it(cfg)
     try:
         run_script(cfg, run_dir)
     except Parsed:
-        return 0
+        return verdict(parsed, cfg, run_dir)
     except SystemExit as done:  # argparse printed its own "error: ..." line on stderr
         return 2 if done.code else 0
     except Exception as err:  # the parser's ValueError (unknown arguments), or the dataclasses' own checks
@@ -108,7 +146,20 @@ def check(cfg, run_dir: str) -> int:
         print(f"{type(err).__name__}: {text.splitlines()[-1] if text else ''}", file=sys.stderr)
         return 2
     print("the script ended without calling its argument parser", file=sys.stderr)
+    print(f"{IMPORTED}{json.dumps(own_modules(sys.modules))}")
     return 0
+
+
+def verdict(parsed: list, cfg, run_dir: str) -> int:
+    """The parser accepted: what it returned must name the run dir's DeepSpeed config and pass transformers' own
+    mismatch check against it (worker/script_verdict.py); each problem one line."""
+    from trl_ds.worker.script_verdict import REFUSAL, problems
+
+    found = problems(parsed[0], cfg, deepspeed_path(run_dir)) if parsed else []
+    for line in found:
+        print(f"{REFUSAL}{line}", file=sys.stderr)
+    print(f"{IMPORTED}{json.dumps(own_modules(sys.modules))}")  # what a kept verdict must find unchanged
+    return 2 if found else 0
 
 
 def as_the_ranks_see_it(cfg) -> None:
@@ -121,27 +172,30 @@ def as_the_ranks_see_it(cfg) -> None:
     transformers.TrainingArguments.world_size = property(lambda self: world)
 
 
-def stop_after_parsing() -> None:
-    """Every way HfArgumentParser and TrlParser return arguments raises Parsed once they have; a Trainer being built
-    raises it too (a script that parses some other way never trains here)."""
+def stop_after_parsing(parsed: list) -> None:
+    """Every way HfArgumentParser and TrlParser return arguments raises Parsed once they have, with what they returned
+    in `parsed`; a Trainer being built raises it too (a script that parses some other way never trains here). Calls
+    inside the outer one (parse_yaml_file's parse_dict, TrlParser's parse_args_into_dataclasses) return as usual."""
     import transformers
     from trl import TrlParser
 
-    def stopping(original, inner_ok=False):
+    def stopping(original):
         def call(self, *args, **kwargs):
             outer = not getattr(self, "_trl_ds_parsing", False)
-            self._trl_ds_parsing = True  # TrlParser's own call of parse_args_into_dataclasses is not the end
+            self._trl_ds_parsing = True
             try:
-                original(self, *args, **kwargs)
+                result = original(self, *args, **kwargs)
             finally:
                 self._trl_ds_parsing = not outer
-            if outer or not inner_ok:
+            if outer:
+                parsed.append(result)
                 raise Parsed
+            return result
         return call
 
     parser = transformers.HfArgumentParser
     for name in ("parse_args_into_dataclasses", "parse_dict", "parse_json_file", "parse_yaml_file"):
-        setattr(parser, name, stopping(getattr(parser, name), inner_ok=True))
+        setattr(parser, name, stopping(getattr(parser, name)))
     TrlParser.parse_args_and_config = stopping(TrlParser.parse_args_and_config)
 
     def no_trainer(self, *args, **kwargs):

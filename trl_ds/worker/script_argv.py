@@ -5,6 +5,8 @@
   (TRL's CLI reads it to launch; a TrlParser with fail_with_unknown_args=True would refuse it).
 - HfArgumentParser script: trainer.yaml's transformers TrainingArguments as `--name value` flags (TRL-only names such
   as model_name_or_path or max_length are not TrainingArguments fields, and its parser would refuse them).
+- HfArgumentParser script that parses only its own file or dict (parse_yaml_file, ...): its script_args, and the
+  same TrainingArguments under its own values (worker/script.py under_its_own_values).
 - Any other script: nothing but its own script_args.
 Its own script_args come last, so they override what trl_ds passes (argparse keeps the last value).
 """
@@ -57,15 +59,18 @@ def script_argv(kind: str, run_dir: str, script_args: List[str]) -> List[str]:
     return list(script_args)
 
 
-def training_flags(args: Dict[str, Any]) -> List[str]:
-    """`--name value` for each argument that transformers' TrainingArguments has."""
+def training_values(args: Dict[str, Any]) -> Dict[str, Any]:
+    """The arguments that transformers' TrainingArguments has (TRL-only names are not its fields), set ones only."""
     from transformers import TrainingArguments
 
     names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return {name: val for name, val in args.items() if name in names and val is not None}
+
+
+def training_flags(args: Dict[str, Any]) -> List[str]:
+    """`--name value` for each argument that transformers' TrainingArguments has."""
     flags: List[str] = []
-    for name, val in args.items():
-        if name not in names or val is None:
-            continue
+    for name, val in training_values(args).items():
         flags.append(f"--{name}")
         if isinstance(val, bool):
             flags.append(str(val).lower())

@@ -14,8 +14,8 @@ import os
 import time
 
 from trl_ds.config.topology import topology
-from trl_ds.rundir.layout import METRICS, SUMMARY, memory_file, write_json
-from trl_ds.worker.measure import measure_rank
+from trl_ds.rundir.layout import METRICS, SUMMARY, write_json
+from trl_ds.worker.engine_check import write_rank_memory
 from trl_ds.worker.own_steps import OwnAdamSteps
 from trl_ds.worker.records import MetricsLogger, summarize
 
@@ -54,12 +54,12 @@ class Recorder:
         """After train() returns: before the script saves (a ZeRO-3 save gathers weights) or ends the process group."""
         state = self.state
         self.trained += 1
-        write_json(os.path.join(self.run_dir, memory_file(state.process_index)), measure_rank(trainer,
-                                                                                             state.process_index))
+        found = write_rank_memory(trainer, self.cfg, self.run_dir, state.process_index)
         if state.is_main_process:
             summary = summarize(self.run_dir, trainer, result.metrics, wall, state, resumed=resumed)
             write_json(os.path.join(self.run_dir, SUMMARY), {**summary, "script": self.cfg.script,
-                                                             "trainers_trained": self.trained})
+                                                             "trainers_trained": self.trained,
+                                                             "engine_differences": found})
 
 
 def install(recorder: Recorder) -> None:

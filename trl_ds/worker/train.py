@@ -31,7 +31,6 @@ from trl_ds.rundir.layout import (
     SUMMARY,
     TINY_MODEL_DIR,
     load_run_config,
-    memory_file,
     node_log_dir,
     write_json,
     write_text,
@@ -42,8 +41,8 @@ from trl_ds.rundir.universal import shape_change, sub_groups
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.cores import share_cores
 from trl_ds.worker.data import whole_global_batches
+from trl_ds.worker.engine_check import write_rank_memory
 from trl_ds.worker.gpu_cap import apply_gpu_cap
-from trl_ds.worker.measure import measure_rank
 from trl_ds.worker.own_steps import OwnAdamSteps
 from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, forget_other_ranks, summarize
 from trl_ds.worker.shm_buffers import unlink_at_exit
@@ -96,8 +95,8 @@ def train(run_dir: str) -> int:
     started = time.time()
     result = trainer.train(resume_from_checkpoint=literal_path(resume_from, run_dir))
     wall = time.time() - started
-    write_json(os.path.join(run_dir, memory_file(state.process_index)),
-               measure_rank(trainer, state.process_index))  # after the last step, before saving gathers weights
+    # after the last step, before saving gathers weights; with what differs between the engine and the run dir
+    found = write_rank_memory(trainer, cfg, run_dir, state.process_index)
     if cfg.save_final_model:
         save_final_model(trainer, run_dir, state)
     state.wait_for_everyone()
@@ -106,6 +105,7 @@ def train(run_dir: str) -> int:
         summary = summarize(run_dir, trainer, result.metrics, wall, state, resumed=resume_from is not None)
         if swap:
             summary["nvme_swap_bytes"] = folder_bytes(swap)
+        summary["engine_differences"] = found
         write_json(os.path.join(run_dir, SUMMARY), summary)
     state.wait_for_everyone()
     if swap and not cfg.offload.keep_nvme_files and state.is_local_main_process:
