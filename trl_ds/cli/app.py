@@ -7,21 +7,17 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
-from trl_ds.check.accelerate_yaml import apply_accelerate
-from trl_ds.check.deepspeed_json import apply_deepspeed_json
 from trl_ds.check.plan_rows import RowCheck
+from trl_ds.check.resolve import Run, resolve
 from trl_ds.check.row_length import long_row_warning
-from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.check.validate import validate
 from trl_ds.config.batch import Batch
-from trl_ds.config.quantization import map_model_config_fields
 from trl_ds.config.script_target import is_file_target
 from trl_ds.config.training_steps import training_steps
-from trl_ds.config.values import value
+from trl_ds.config.values import brings_files, value
 from trl_ds.errors import ConfigError
 from trl_ds.launch import build_commands, write_launch_files
 from trl_ds.launch.env import collect_env
-from trl_ds.plan.autofit import resolve as resolve_auto
 from trl_ds.plan.memory import estimate, setup_from_config
 from trl_ds.plan.planner import check_elastic_fit, check_fit, plan_for_run_dir
 from trl_ds.plan.runtime import current_run, runs_json
@@ -56,6 +52,7 @@ class Prepared:
     data_warning: Optional[str] = None  # a data row far longer than trainer.max_length keeps
     autofit_text: Optional[str] = None  # zero=auto / offload=auto: the ranking and the choice, printed
     recipe_text: Optional[str] = None  # the files users bring: each key and where it went, printed
+    run: Optional[Run] = None  # the one resolve's result (check/resolve.py) the rest was built from
 
 
 def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] = None) -> Prepared:
@@ -63,10 +60,8 @@ def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] 
     cannot fit when preflight.memory is error) and build everything the run dir holds. Pure. command_line: the
     overrides cfg was composed from, where Hydra's main did not compose it (they win over imported files)."""
     command_line = task_overrides() if command_line is None else command_line
-    recipe, recipe_problems = import_files(cfg, command_line)
-    mapped, mapping_problems = map_model_config_fields(cfg, command_line)  # ModelConfig's bnb fields -> peft.*
-    recipe, recipe_problems = recipe + mapped, recipe_problems + mapping_problems
-    autofit = resolve_auto(cfg, RowCheck)  # zero=auto / offload=auto become the winner before anything reads them
+    run = resolve(command_line, cfg=cfg)  # the files, the local paths, auto-fit: as every command resolves them
+    recipe_problems, autofit = run.problems, run.autofit
     try:
         batch = validate(cfg, run_dir, launching)
     except ConfigError as err:
@@ -76,7 +71,8 @@ def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] 
     setup = setup_from_config(cfg)
     memory = estimate(setup)
     accepts = RowCheck(cfg)  # the grid's rows (plan.json, a refusal's smallest change) as the launch checks them
-    warning = check_fit(cfg, memory, launching, accepts) or check_elastic_fit(cfg, memory, launching)
+    keyed = brings_files(command_line)  # a refusal's advice by key: it must win over the files given
+    warning = check_fit(cfg, memory, launching, accepts, keyed) or check_elastic_fit(cfg, memory, launching)
     plan = plan_for_run_dir(cfg, memory, command_line, accepts)  # the run command it recommends keeps them
     plan["training"] = training_steps(cfg, batch)
     plan["whole_run"] = runs_json({"current": current_run(cfg, setup, plan["current"])})
@@ -87,17 +83,7 @@ def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] 
                     node_commands=build_commands(cfg, run_dir), plan=plan, memory_warning=warning,
                     disk_warning=space_warning(cfg, setup, run_dir) if launching else None,
                     data_warning=long_row_warning(cfg) if launching or cfg.dry_run else None,
-                    autofit_text=autofit["text"] if autofit else None, recipe_text="\n".join(recipe) or None)
-
-
-def import_files(cfg, command_line: List[str]):
-    """The files users bring (an accelerate YAML, a DeepSpeed JSON, a TRL recipe), each key set where the command
-    line gives none by name: (the printed mapping lines, problems)."""
-    lines, problems = [], []
-    for importer in (apply_accelerate, apply_deepspeed_json, apply_recipe):
-        found, refused = importer(cfg, command_line)
-        lines, problems = lines + found, problems + refused
-    return lines, problems
+                    autofit_text=autofit["text"] if autofit else None, recipe_text=run.text, run=run)
 
 
 def task_overrides() -> List[str]:

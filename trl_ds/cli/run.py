@@ -77,7 +77,6 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
     from trl_ds.cli.app import build, write_run_dir
     from trl_ds.launch import start, summarizes_here
 
-    resolve_local_paths(cfg)
     try:
         prepared = build(cfg, run_dir, launching=not cfg.dry_run)
         if not cfg.dry_run:
@@ -123,24 +122,6 @@ def _launch(cfg, run_dir: str, multirun: bool, hydra_cfg, started: float) -> Non
     print_summary(cfg, prepared, rc, wall_seconds=time.time() - started)
     if rc != 0 and not multirun:
         sys.exit(EXIT_USER_ERROR if rc == EXIT_USER_ERROR else 1)  # 2: a node or a rank refused the config
-
-
-LOCAL_PATH_KEYS = (("trainer", "dataset_name"), ("trainer", "eval_dataset_name"), ("model", "name_or_path"))
-
-
-def resolve_local_paths(cfg) -> None:
-    """A relative model or dataset path means the folder the user launched from, not the run dir the ranks run in
-    (nor wherever launch.sh is run later): made absolute here, before the checks and the run dir's files."""
-    from trl_ds.config.script_target import is_file_target
-    from trl_ds.config.values import is_local_path
-
-    if cfg.script and is_file_target(cfg.script):
-        cfg.script = os.path.abspath(os.path.expanduser(cfg.script))
-    for group, key in LOCAL_PATH_KEYS:
-        name = cfg[group].get(key)
-        if isinstance(name, str) and name != "tiny" and is_local_path(name) \
-                and not os.path.isabs(os.path.expanduser(name)):
-            cfg[group][key] = os.path.abspath(name)
 
 
 def ready_resume(cfg, run_dir: str, batch=None) -> None:

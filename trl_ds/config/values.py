@@ -1,7 +1,7 @@
 """Small readers over the typed config shared by the builders and the validator."""
 import os
 from enum import Enum
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from trl_ds.config.topology import topology
 from trl_ds.errors import ConfigError
@@ -105,3 +105,13 @@ def undeclared(cfg, group: str) -> dict:
     node = OmegaConf.select(cfg, group) if group else cfg
     return {k: OmegaConf.to_container(node[k]) if OmegaConf.is_config(node[k]) else node[k]
             for k in node if k not in declared}
+
+
+# The overrides that name a file users bring (check/resolve.py imports them); a key given by name wins over the
+# file's value, a group choice (zero=stage3) does not, so advice under them names keys (zero.stage=3).
+FILE_KEYS = ("launcher.from_accelerate", "deepspeed.from_file", "trainer.from_trl_config")
+
+
+def brings_files(overrides: Sequence[str]) -> bool:
+    """Whether the overrides name a file users bring."""
+    return any(o.lstrip("+~").split("=", 1)[0] in FILE_KEYS for o in overrides)

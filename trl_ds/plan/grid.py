@@ -17,6 +17,16 @@ OFFLOADS = {"none": ("none", "none"), "opt-cpu": ("cpu", "none"), "opt+param-cpu
 OFFLOAD_OVERRIDES = {"none": ["offload=none"], "opt-cpu": ["offload=cpu"],
                      "opt+param-cpu": ["offload=cpu", "offload.param=cpu"], "nvme": ["offload=nvme"]}
 MICRO_BATCHES = (1, 2, 4, 8, 16)
+
+
+def offload_overrides(s: Setup, keyed: bool = False) -> List[str]:
+    """The overrides that select a row's offload. keyed: by key (offload.optimizer=, offload.param=), which win over
+    a file the user brings where the group choice (offload=cpu) does not (check/imported.py given_by_name). A layout
+    outside the grid's four (parameters offloaded alone, which DeepSpeed accepts at ZeRO-3) is named by key too."""
+    name = offload_name(s)
+    if keyed or name not in OFFLOAD_OVERRIDES:
+        return [f"offload.optimizer={s.optimizer_offload}", f"offload.param={s.param_offload}"]
+    return list(OFFLOAD_OVERRIDES[name])
 STAGES = (0, 1, 2, 3)
 CHECKPOINTING = (False, True)
 

@@ -10,16 +10,14 @@ preset (or a `trl-ds calibrate` file). Which rows the launch accepts is the chec
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from trl_ds.config.compose import compose
 from trl_ds.config.model_source import display_name, uses_preset
-from trl_ds.config.quantization import map_model_config_fields
 from trl_ds.config.schema import PeftConfig
-from trl_ds.config.values import elastic_min_nodes, value
+from trl_ds.config.values import brings_files, elastic_min_nodes, value
 from trl_ds.errors import ConfigError
 from trl_ds.plan import trainers
 from trl_ds.plan.dimensions import opt16_label
-from trl_ds.plan.grid import OFFLOAD_OVERRIDES, OFFLOADS, micro_batches, offload_name, setups, with_ratios
-from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate, setup_from_config
+from trl_ds.plan.grid import OFFLOADS, micro_batches, offload_name, offload_overrides, setups, with_ratios
+from trl_ds.plan.memory import Estimate, GiB, MiB, Setup, estimate
 from trl_ds.plan.optimizer_places import bf16_allows, label, partial_ratio, ratio_overrides
 from trl_ds.plan.params import describe_count, linear_shapes
 from trl_ds.plan.saved_activations import measured
@@ -107,8 +105,14 @@ def time_reason(best: Estimate, rows: Sequence[Estimate], times: Times) -> str:
             f"of {t.samples} samples ({terms})")
 
 
-def grid_overrides(s: Setup) -> List[str]:
-    return [f"zero=stage{s.stage}", *OFFLOAD_OVERRIDES[offload_name(s)], *ratio_overrides(s),
+def stage_override(stage: int, keyed: bool = False) -> str:
+    """zero=stageN, or zero.stage=N where a file the user brings sets the stage (a key given by name wins over it,
+    a group choice does not: check/imported.py given_by_name)."""
+    return f"zero.stage={stage}" if keyed else f"zero=stage{stage}"
+
+
+def grid_overrides(s: Setup, keyed: bool = False) -> List[str]:
+    return [stage_override(s.stage, keyed), *offload_overrides(s, keyed), *ratio_overrides(s),
             f"trainer.gradient_checkpointing={str(s.gradient_checkpointing).lower()}",
             f"trainer.per_device_train_batch_size={s.micro_batch}", *split_overrides(s)]
 
@@ -124,8 +128,9 @@ def split_overrides(s: Setup) -> List[str]:
 
 
 def run_command(s: Setup, user_overrides: Sequence[str]) -> str:
-    """The user's overrides without those the grid point sets (a partial offload's sub-group size included)."""
-    ours = grid_overrides(s)
+    """The user's overrides without those the grid point sets (a partial offload's sub-group size included); by key
+    where they name a file the user brings, so the row's choices win over the file's."""
+    ours = grid_overrides(s, brings_files(user_overrides))
     set_here = tuple(o.split("=", 1)[0] + "=" for o in ours)
     kept = [o for o in user_overrides if not o.lstrip("+").startswith(GRID_KEYS + NOT_FOR_RUNNING + set_here)]
     return " ".join(["python -m trl_ds", *kept, *ours])
@@ -144,11 +149,12 @@ def smallest_fitting_change(current: Setup, global_size: Optional[int] = None, a
     return min(fitting, key=lambda e: (changed(current, e.setup), speed_key(e)), default=None)
 
 
-def change_overrides(current: Setup, target: Setup) -> List[str]:
+def change_overrides(current: Setup, target: Setup, keyed: bool = False) -> List[str]:
     """The overrides that turn `current` into `target`, one group per changed choice; a partial offload that stops
-    or starts applying is set too (the check refuses offload.ratio below 1 where it does not apply)."""
-    out = [f"zero=stage{target.stage}"] if target.stage != current.stage else []
-    out += OFFLOAD_OVERRIDES[offload_name(target)] if offload_name(target) != offload_name(current) else []
+    or starts applying is set too (the check refuses offload.ratio below 1 where it does not apply). keyed: by key,
+    to win over a file the user brings."""
+    out = [stage_override(target.stage, keyed)] if target.stage != current.stage else []
+    out += offload_overrides(target, keyed) if offload_name(target) != offload_name(current) else []
     if partial_ratio(target) != partial_ratio(current):
         out += ratio_overrides(target) or ["offload.ratio=1"]
     if target.gradient_checkpointing != current.gradient_checkpointing:
@@ -165,13 +171,14 @@ def preflight_mode(cfg) -> str:
     return mode
 
 
-def check_fit(cfg, current: Estimate, launching: bool, accepts: Accepts = None) -> Optional[str]:
+def check_fit(cfg, current: Estimate, launching: bool, accepts: Accepts = None, keyed: bool = False
+              ) -> Optional[str]:
     """None when the config fits (or preflight.memory=off); the warning text for warn and for dry runs (which only
-    write files); ConfigError for error when launching."""
+    write files); ConfigError for error when launching. keyed: the advice by key (a file the user brings)."""
     mode = preflight_mode(cfg)
     if mode == "off" or current.verdict == "fits":
         return None
-    message = not_fit_message(cfg, current, accepts)
+    message = not_fit_message(cfg, current, accepts, keyed)
     if mode == "error" and launching:
         raise ConfigError([message + " Or set preflight.memory=warn to launch anyway."])
     return message
@@ -206,7 +213,7 @@ def overflow(e: Estimate) -> str:
             f"(per rank: {parts}).")
 
 
-def not_fit_message(cfg, e: Estimate, accepts: Accepts = None) -> str:
+def not_fit_message(cfg, e: Estimate, accepts: Accepts = None, keyed: bool = False) -> str:
     s = e.setup
     what = overflow(e)
     head = f"{model_label(cfg.model)} does not fit on cluster={cfg.cluster.name} (ZeRO-{s.stage}, " \
@@ -220,13 +227,13 @@ def not_fit_message(cfg, e: Estimate, accepts: Accepts = None) -> str:
     best = smallest_fitting_change(s, cfg.batch.global_size, accepts)
     if best is None:
         return (head + " Nothing in the planner's grid fits either: add GPUs (cluster.nodes=...), shorten "
-                       "sequences (trainer.max_length=...) or use larger devices." + qlora_hint(s, cfg))
-    hint = qlora_hint(s, cfg) if best.setup.param_offload == "nvme" else ""  # only NVMe: the slowest way in
-    return (head + f" The smallest change that fits: {' '.join(change_overrides(s, best.setup))} (estimated "
+                       "sequences (trainer.max_length=...) or use larger devices." + qlora_hint(s, cfg, keyed))
+    hint = qlora_hint(s, cfg, keyed) if best.setup.param_offload == "nvme" else ""  # only NVMe: the slowest way in
+    return (head + f" The smallest change that fits: {' '.join(change_overrides(s, best.setup, keyed))} (estimated "
                    f"{size(best.device_total)} GiB per rank, {size(best.host_total)} GiB host per node).{hint}")
 
 
-def qlora_hint(s: Setup, cfg) -> str:
+def qlora_hint(s: Setup, cfg, keyed: bool = False) -> str:
     """QLoRA changes what is trained (a frozen 4-bit base), so the planner never picks it; it says when it would fit
     where nothing else does, or only NVMe offload."""
     lora = PeftConfig()
@@ -239,7 +246,7 @@ def qlora_hint(s: Setup, cfg) -> str:
         qlora, cfg.batch.global_size)
     if fitted is None:
         return ""
-    overrides = ["peft=qlora", *change_overrides(qlora, fitted.setup)]
+    overrides = ["peft=qlora", *change_overrides(qlora, fitted.setup, keyed)]
     return (f" A 4-bit base with LoRA adapters would fit (it trains adapters over a frozen base): "
             f"{' '.join(overrides)} (estimated {size(fitted.device_total)} GiB per rank).")
 
@@ -455,11 +462,3 @@ def row_json(e: Estimate, times: Times) -> dict:
             "step_seconds": t.seconds, "step_terms": dict(t.terms), "samples_per_step": t.samples,
             "overrides": grid_overrides(s)}
 
-
-def load(overrides: Sequence[str]):
-    """(config, base setup), or ConfigError for a composition mistake or impossible model dimensions."""
-    cfg = compose(overrides)
-    problems = map_model_config_fields(cfg, overrides)[1]  # +trainer.args.load_in_4bit=true plans QLoRA too
-    if problems:
-        raise ConfigError(problems)
-    return cfg, setup_from_config(cfg)
