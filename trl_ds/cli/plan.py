@@ -1,4 +1,5 @@
-"""`trl-ds plan [--json] [--fits] [--tokens N] [overrides]`: which ZeRO/offload/checkpointing/micro-batch configs fit
+"""`trl-ds plan [--json] [--fits] [--tokens N] [--plot FILE] [--need [--gpus A,B] [--counts 1,8]] [overrides]`:
+which ZeRO/offload/checkpointing/micro-batch configs fit
 (trl_ds/plan/planner.py), and the whole run's time; with --need, the hardware that can train the run
 (trl_ds/plan/need.py); with --plot FILE, the table's memory as a picture (trl_ds/study/plan_plot.py).
 
@@ -11,7 +12,11 @@
     trl-ds plan --need model=llama3-70b batch.global_size=64 trainer.max_steps=2000
     trl-ds plan --need --gpus a100-80gb,h100-80gb --counts 8,16 --tokens 2e9 model=llama3-8b batch.global_size=64
     trl-ds plan --plot plan.png model=llama3-8b cluster=1x8 cluster.gpu_memory_gb=24
+    trl-ds plan deepspeed.from_file=ds_z3.json model=llama3-8b cluster=1x8      # your DeepSpeed JSON, as run takes it
 
+Flags, in any order, each checked before any work: --json, --fits, --tokens N, --plot FILE (a folder: FILE/plan.png;
+.png, .svg, .pdf, ...), --need with --gpus A,B and --counts 1,8,16,32. The files users bring are overrides here as on
+`trl-ds run`: deepspeed.from_file=, launcher.from_accelerate=, trainer.from_trl_config=, script= (docs/interop.md).
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
 micro-batch around it, and with tp=auto / sp=auto / offload=auto the tp size, the sp size and the partial offload
 ratios too (each a column of the table where the rows differ in it). The config goes through the launch's own
@@ -21,7 +26,8 @@ row: the table, the recommendation and its run: line hold only configs the launc
 """
 import json
 import sys
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.check.plan_rows import RowCheck, config_problems
 from trl_ds.check.resolve import resolve
@@ -35,8 +41,44 @@ from trl_ds.plan.planner import Times, as_json, by_time, grid, recommend, render
 from trl_ds.plan.runtime import render_runs, runs_json, split_tokens, whole_runs
 from trl_ds.short_lived import pause_collection
 
-FLAGS = ("--json", "--fits")  # JSON instead of the table; only the rows that fit
+SWITCHES = ("--json", "--fits", "--need")  # JSON instead of the table; only what fits; the hardware question
+VALUED = ("--gpus", "--counts", "--plot")  # and --tokens N (plan/runtime.py split_tokens)
+NEED_ONLY = ("--gpus", "--counts")
 EXAMPLES = {"--gpus": "a100-80gb,h100-80gb", "--counts": "1,8,16,32", "--plot": "plan.png"}
+
+
+@dataclass
+class Flags:
+    switches: frozenset
+    values: Dict[str, Optional[str]]
+    tokens: Optional[float]
+    plot: Optional[str] = None  # the file --plot writes: a folder's plan.png, a name without suffix's .png
+
+    def has(self, flag: str) -> bool:
+        return flag in self.switches
+
+
+def parse(args: Sequence[str]) -> Tuple[Flags, List[str]]:
+    """Every flag, in any order, checked before any work; the rest are overrides. ConfigError for each mistake."""
+    rest, tokens = split_tokens(list(args))
+    values = {}
+    for flag in VALUED:
+        rest, values[flag] = take(rest, flag)
+    flags = Flags(frozenset(a for a in rest if a in SWITCHES), values, tokens)
+    overrides = [a for a in rest if a not in SWITCHES]
+    unknown = [a for a in overrides if a.startswith("-")]
+    if unknown:
+        raise ConfigError([f"{unknown[0]}: not a flag of trl-ds plan (its flags: {', '.join(SWITCHES + VALUED)}, "
+                           f"--tokens; see trl-ds plan --help)."])
+    stray = [f for f in NEED_ONLY if values[f] is not None and not flags.has("--need")]
+    if stray:
+        raise ConfigError([f"{stray[0]} {values[stray[0]]}: {stray[0]} chooses --need's shapes; add --need, or drop "
+                           f"{stray[0]}."])
+    if values["--plot"] is not None:
+        from trl_ds.study.plan_plot import plot_target, require_matplotlib
+        require_matplotlib()
+        flags.plot = plot_target(values["--plot"])
+    return flags, overrides
 
 
 def plan(overrides: Sequence[str]):
@@ -86,39 +128,38 @@ def counts_of(text: Optional[str]) -> Sequence[int]:
     return counts
 
 
-def need_main(args: List[str]) -> int:
-    args = [a for a in args if a != "--need"]
-    args, gpus = take(args, "--gpus")
-    args, counts = take(args, "--counts")
-    args, tokens = split_tokens(args)
-    overrides = [a for a in args if a != "--json"]
-    fitting, misfits = need_mod.need(overrides, gpus.split(",") if gpus else need_mod.presets(), counts_of(counts),
-                                     tokens, row_check=RowCheck)
-    if "--json" in args:
-        print(json.dumps(need_mod.as_json(fitting, misfits), indent=2))
+def need_main(flags: Flags, overrides: List[str]) -> int:
+    gpus, counts = flags.values["--gpus"], flags.values["--counts"]
+    answer = need_mod.need(overrides, gpus.split(",") if gpus else need_mod.presets(), counts_of(counts),
+                           flags.tokens, row_check=RowCheck)
+    if flags.has("--json"):
+        print(json.dumps(need_mod.as_json(answer), indent=2))
     else:
+        tokens = flags.tokens
         basis = f"{describe_count(int(tokens))} training tokens" if tokens else "the configured steps or epochs"
-        print(need_mod.render(fitting, misfits, f"whole run for {basis}"))
+        print(need_mod.render(answer, f"whole run for {basis}", only_fitting=flags.has("--fits")))
+    if flags.plot is not None:
+        from trl_ds.study.plan_plot import plot_need
+        plot_need(answer.fitting, flags.plot, to=sys.stderr if flags.has("--json") else sys.stdout)
     return 0
 
 
-def table_main(args: List[str], plot: Optional[str]) -> int:
-    """The table (or JSON) and the whole run's time; with plot, the picture of the rows shown too."""
-    args, tokens = split_tokens(args)
-    overrides = [a for a in args if a not in FLAGS]
+def table_main(flags: Flags, overrides: List[str]) -> int:
+    """The table (or JSON) and the whole run's time; with --plot, the picture of the rows shown too."""
     cfg, rows, current, times = plan(overrides)
     rows = by_time(rows, times)
     names = (cfg.cluster.name, display_name(cfg.model))
     best = recommend(rows, times)
-    runs = whole_runs(cfg, [("current", current), ("recommended", best)], times, tokens)
-    if "--json" in args:
+    runs = whole_runs(cfg, [("current", current), ("recommended", best)], times, flags.tokens)
+    if flags.has("--json"):
         print(json.dumps({**as_json(rows, current, names, overrides, times), "whole_run": runs_json(runs)}, indent=2))
     else:
-        print(render(rows, current, names, overrides, times, only_fitting="--fits" in args, model_cfg=cfg.model))
+        print(render(rows, current, names, overrides, times, only_fitting=flags.has("--fits"), model_cfg=cfg.model))
         print(render_runs(runs))
-    if plot is not None:
+    if flags.plot is not None:
         from trl_ds.study.plan_plot import plot_rows
-        plot_rows(cfg, rows, best, plot, only_fitting="--fits" in args)
+        plot_rows(cfg, rows, best, flags.plot, only_fitting=flags.has("--fits"),
+                  to=sys.stderr if flags.has("--json") else sys.stdout)  # --json: stdout stays one JSON document
     return 0
 
 
@@ -130,13 +171,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(__doc__.strip())
         return 0
     try:
-        if "--need" in args:
-            return need_main(args)
-        args, plot = take(args, "--plot")
-        if plot is not None:
-            from trl_ds.study.plan_plot import require_matplotlib
-            require_matplotlib()
-        return table_main(args, plot)
+        flags, overrides = parse(args)
+        return (need_main if flags.has("--need") else table_main)(flags, overrides)
     except ConfigError as err:
         print(f"trl-ds plan: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
