@@ -30,6 +30,39 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+# The kind of machine CI runs on: cpu (no GPU, the default) or gpu. No one machine runs every test (a node without
+# GPUs is part of what some tests need), so CI names its kind, and a test for the other kind is the only skip it takes.
+CI_MACHINE = os.environ.get("TRL_DS_CI_MACHINE", "cpu")
+
+
+def require_machine(gpu: bool) -> None:
+    """A test for one kind of machine: `gpu` (marker `gpu`: torch sees CUDA) or none (marker `no_gpu`: nvidia-smi lists
+    no GPU). On the other kind it skips locally; in CI it skips only where TRL_DS_CI_MACHINE says CI is the other
+    kind, and fails otherwise (CI on a machine that is not what it says)."""
+    if gpu:
+        here = __import__("torch").cuda.is_available()
+    else:
+        from trl_ds.check.validate import count_gpus
+        here = count_gpus() == 0
+    if here:
+        return
+    reason = "needs a CUDA GPU" if gpu else "needs a machine without GPUs (this one has some)"
+    if IN_CI and (CI_MACHINE == "gpu") == gpu:
+        pytest.fail(f"missing in CI: {reason} (TRL_DS_CI_MACHINE={CI_MACHINE})")
+    pytest.skip(reason)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "no_gpu: needs a machine without GPUs; skipped on one (require_machine)")
+
+
+def pytest_runtest_setup(item):
+    """The `gpu` and `no_gpu` markers go through require_machine: the one way a test skips for the machine's kind."""
+    for marker, gpu in (("gpu", True), ("no_gpu", False)):
+        if item.get_closest_marker(marker):
+            require_machine(gpu)
+
+
 @pytest.fixture
 def compose_cfg():
     """compose_cfg(["zero=stage3", ...]) -> the typed config the app would see."""

@@ -9,8 +9,7 @@ import sys
 import pytest
 from conftest import REPO, read_json
 
-pytestmark = [pytest.mark.gpu, pytest.mark.integration,
-              pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs CUDA")]
+pytestmark = [pytest.mark.gpu, pytest.mark.integration]  # gpu: conftest.require_machine skips it without CUDA
 TINY_GPU = ["cluster=1x1", "precision=bf16", "trainer.max_length=512", "trainer.max_steps=2", "save_final_model=false"]
 
 

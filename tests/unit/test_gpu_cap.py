@@ -59,8 +59,7 @@ def test_a_cpu_rank_applies_nothing_and_records_nothing():
     assert applied_cap() == {}
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs CUDA")
+@pytest.mark.gpu  # conftest.require_machine: skipped without CUDA
 def test_on_a_gpu_the_allocator_refuses_past_the_cap():
     code = """
 import torch
