@@ -4,10 +4,14 @@ from dataclasses import replace
 
 import pytest
 
+from trl_ds.check.resolve import resolve
 from trl_ds.cli import fit as fit_cli
-from trl_ds.plan.memory import estimate
-from trl_ds.plan.planner import load
+from trl_ds.plan.memory import estimate, setup_from_config
 from trl_ds.worker.fit import boundary, next_micro
+
+
+def load(overrides):
+    return setup_from_config(resolve(overrides).cfg)
 
 
 def walk(start: int, limit: int, largest_that_fits: int):
@@ -44,7 +48,7 @@ def test_nothing_fits_and_the_limit_bounds_the_search():
 
 
 def test_the_planners_largest_fits_and_one_more_does_not():
-    _, base = load(["model=llama3.2-1b", "cluster=1x1", "cluster.gpu_memory_gb=24", "precision=bf16",
+    base = load(["model=llama3.2-1b", "cluster=1x1", "cluster.gpu_memory_gb=24", "precision=bf16",
                     "trainer.max_length=512", "zero=stage2", "offload=cpu"])
     planned = fit_cli.planner_max_micro(base, 4096)
     assert planned > 0
@@ -71,7 +75,7 @@ def test_user_mistakes_are_one_line_and_exit_2(args, message, capsys, tmp_path):
 def test_the_summary_puts_the_reserved_peak_over_the_estimate_at_the_measured_size(tmp_path):
     from trl_ds.rundir.layout import read_json, write_json
 
-    _, base = load(["model=qwen2.5-0.5b", "cluster=1x1", "cluster.gpu_memory_gb=24", "precision=bf16",
+    base = load(["model=qwen2.5-0.5b", "cluster=1x1", "cluster.gpu_memory_gb=24", "precision=bf16",
                     "trainer.max_length=512", "zero=stage2"])
     at_max = {"micro_batch": 12, "status": "trained", "peak_reserved_bytes": 20 * 2 ** 30, "confirm": True}
     write_json(str(tmp_path / "fit.json"), {
