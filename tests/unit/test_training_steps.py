@@ -64,11 +64,6 @@ def test_file_rows(tmp_path, content, name, rows):
     (["trainer.eval_dataset_name=b.jsonl"], "trainer.eval_dataset_name=b.jsonl with trainer.eval_strategy=no: nothing "
                                             "would evaluate. Set trainer.eval_strategy=steps or epoch."),
     (["trainer.eval_strategy=steps", "trainer.eval_steps=0"], "trainer.eval_steps=0 must be at least 1."),
-    (["trainer.per_device_eval_batch_size=8"], "trainer.per_device_eval_batch_size=8 with trainer.eval_strategy=no: "
-                                               "nothing would evaluate. Set trainer.eval_strategy=steps or epoch."),
-    (["trainer.eval_steps=5", "trainer.per_device_eval_batch_size=8"],
-     "trainer.eval_steps=5 and trainer.per_device_eval_batch_size=8 with trainer.eval_strategy=no: nothing would "
-     "evaluate. Set trainer.eval_strategy=steps or epoch."),
 ])
 def test_each_epoch_and_eval_mistake_is_one_message(compose_cfg, overrides, message):
     assert problems(compose_cfg, overrides) == [message]

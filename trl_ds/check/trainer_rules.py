@@ -110,17 +110,27 @@ def check_passthrough(cfg) -> List[str]:
     return check_arguments(value(cfg.trainer.name), args, own)
 
 
+def eval_notes(cfg) -> List[str]:
+    """Evaluation sizes set while evaluation is off (open-r1's recipes keep per_device_eval_batch_size with
+    eval_strategy no): TRL takes and ignores them, so they are printed, not refused."""
+    t = cfg.trainer
+    if value(t.eval_strategy) != "no":
+        return []
+    unused = [f"trainer.eval_steps={t.eval_steps}"] if t.eval_steps is not None else []
+    unused += [f"trainer.per_device_eval_batch_size={t.per_device_eval_batch_size}"] \
+        if t.per_device_eval_batch_size != TrainerConfig.per_device_eval_batch_size else []
+    return [f"{' and '.join(unused)} not used: trainer.eval_strategy=no, nothing evaluates (set "
+            f"trainer.eval_strategy=steps or epoch to evaluate)."] if unused else []
+
+
 def check_eval(cfg) -> List[str]:
     t = cfg.trainer
     problems = [f"trainer.{k}={t[k]} must be at least 1." for k in ("eval_steps", "per_device_eval_batch_size")
                 if t[k] is not None and t[k] < 1]
-    if value(t.eval_strategy) == "no":
-        unused = [f"trainer.{k}={t[k]}" for k in ("eval_dataset_name", "eval_steps") if t[k] is not None]
-        eval_batch = TrainerConfig.per_device_eval_batch_size
-        unused += [f"trainer.per_device_eval_batch_size={t.per_device_eval_batch_size}"] \
-            if t.per_device_eval_batch_size != eval_batch else []
-        return problems + ([f"{' and '.join(unused)} with trainer.eval_strategy=no: nothing would evaluate. Set "
-                            f"trainer.eval_strategy=steps or epoch."] if unused else [])
+    if value(t.eval_strategy) == "no":  # data named for evaluation that never runs: a misread; the sizes: notes
+        named = t.eval_dataset_name
+        return problems + ([f"trainer.eval_dataset_name={named} with trainer.eval_strategy=no: nothing would "
+                            f"evaluate. Set trainer.eval_strategy=steps or epoch."] if named else [])
     data, split = t.eval_dataset_name or t.dataset_name, t.dataset_test_split
     if data == "tiny" and split not in TINY_SPLITS:
         problems.append(f"trainer.dataset_test_split={split}: the built-in tiny dataset has the splits "

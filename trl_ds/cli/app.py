@@ -111,5 +111,8 @@ def write_run_dir(cfg, prepared: Prepared, overrides: List[str] = ()) -> None:
     for warning in (prepared.memory_warning, prepared.disk_warning, prepared.data_warning):
         if warning:
             print(f"trl_ds: warning: {warning}", file=sys.stderr)
+    from trl_ds.check.trainer_rules import eval_notes  # settings harmless where they stand: printed, not refused
+    for note in eval_notes(cfg):
+        print(f"trl_ds: note: {note}")
     if "tiny" in (cfg.trainer.dataset_name, cfg.trainer.eval_dataset_name):
         write_tiny_dataset(os.path.join(run_dir, TINY_DATA_DIR), value(cfg.trainer.name))

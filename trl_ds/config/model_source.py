@@ -3,7 +3,8 @@
 `model.dimensions_of` names: tests hold each preset to that model's config).
 
 A hub id's config.json is read from the local Hugging Face cache (HF_HUB_CACHE / HF_HOME, as huggingface_hub
-resolves them), which works with HF_HUB_OFFLINE=1; otherwise only config.json is downloaded. Plain JSON: no torch.
+resolves them), which works with HF_HUB_OFFLINE=1; otherwise only config.json is downloaded, once one quick connect
+says the Hub can be reached (offline, the answer comes at once, not after the client's retries). Plain JSON: no torch.
 """
 import json
 import os
@@ -104,9 +105,36 @@ def hub_config_file(repo_id: str) -> str:
         raise ConfigError([f"model.name_or_path={repo_id}: its config.json is not in the Hugging Face cache and "
                            f"HF_HUB_OFFLINE=1 forbids downloading it, so the architecture is unknown. Download it "
                            f"first (hf download {repo_id} config.json), or {FIX[0].lower()}{FIX[1:]}"])
+    unreachable = hub_unreachable()
+    if unreachable:
+        raise ConfigError([f"model.name_or_path={repo_id}: its config.json is not in the Hugging Face cache and the "
+                           f"Hub cannot be reached ({unreachable}), so the architecture is unknown. Download it where "
+                           f"there is network (hf download {repo_id} config.json), or {FIX[0].lower()}{FIX[1:]}"])
     try:
         return hf_hub_download(repo_id, "config.json")
     except Exception as err:  # network, authentication, missing repo: all mean "architecture unknown"
         raise ConfigError([f"model.name_or_path={repo_id}: its config.json could not be downloaded "
                            f"({type(err).__name__}: {str(err).splitlines()[0][:200]}), so the architecture is "
                            f"unknown. {FIX}"]) from None
+
+
+PROBE_SECONDS = 3.0
+
+
+def hub_unreachable() -> Optional[str]:
+    """Why the Hub (HF_ENDPOINT, or the HTTPS proxy that reaches it) cannot be reached, or None: one TCP connect, so
+    a machine without network is answered at once instead of after huggingface_hub's five retries (about 23 s)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    endpoint = urlparse(constants.ENDPOINT)
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    target = urlparse(proxy if proxy and "://" in proxy else f"http://{proxy}") if proxy else endpoint
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        socket.create_connection((target.hostname, port), timeout=PROBE_SECONDS).close()
+    except OSError as err:
+        return f"{'proxy ' if proxy else ''}{target.hostname}:{port}: {err.strerror or err}"
+    return None
