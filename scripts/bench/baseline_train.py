@@ -1,9 +1,9 @@
 """The usual way, written by hand: TRL's SFTTrainer with a DeepSpeed JSON, launched with torchrun.
 
-    torchrun --standalone --nproc_per_node 2 scripts/baseline_train.py --deepspeed ds_config.json \
+    torchrun --standalone --nproc_per_node 2 scripts/bench/baseline_train.py --deepspeed ds_config.json \
         --model RUN_DIR/model --dataset RUN_DIR/data --micro 2 --accumulation 1 --steps 10
 
-It is the benchmark's baseline (scripts/bench.py): the same training as trl_ds's default run, with no trl_ds code,
+It is the benchmark's baseline (scripts/bench/bench.py): the same training as trl_ds's default run, with no trl_ds code,
 ending with the model saved as trl_ds's run does (and TRL's scripts/sft.py), including the CPU workaround a user
 must find (Accelerate otherwise gives each CPU rank world size 1).
 """

@@ -1,14 +1,14 @@
-"""Benchmarks, side by side with what users do today: `python scripts/bench.py` prints one table and writes
+"""Benchmarks, side by side with what users do today: `python scripts/bench/bench.py` prints one table and writes
 docs/benchmarks.md; `--quick` runs one repetition of the fast parts (what `make test` checks).
 
 1. time to a config error: the same mistake made in a hand-written TRL + DeepSpeed JSON script under torchrun
-   (scripts/baseline_train.py, 2 CPU ranks, the tiny model) and with trl_ds;
+   (scripts/bench/baseline_train.py, 2 CPU ranks, the tiny model) and with trl_ds;
 2. dry-run latency and peak RSS, against `accelerate launch --help` and `deepspeed --help`;
 3. the planner's default grid for llama3-70b;
 4. training overhead: trl_ds's default run against the same training by hand (same ds_config.json), alternating;
 5. a 4-stage sweep: wall time per point against a single run.
 `--vs-accelerate` runs instead one user train.py through trl_ds and through `accelerate launch` with the trl package's
-zero2.yaml (scripts/bench_accelerate.py), and writes docs/benchmarks-accelerate.md.
+zero2.yaml (scripts/bench/bench_accelerate.py), and writes docs/benchmarks-accelerate.md.
 Both sides are timed alike: alternating runs, n each (--reps, default 5), medians with min and max. A ratio is printed
 only where the two spreads do not overlap; otherwise the row says "no difference measured". The report states the
 machine's load average before and after, and whether each goal (GOALS) was met.
@@ -16,60 +16,19 @@ machine's load average before and after, and whether each goal (GOALS) was met.
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = sys.executable
-BIN = os.path.dirname(PY)
-sys.path.insert(0, REPO)
-from trl_ds.launch import spawn_env  # noqa: E402
-
-# Both sides run as from an activated venv: its torchrun, and its ninja for DeepSpeed's JIT ops (another ninja
-# would rebuild them from scratch, see trl_ds/launch/build_ops.py).
-ENV = spawn_env()
-
-
-def timed(cmd, cwd=REPO):
-    """Wall seconds, exit code, peak RSS (MiB) of the process tree's largest child, and its output."""
-    with tempfile.TemporaryFile(mode="w+") as out:
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=ENV)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - started
-        out.seek(0)
-        return wall, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024, out.read()
-
-
-def stats(values):
-    return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
-
-
-def compare(ours, theirs, digits=2):
-    """theirs/ours as text, or "no difference measured" where the min-max spreads overlap."""
-    if ours["max"] < theirs["min"] or theirs["max"] < ours["min"]:
-        return f"{theirs['median'] / ours['median']:.{digits}f}×"
-    return "no difference measured"
-
-
-def fmt(s, unit="s"):
-    unit = f" {unit}" if unit else ""
-    return f"{s['median']:.2f}{unit} (min {s['min']:.2f}, max {s['max']:.2f}, n={s['n']})"
-
-
-def trl_ds(*overrides, run_dir):
-    return [PY, "-m", "trl_ds", *overrides, f"hydra.run.dir={run_dir}"]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repo
+from scripts.bench.timing import BIN, PY, REPO, compare, fmt, load, machine, stats, timed, trl_ds  # noqa: E402
 
 
 def baseline(ds_config, ref_dir, steps=10):
     return [os.path.join(BIN, "torchrun"), "--standalone", "--nproc_per_node", "2",
-            os.path.join(REPO, "scripts", "baseline_train.py"), "--deepspeed", ds_config,
+            os.path.join(REPO, "scripts", "bench", "baseline_train.py"), "--deepspeed", ds_config,
             "--model", os.path.join(ref_dir, "model"), "--dataset", os.path.join(ref_dir, "data"),
             "--steps", str(steps), "--output", os.path.join(os.path.dirname(ref_dir), "baseline_output")]
 
@@ -223,22 +182,12 @@ def goals_met(result):
     return met
 
 
-def machine():
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
-    versions = {p: metadata.version(p) for p in ("torch", "deepspeed", "trl", "transformers", "accelerate",
-                                                 "hydra-core")}
-    return {"cores": os.cpu_count(), "memory_gib": round(mem, 1), "python": platform.python_version(), **versions}
-
-
-def load():
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def render(result):
     m = result["machine"]
     lines = ["# trl_ds benchmarks", "", f"Machine: {m['cores']} cores, {m['memory_gib']} GiB, Python {m['python']}, "
              + ", ".join(f"{k} {v}" for k, v in m.items() if k not in ("cores", "memory_gib", "python")) + ".",
-             f"Generated by `python scripts/bench.py{' --quick' if result['quick'] else ''}` on {result['date']}; "
+             f"Generated by `python scripts/bench/bench.py{' --quick' if result['quick'] else ''}` on "
+             f"{result['date']}; "
              f"load average (1/5/15 min) {result['load_before']} before, {result['load_after']} after.",
              "Both sides alternate, n runs each; medians with (min, max). A ratio is given only where the two spreads "
              "do not overlap.", "A user's own train.py through trl_ds and through `accelerate launch` (trl's "
@@ -287,7 +236,7 @@ def main(argv=None):
                         help="only the side by side of a user train.py with `accelerate launch` (trl's zero2.yaml)")
     args = parser.parse_args(argv)
     if args.vs_accelerate:
-        import bench_accelerate  # scripts/ is the script's folder, first on sys.path
+        from scripts.bench import bench_accelerate
 
         return bench_accelerate.main(args)
     args.out = args.out or os.path.join(REPO, "docs", "benchmarks.md")

@@ -1,7 +1,7 @@
 """Time the data-file check before launch (trl_ds/check/data_file.py) on a large JSONL, as a user meets it.
 
-    .venv/bin/python scripts/bench_data_check.py                 # 100 MB of short SFT rows and of ~1 KB rows
-    .venv/bin/python scripts/bench_data_check.py --mb 500 --keep /tmp/big.jsonl
+    .venv/bin/python scripts/bench/bench_data_check.py                 # 100 MB of short SFT rows and of ~1 KB rows
+    .venv/bin/python scripts/bench/bench_data_check.py --mb 500 --keep /tmp/big.jsonl
 
 Two numbers per file: the reader alone (in this process), and a whole `python -m trl_ds` launch that stops at a bad
 line written last (so the reader goes through every good record first): exit 2, one line, nothing spawned.
@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from trl_ds.check.data_file import first_bad_record  # noqa: E402

@@ -1,7 +1,7 @@
 """Time the fit planner as a user runs it: a fresh `python -m trl_ds.plan` process, wall clock, N times.
 
-    .venv/bin/python scripts/bench_plan.py                    # llama3-70b on 1x8, the whole default grid
-    .venv/bin/python scripts/bench_plan.py --runs 20 model=llama3-8b cluster=2x8
+    .venv/bin/python scripts/bench/bench_plan.py                    # llama3-70b on 1x8, the whole default grid
+    .venv/bin/python scripts/bench/bench_plan.py --runs 20 model=llama3-8b cluster=2x8
 
 The target is under 0.5 s wall for llama3-70b's default grid; it holds because the planner imports neither torch
 nor DeepSpeed (the bench checks that too) and the grid itself is plain arithmetic.
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TARGET_S = 0.5
 NO_HEAVY_IMPORTS = ("import sys, runpy; sys.argv = ['trl_ds.plan', *sys.argv[1:]]\n"
                     "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n"

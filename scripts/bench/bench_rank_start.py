@@ -1,8 +1,8 @@
 """Time what a rank imports before it trains, with nothing kept out and with trl_ds/worker/unused_packages.py's
 keep-outs (bitsandbytes, DeepSpeed's Muon module).
 
-    .venv/bin/python scripts/bench_rank_start.py            # 5 of each, alternating
-    .venv/bin/python scripts/bench_rank_start.py --n 9
+    .venv/bin/python scripts/bench/bench_rank_start.py            # 5 of each, alternating
+    .venv/bin/python scripts/bench/bench_rank_start.py --n 9
 
 Each sample is a fresh interpreter importing the worker's own module (trl_ds.worker.train, which imports
 transformers, peft, trl and DeepSpeed's pieces), DeepSpeed's engine and the Muon module the engine imports at its start,
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 IMPORT = "import trl_ds.worker.train, deepspeed.runtime.engine, deepspeed.runtime.zero.muon.muon_optimizer"
 BNB_ONLY = "import sys; sys.modules['bitsandbytes'] = None; "  # the first keep-out alone

@@ -1,10 +1,10 @@
-"""A user's own train.py, as scripts/bench.py --vs-accelerate runs it through trl_ds and through `accelerate launch`:
-HfArgumentParser, TRL's SFTTrainer, and a callback that stamps the training steps (it writes only step_stamps.json,
-into its output_dir).
+"""A user's own train.py, as scripts/bench/bench.py --vs-accelerate runs it through trl_ds and through
+`accelerate launch`: HfArgumentParser, TRL's SFTTrainer, and a callback that stamps the training steps (it writes only
+step_stamps.json, into its output_dir).
 
-    python -m trl_ds script=scripts/bench_user_train.py 'script_args=[--model,M,--data_file,D]'
+    python -m trl_ds script=scripts/bench/bench_user_train.py 'script_args=[--model,M,--data_file,D]'
     accelerate launch --config_file trl/accelerate_configs/zero2.yaml --num_processes 2 --mixed_precision no \
-        scripts/bench_user_train.py --model M --data_file D --output_dir OUT --max_steps 10 ...
+        scripts/bench/bench_user_train.py --model M --data_file D --output_dir OUT --max_steps 10 ...
 """
 import json
 import os

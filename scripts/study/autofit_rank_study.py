@@ -1,6 +1,6 @@
-"""Auto-fit's ranking vs measurement on CPU: `python scripts/autofit_rank_study.py [--repeats 2] [--steps 12]`.
+"""Auto-fit's ranking vs measurement on CPU: `python scripts/study/autofit_rank_study.py [--repeats 2] [--steps 12]`.
 
-The tiny Llama of scripts/steptime_study.py on 2 CPU ranks, `zero=auto offload=auto tp=auto` with the calibrated
+The tiny Llama of scripts/study/steptime_study.py on 2 CPU ranks, `zero=auto offload=auto tp=auto` with the calibrated
 CPU hardware file: auto-fit ranks every candidate the launch accepts; POINTS picks some of them across
 tp × ratio × stage × offload, and each is trained for real (real DeepSpeed, gloo) for a few steps, `--repeats`
 times, in alternating order (forward, then backward, ...) so a slow spell of the shared machine falls on both ends
@@ -16,10 +16,10 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from scripts.steptime_study import FIXED, HARDWARE  # noqa: E402
+from scripts.study.steptime_study import FIXED, HARDWARE  # noqa: E402
 from trl_ds.check.plan_rows import RowCheck  # noqa: E402
 from trl_ds.config.compose import compose  # noqa: E402
 from trl_ds.plan.autofit import candidates  # noqa: E402
@@ -40,7 +40,7 @@ def ranked(steps: int):
 
 
 def measure(overrides, steps: int) -> float:
-    """Seconds per optimizer step of a real run, steady state (as scripts/steptime_study.py reads it)."""
+    """Seconds per optimizer step of a real run, steady state (as scripts/study/steptime_study.py reads it)."""
     with tempfile.TemporaryDirectory() as run_dir:
         cmd = [sys.executable, "-m", "trl_ds", *FIXED, f"trainer.max_steps={steps}", *overrides,
                f"hydra.run.dir={run_dir}"]

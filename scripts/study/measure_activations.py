@@ -1,7 +1,7 @@
 """Measure activation bytes of the shipped model families on CPU, from what autograd saves.
 
-    .venv/bin/python scripts/measure_activations.py          # table of fitted coefficients (about 30 s)
-    .venv/bin/python scripts/measure_activations.py --json   # the same as JSON
+    .venv/bin/python scripts/study/measure_activations.py          # table of fitted coefficients (about 30 s)
+    .venv/bin/python scripts/study/measure_activations.py --json   # the same as JSON
 
 For small random-init models (Llama, Mistral, Qwen2 are measured; each in bf16 and fp32) one forward with labels
 runs under `saved_tensors_hooks`: every saved tensor's storage is counted once, parameters excluded, and charged to
@@ -33,7 +33,7 @@ expert widths, per-layer terms such as Gemma's fp32 norm weights), over 24 sampl
 attention and experts implementation; saved_activations.COEFFICIENTS holds the results and
 tests/unit/test_family_activations.py re-measures them.
 
-    .venv/bin/python scripts/measure_activations.py --lora   # the LoRA tables and the additivity check
+    .venv/bin/python scripts/study/measure_activations.py --lora   # the LoRA tables and the additivity check
 
 Paired trainers (`--paired`, a few seconds): DPO and the reward trainer put a micro-batch of b pairs through the model
 as one batch of 2b sequences (chosen, then rejected: trl/trainer/dpo_trainer.py and reward_trainer.py collators).

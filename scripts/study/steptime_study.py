@@ -1,4 +1,4 @@
-"""Step-time model vs measurement on CPU: `python scripts/steptime_study.py [--measure] [--hardware FILE]`.
+"""Step-time model vs measurement on CPU: `python scripts/study/steptime_study.py [--measure] [--hardware FILE]`.
 
 --measure runs every point of the grid for real (2 CPU ranks, gloo, real DeepSpeed; ~1 min each on a loaded
 2-core box) and stores the steady-state seconds per optimizer step in docs/steptime_study.json; without it the
@@ -13,10 +13,11 @@ import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from trl_ds.plan.planner import load  # noqa: E402
+from trl_ds.config.compose import compose  # noqa: E402
+from trl_ds.plan.memory import setup_from_config  # noqa: E402
 from trl_ds.plan.steptime import accumulation_for, hardware_from_config, step_time  # noqa: E402
 from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap  # noqa: E402
 
@@ -47,7 +48,8 @@ def measure(stage: int, offload: str, micro: int) -> float:
 
 def predict(point, hardware: str):
     """The step-time model's terms for one point, with the calibrated hardware file."""
-    cfg, setup = load([*FIXED, *point_overrides(*point), f"cluster.gpu={hardware}"])
+    cfg = compose([*FIXED, *point_overrides(*point), f"cluster.gpu={hardware}"])
+    setup = setup_from_config(cfg)
     hw = hardware_from_config(cfg)
     return step_time(setup, hw, accumulation_for(setup, cfg.batch.global_size, None))
 

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Wheels the lent GPU machine lacks, for its Python 3.12 on x86-64, into .whl/ (ignored by git), for
-# scripts/gpu_check.sh there. That machine reaches no registry; its image has torch, accelerate, numpy, pandas,
+# tests/gpu/gpu_check.sh there. That machine reaches no registry; its image has torch, accelerate, numpy, pandas,
 # pyarrow, xxhash, msgpack, ninja, psutil, py-cpuinfo, einops, huggingface-hub, tokenizers and safetensors, but not
 # what is listed here. Versions are the ones installed in this machine's .venv (what the tests here run), one of each.
 #
-#   bash scripts/device_wheels.sh          # idempotent: fetches or builds only what .whl/ lacks
+#   bash tests/gpu/device_wheels.sh          # idempotent: fetches or builds only what .whl/ lacks
 #
 # deepspeed has no wheel on the registry: it is built here as a pure-Python wheel (its ops JIT-compile there).
 # antlr4-python3-runtime (hydra's exact 4.9.x) is an sdist only, built here too.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 DEST=.whl
 LIMIT_MIB=64  # what travels to the device machine: the working tree plus .whl
@@ -20,7 +20,7 @@ PURE=(transformers trl datasets peft hydra-core omegaconf dill hjson pydantic an
       typing-extensions fsspec)
 PER_PYTHON=(multiprocess)      # a py312 wheel
 BINARY=(pydantic-core regex)   # cp312 manylinux wheels; regex: transformers checks its version at import
-# py3 manylinux, slimmed to the library the GPU's torch loads (scripts/slim_wheel.py): for scripts/qlora_check.py
+# py3 manylinux, slimmed to the library the GPU's torch loads (tests/gpu/slim_wheel.py): for tests/gpu/qlora_check.py
 SLIM=(bitsandbytes)
 BNB_KEEP=(libbitsandbytes_cuda130.so libbitsandbytes_cpu.so)
 BUILT=(deepspeed antlr4-python3-runtime)
@@ -67,7 +67,7 @@ for name in "${BUILT[@]}"; do
 done
 
 for f in "$DEST"/bitsandbytes-*.whl; do
-  if [ -e "$f" ]; then "$PY" scripts/slim_wheel.py "$f" libbitsandbytes_ "${BNB_KEEP[@]}"; fi
+  if [ -e "$f" ]; then "$PY" tests/gpu/slim_wheel.py "$f" libbitsandbytes_ "${BNB_KEEP[@]}"; fi
 done
 
 missing=0

@@ -1,4 +1,4 @@
-"""`python scripts/fit_boundary.py OUT [--cpu-smoke]`: the fit-boundary study, time-boxed (`scripts/gpu_check.sh OUT
+"""`python tests/gpu/fit_boundary.py OUT [--cpu-smoke]`: the fit-boundary study, time-boxed (`tests/gpu/gpu_check.sh OUT
 --fit` runs it, with the GPU check's installation and environment).
 
 On one CUDA GPU, for each case (a model built from a preset's dimensions with random weights, a GPU size set with
@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_check, beside this file
-import gpu_check  # noqa: E402
-from gpu_check import Check, Mode, dataset_path, limits, model_folder, num, read_json, run_dir  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repo
+from tests.gpu import gpu_check  # noqa: E402
+from tests.gpu.gpu_check import Check, Mode, dataset_path, limits, model_folder, num, read_json, run_dir  # noqa: E402
 
 GiB = 2 ** 30
 SMOKE_FIT_ARGS = ["--steps", "2", "--start", "2", "--limit", "8", "--simulate-oom-above", "5"]
@@ -157,7 +157,7 @@ def render_report(r: dict) -> str:
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/fit_boundary.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python tests/gpu/fit_boundary.py", description=__doc__.split("\n")[0])
     parser.add_argument("out", help="folder for fit_boundary.json, results.json, report.md, failures.log, runs.tar.gz")
     parser.add_argument("--cpu-smoke", action="store_true", help="one bounded case of the tiny model on a CPU rank")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "trl_ds_gpu_check"),

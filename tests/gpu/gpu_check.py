@@ -1,4 +1,4 @@
-"""`python scripts/gpu_check.py OUT [--cpu-smoke]`: the GPU check, time-boxed (scripts/gpu_check.sh runs it).
+"""`python tests/gpu/gpu_check.py OUT [--cpu-smoke]`: the GPU check, time-boxed (tests/gpu/gpu_check.sh runs it).
 
 On one CUDA GPU: real trl_ds runs (cluster=1x1, bf16) of two models built from presets' dimensions (random init,
 no download), across ZeRO stages and offload, most informative first. For each run: did it complete, with finite
@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # trl_ds, when not installed
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)  # trl_ds, when not installed
 
 GiB = 2 ** 30
 PACKAGES = ("torch", "deepspeed", "trl", "transformers", "accelerate", "datasets", "peft", "hydra", "omegaconf",
@@ -650,7 +651,7 @@ def gpu_memory_gb() -> int:
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/gpu_check.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python tests/gpu/gpu_check.py", description=__doc__.split("\n")[0])
     parser.add_argument("out", help="folder for results.json, report.md, failures.log, runs.tar.gz")
     parser.add_argument("--cpu-smoke", action="store_true", help="the same pipeline on one CPU rank, tiny model")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "trl_ds_gpu_check"),

@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # The first GPU check, one command on the lent GPU machine (one H200, Python 3.12, no registry), under 9 minutes:
 #
-#   bash scripts/device_wheels.sh                # here, first: the wheels that machine lacks, into .whl/
-#   bash scripts/gpu_check.sh "$OUT"             # there, with carry [".whl"]: installs them, then the checks
-#   bash scripts/gpu_check.sh OUT --cpu-smoke    # here: the same pipeline on one CPU rank, tiny model
-#   bash scripts/gpu_check.sh "$OUT" --fit       # there: the fit-boundary study instead (scripts/fit_boundary.py)
-#   bash scripts/gpu_check.sh OUT --cpu-smoke --fit
-#   bash scripts/gpu_check.sh "$OUT" --qlora     # there: QLoRA's GPU-only questions instead (scripts/qlora_check.py)
+#   bash tests/gpu/device_wheels.sh                # here, first: the wheels that machine lacks, into .whl/
+#   bash tests/gpu/gpu_check.sh "$OUT"             # there, with carry [".whl"]: installs them, then the checks
+#   bash tests/gpu/gpu_check.sh OUT --cpu-smoke    # here: the same pipeline on one CPU rank, tiny model
+#   bash tests/gpu/gpu_check.sh "$OUT" --fit       # there: the fit-boundary study instead (tests/gpu/fit_boundary.py)
+#   bash tests/gpu/gpu_check.sh OUT --cpu-smoke --fit
+#   bash tests/gpu/gpu_check.sh "$OUT" --qlora     # there: QLoRA's GPU-only questions instead (tests/gpu/qlora_check.py)
 #
 # Installs .whl/*.whl into a temporary site folder (GPU mode), puts it and this repo on PYTHONPATH, and runs
-# `scripts/gpu_check.py`, or with --fit `scripts/fit_boundary.py`, or with --qlora `scripts/qlora_check.py` (see
+# `tests/gpu/gpu_check.py`, or with --fit `tests/gpu/fit_boundary.py`, or with --qlora `tests/gpu/qlora_check.py` (see
 # their docstrings for the checks and the files written under OUT). Each is one time box of its own: one per call.
 # PY: the interpreter (there: python3; here: .venv/bin/python). RUN_TIMEOUT, DEADLINE, HARD_END: seconds (per run;
 # no run starts after DEADLINE; everything is killed at HARD_END), counted from this script's start. WORK: the
 # folder for run dirs and model folders (default /tmp/trl_ds_gpu_check).
 set -uo pipefail
 export GPU_CHECK_STARTED=$(date +%s)
-REPO=$(cd "$(dirname "$0")/.." && pwd)
-USAGE="usage: bash scripts/gpu_check.sh OUT [--cpu-smoke] [--fit | --qlora]"
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+USAGE="usage: bash tests/gpu/gpu_check.sh OUT [--cpu-smoke] [--fit | --qlora]"
 OUT=${1:?$USAGE}
 MODE= SCRIPT=gpu_check.py
 for arg in "${@:2}"; do
@@ -48,7 +48,7 @@ else
     echo "gpu_check.sh: no CUDA GPU here (nvidia-smi -L failed); use --cpu-smoke" >&2; exit 2
   fi
   if ! ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then
-    echo "gpu_check.sh: no wheels in $REPO/.whl: run bash scripts/device_wheels.sh first, and carry .whl" >&2; exit 2
+    echo "gpu_check.sh: no wheels in $REPO/.whl: run bash tests/gpu/device_wheels.sh first, and carry .whl" >&2; exit 2
   fi
   rm -rf "$SITE"
   started=$SECONDS
@@ -67,4 +67,4 @@ else
   export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 fi
 cd "$REPO"
-"$PY" "scripts/$SCRIPT" "$OUT" ${MODE:+"$MODE"} ${WORK:+--work "$WORK"} 2>&1 | tee -a "$OUT/check.log"
+"$PY" "tests/gpu/$SCRIPT" "$OUT" ${MODE:+"$MODE"} ${WORK:+--work "$WORK"} 2>&1 | tee -a "$OUT/check.log"

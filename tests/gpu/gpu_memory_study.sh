@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPU memory study: trl_ds's estimate against the measured peak, on one GPU, inside 10 minutes.
 #
-#   bash scripts/gpu_memory_study.sh [OUT]               # the study, one CUDA GPU (OUT: docs/gpu_memory_study)
-#   bash scripts/gpu_memory_study.sh --dry-run [OUT]     # print the runs it would start; needs no GPU
-#   bash scripts/gpu_memory_study.sh --cpu-smoke [OUT]   # two tiny CPU runs through the same pipeline and report
-#   bash scripts/gpu_memory_study.sh --report OUT        # rebuild OUT/report.md and OUT/peak.svg from OUT/runs/*
+#   bash tests/gpu/gpu_memory_study.sh [OUT]               # the study, one CUDA GPU (OUT: docs/gpu_memory_study)
+#   bash tests/gpu/gpu_memory_study.sh --dry-run [OUT]     # print the runs it would start; needs no GPU
+#   bash tests/gpu/gpu_memory_study.sh --cpu-smoke [OUT]   # two tiny CPU runs through the same pipeline and report
+#   bash tests/gpu/gpu_memory_study.sh --report OUT        # rebuild OUT/report.md and OUT/peak.svg from OUT/runs/*
 #
 # Model: llama3.2-1b's dimensions (1.24B parameters), random init, built in code (model.name_or_path=null): no
 # download. Runs: ZeRO 0-3 x offload none/cpu at micro-batch 2, then ZeRO-3 at micro-batch 1, 4 and 8; 512 tokens,
@@ -13,7 +13,7 @@
 # counted from the start, including building DeepSpeed's CPU Adam), so the study ends inside 9 minutes.
 # Each run dir keeps plan.json (the estimate) and memory/rank_0.json (peak allocated/reserved, model-state bytes).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 RUN_TIMEOUT=${RUN_TIMEOUT:-90}
 DEADLINE=${DEADLINE:-420}
@@ -108,7 +108,7 @@ for r in rows:
     lines.append(f"| {r['run']} | {outcome} | {gib(r['estimate'])} | {gib(r['allocated'])} | {gib(r['reserved'])} "
                  f"| {ratio} | {gib(r['rss'])} | {gib(r['after_step'])} | {gib(r['states'])} |")
 with open(os.path.join(out, "report.md"), "w") as f:
-    f.write("# GPU memory study: trl_ds estimate vs measured (scripts/gpu_memory_study.sh)\n\n"
+    f.write("# GPU memory study: trl_ds estimate vs measured (tests/gpu/gpu_memory_study.sh)\n\n"
             + "\n".join(lines) + "\n\n![estimate vs measured](peak.svg)\n")
 
 top = max([r["estimate"] for r in rows] + [r["reserved"] or 0 for r in rows] + [1])

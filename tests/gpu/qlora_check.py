@@ -1,5 +1,5 @@
-"""`python scripts/qlora_check.py OUT`: what only a GPU can show about QLoRA (peft=qlora), time-boxed to about three
-minutes (`scripts/gpu_check.sh OUT --qlora` runs it, with the GPU check's installation and environment).
+"""`python tests/gpu/qlora_check.py OUT`: what only a GPU can show about QLoRA (peft=qlora), time-boxed to about three
+minutes (`tests/gpu/gpu_check.sh OUT --qlora` runs it, with the GPU check's installation and environment).
 
 On one CUDA GPU, the model of llama3.2-1b's dimensions (random weights), bf16, 512 tokens:
 1. trl_ds's run at ZeRO-3 with the packed 4-bit weights stored in bf16 (the training dtype; the CPU runs store and
@@ -22,9 +22,9 @@ import tempfile
 import time
 from typing import List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # gpu_check, beside this file
-import gpu_check  # noqa: E402
-from gpu_check import PACKAGES, Check, Mode, limits, run_dir  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repo
+from tests.gpu import gpu_check  # noqa: E402
+from tests.gpu.gpu_check import PACKAGES, Check, Mode, limits, run_dir  # noqa: E402
 
 LLAMA = "llama3.2-1b"
 OFFLOAD_PARAM = {"device": "cpu", "pin_memory": True}
@@ -113,7 +113,7 @@ def render_report(r: dict) -> str:
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/qlora_check.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python tests/gpu/qlora_check.py", description=__doc__.split("\n")[0])
     parser.add_argument("out", help="folder for results.json, report.md, failures.log, runs.tar.gz")
     parser.add_argument("--cpu-smoke", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "trl_ds_gpu_check"),

@@ -1,5 +1,5 @@
-"""`python scripts/slim_wheel.py WHEEL PREFIX KEEP...`: rewrite a wheel in place without the native libraries named
-PREFIX* other than KEEP, its RECORD rewritten for the files that stay (scripts/device_wheels.sh).
+"""`python tests/gpu/slim_wheel.py WHEEL PREFIX KEEP...`: rewrite a wheel in place without the native libraries named
+PREFIX* other than KEEP, its RECORD rewritten for the files that stay (tests/gpu/device_wheels.sh).
 
 bitsandbytes' wheel carries one library per CUDA, ROCm and XPU version (125 MiB unpacked), more than the 64 MiB that
 travel to the lent GPU; its torch (cu130 there, docs/gpu_check/results.json) makes bitsandbytes load
@@ -36,6 +36,6 @@ def slim(path: str, prefix: str, keep: Sequence[str]) -> List[str]:
 
 if __name__ == "__main__":
     if len(sys.argv) < 4:
-        sys.exit("usage: python scripts/slim_wheel.py WHEEL PREFIX KEEP...")
+        sys.exit("usage: python tests/gpu/slim_wheel.py WHEEL PREFIX KEEP...")
     gone = slim(sys.argv[1], sys.argv[2], sys.argv[3:])
     print(f"{os.path.basename(sys.argv[1])}: {len(gone)} libraries dropped, kept {' '.join(sys.argv[3:])}")

@@ -1,4 +1,4 @@
-"""scripts/bench.py --quick end to end, and its goals as bounds with wide margins (the suite never pins a timing):
+"""scripts/bench/bench.py --quick end to end, and its goals as bounds with wide margins (the suite never pins a timing):
 measured on an idle 2-core machine (docs/benchmarks.md), a config mistake is caught in ~0.8 s, 16x sooner than the
 hand-written launch fails; the dry run takes ~0.9 s and the planner ~0.7 s. The bounds below sit 3x or more away."""
 import json
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 def test_bench_quick_runs(tmp_path):
     out_md = tmp_path / "bench.md"
-    done = subprocess.run([sys.executable, "scripts/bench.py", "--quick", "--out", str(out_md)], cwd=REPO,
+    done = subprocess.run([sys.executable, "scripts/bench/bench.py", "--quick", "--out", str(out_md)], cwd=REPO,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "bench.json").read_text())

@@ -8,7 +8,7 @@ the model must score above it. Stage plus a micro-batch-1 penalty ranks these fo
 the test does not claim the model beats that one. The points lie 1.4-2.3× apart on a quiet machine.
 Predictions use the calibration this module has just measured (the hardware_file fixture), on the machine and under
 the load the runs see; the committed calibrated-cpu.yaml is not read. The full 16-point study is
-scripts/steptime_study.py.
+scripts/study/steptime_study.py.
 """
 import os
 import subprocess
@@ -19,11 +19,9 @@ import yaml
 from conftest import REPO, copy_op_cache, require, run_app
 from lock_holder import stale_lock
 
+from scripts.study import steptime_study
 from trl_ds.plan.steptime import Hardware
 from trl_ds.study.calibrate import spearman, steady_step_seconds, winner_gap
-
-sys.path.insert(0, str(REPO / "scripts"))
-import steptime_study  # noqa: E402
 
 pytestmark = pytest.mark.integration
 # (stage, offload, micro-batch); quiet-machine s/step 0.150, 0.276, 0.395, 0.925 (docs/steptime_study.md)
@@ -79,5 +77,5 @@ def test_calibrated_model_ranks_a_small_grid_as_measured(tmp_path, hardware_file
     assert spearman(predicted, measured) >= 0.8 and spearman(predicted, measured) > by_stage, table
     # the pick within 25 % of the measured fastest: the two fastest points are 1.2x apart in the model, and 0.2-s
     # steps vary by more than 10 % between runs (0/none/4 once measured 0.248 s against 3/none/4's 0.224, the rest
-    # ranked right), so the study's 10 % bar (scripts/steptime_study.py) is too tight for one pass of four points
+    # ranked right), so the study's 10 % bar (scripts/study/steptime_study.py) is too tight for one pass of four points
     assert winner_gap(predicted, measured) <= 0.25, table

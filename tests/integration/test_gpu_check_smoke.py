@@ -1,4 +1,4 @@
-"""scripts/gpu_check.sh --cpu-smoke: the GPU check's whole pipeline on one CPU rank, so it cannot rot between the
+"""tests/gpu/gpu_check.sh --cpu-smoke: the GPU check's whole pipeline on one CPU rank, so it cannot rot between the
 rare lendings of a GPU machine. One invocation (three real 3-step runs: SFT at ZeRO-2 and 3, DPO at ZeRO-3; and TRL's
 CLI) shared by every assertion; and one of the fit-boundary study (--fit: one `trl-ds fit` case, ZeRO-3)."""
 import json
@@ -20,7 +20,7 @@ NAMES = ["tiny_s2_none", "tiny_s3_none", "tiny_dpo_s3_none"]
 def run_check(base, *args):
     out = base / "out"
     env = {**os.environ, "WORK": str(base / "work")}
-    proc = subprocess.Popen(["bash", "scripts/gpu_check.sh", str(out), "--cpu-smoke", *args], cwd=REPO, env=env,
+    proc = subprocess.Popen(["bash", "tests/gpu/gpu_check.sh", str(out), "--cpu-smoke", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         stdout, _ = proc.communicate(timeout=900)
@@ -143,7 +143,7 @@ def test_the_fit_study_finds_the_boundary_with_one_engine_through_out_of_memory_
                                        "runs.tar.gz"]
     assert (out / "failures.log").read_text() == ""
     [row] = read_json(out / "fit_boundary.json")
-    # --simulate-oom-above 5 (scripts/fit_boundary.py SMOKE_FIT_ARGS): sizes above 5 run out of memory
+    # --simulate-oom-above 5 (tests/gpu/fit_boundary.py SMOKE_FIT_ARGS): sizes above 5 run out of memory
     assert {k: v for k, v in row.items() if k != "planner_max_micro"} == {
         "model": "tiny", "gpu_memory_gb": 0, "zero": 3, "offload": "none", "measured_max_micro": 5,
         "reserved_over_estimate": None}  # no GPU: nothing reserved

@@ -1,9 +1,5 @@
-"""scripts/autofit_rank_study.py's arithmetic (its measurements are not part of the suite), worked by hand."""
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
-import autofit_rank_study as study  # noqa: E402  (scripts/ is not a package)
+"""scripts/study/autofit_rank_study.py's arithmetic (its measurements are not part of the suite), worked by hand."""
+from scripts.study import autofit_rank_study as study
 
 
 def test_summary_ranks_the_fastest_pass_of_each_point():

@@ -1,13 +1,8 @@
-"""scripts/bench.py's reporting rules: a ratio only where the two sides' spreads do not overlap, and the goals
+"""scripts/bench/bench.py's reporting rules: a ratio only where the two sides' spreads do not overlap, and the goals
 checked on medians; --vs-accelerate's figures and its readings of each side's output. Inputs written by hand."""
-import os
-import sys
 
-from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import bench  # noqa: E402  (scripts/ is not a package)
-import bench_accelerate  # noqa: E402
+from scripts.bench import bench, bench_accelerate
 
 
 def spread(lo, median, hi, n=5):

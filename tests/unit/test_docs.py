@@ -4,14 +4,12 @@ relative link resolves. A failure here means: run `python scripts/render_docs.py
 diff before committing it."""
 import difflib
 import re
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import REPO, read_json, run_app
 
-sys.path.insert(0, str(REPO / "scripts"))
-import render_docs  # noqa: E402  (a script, not a package module)
+from scripts import render_docs
 
 # every documented sample rendered and every documented command checked: make test only (not make test-fast)
 pytestmark = pytest.mark.slow

@@ -1,19 +1,16 @@
 """Each family's activation coefficients (trl_ds/plan/saved_activations.py) re-measured on CPU: one sampled shape of
 each kind of layer in bf16 and fp32, and a small model of each family whose saved bytes, layer by layer, are what the
-planner charges (scripts/measure_activations.py measures; see its --family fits)."""
+planner charges (scripts/study/measure_activations.py measures; see its --family fits)."""
 import random
-import sys
 from dataclasses import replace
 
 import pytest
 import torch
 
+from scripts.study import measure_activations as ma
 from trl_ds.plan import memory as est
 from trl_ds.plan.params import count_params, from_config
 from trl_ds.plan.saved_activations import COEFFICIENTS, layer_bytes, measured
-
-sys.path.insert(0, "scripts")
-import measure_activations as ma  # noqa: E402  (scripts/ is not a package)
 
 # activations measured with torch, family by family: make test only (not make test-fast)
 pytestmark = pytest.mark.slow

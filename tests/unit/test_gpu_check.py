@@ -5,14 +5,11 @@ The whole pipeline on a real CPU rank is tests/integration/test_gpu_check_smoke.
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
-from conftest import REPO
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import gpu_check  # noqa: E402  (scripts/ is not a package)
+from tests.gpu import gpu_check
 
 GiB = 2 ** 30
 
@@ -135,8 +132,7 @@ def test_every_fit_case_of_the_gpu_study_passes_trl_ds_fit_checks(tmp_path, monk
     """What would end a case before its engine: the overrides fit_boundary.py gives `trl-ds fit`. The study runs on a
     machine with one GPU; this one has none, so fit's machine check is given that GPU count and every other check
     runs as there."""
-    import fit_boundary
-
+    from tests.gpu import fit_boundary
     from trl_ds.check import validate
     from trl_ds.cli import fit as fit_cli
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO
 
 RESULTS = REPO / "docs" / "gpu_check" / "results.json"
-# what scripts/gpu_check.sh ran (scripts/gpu_check.py gpu_mode), with the model presets' own dimensions
+# what tests/gpu/gpu_check.sh ran (tests/gpu/gpu_check.py gpu_mode), with the model presets' own dimensions
 COMMON = ["cluster=1x1", "cluster.gpu_memory_gb=139", "cluster.gpu=h200-141gb", "precision=bf16",
           "trainer.max_length=512", "trainer.per_device_train_batch_size=8", "trainer.max_steps=8"]
 

@@ -19,7 +19,7 @@ from trl_ds.plan.memory import estimate, setup_from_config
 from trl_ds.plan.planner import times_for
 
 RESULTS = json.loads((REPO / "docs" / "gpu_check" / "results.json").read_text())
-# what the check ran (scripts/gpu_check.py gpu_mode on the H200: nvidia-smi's 139 GiB), with the presets' dimensions
+# what the check ran (tests/gpu/gpu_check.py gpu_mode on the H200: nvidia-smi's 139 GiB), with the presets' dimensions
 COMMON = ["cluster=1x1", "cluster.gpu_memory_gb=139", "cluster.gpu=h200-141gb", "precision=bf16",
           "trainer.max_length=512", "trainer.per_device_train_batch_size=8", "trainer.max_steps=8"]
 RUNS = [r for r in RESULTS["runs"] if r["status"] == "completed"]

@@ -189,11 +189,9 @@ def test_step_time_counts_the_reference_forward_and_grpo_generation(compose_cfg)
 
 @pytest.mark.parametrize("width,dtype_name", [(2, "bf16"), (4, "fp32")])
 def test_paired_activations_are_what_autograd_saves_for_2b_sequences(width, dtype_name):
-    """scripts/measure_activations.py --paired: the decoder layers of DPO's policy and of the reward model (a real
-    AutoModelForSequenceClassification) save, for b pairs, what the planner charges for 2b sequences."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import measure_activations
-
+    """scripts/study/measure_activations.py --paired: the decoder layers of DPO's policy and of the reward model (a
+    real AutoModelForSequenceClassification) save, for b pairs, what the planner charges for 2b sequences."""
+    from scripts.study import measure_activations
     from trl_ds.plan.memory import Setup, activations
     from trl_ds.plan.params import count_params, from_config
 

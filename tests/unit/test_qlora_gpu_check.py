@@ -1,6 +1,6 @@
-"""scripts/qlora_check.py (`gpu_check.sh OUT --qlora`) without a GPU: its run passes trl_ds's checks with the 4-bit
+"""tests/gpu/qlora_check.py (`gpu_check.sh OUT --qlora`) without a GPU: its run passes trl_ds's checks with the 4-bit
 weights stored in bf16 at ZeRO-3, its offload_param probe is exactly the combination trl_ds refuses, the time box,
-and scripts/slim_wheel.py's bitsandbytes wheel that pip installs. The GPU run itself is not made here."""
+and tests/gpu/slim_wheel.py's bitsandbytes wheel that pip installs. The GPU run itself is not made here."""
 import base64
 import hashlib
 import importlib.util
@@ -11,12 +11,7 @@ import sys
 import time
 import zipfile
 
-from conftest import REPO
-
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import gpu_check  # noqa: E402  (scripts/ is not a package)
-import qlora_check  # noqa: E402
-import slim_wheel  # noqa: E402
+from tests.gpu import gpu_check, qlora_check, slim_wheel
 
 RUN = {"name": "llama3.2-1b_s3_none", "model": "llama3.2-1b", "stage": 3, "offload": "none", "trainer": "sft"}
 
