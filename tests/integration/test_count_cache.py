@@ -1,11 +1,11 @@
-"""A config no formula here counts is built on the meta device once per config (imports torch); its count is
+"""A config that is not a preset is built on the meta device once per config (imports torch); its count is
 kept by config hash, and later plans of the same config read it back without torch, exact to the parameter."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+from conftest import run_waiting
 from transformers import AutoConfig
 from unit.test_model_families import instantiate, meta_counts, write_config
 
@@ -16,15 +16,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.light]
 RAW = {"model_type": "flint", "vocab_size": 3000, "hidden_size": 128, "intermediate_size": 256,
        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 4,
        "num_experts_per_tok": 2, "hidden_act": "prelu"}
-# prelu holds a tensor: trl_ds/plan/by_hand/flint.py leaves it to the meta device
+# prelu: an activation holding a tensor
 PLAN = ("import sys; from trl_ds.cli.plan import main; main(['model.name_or_path={folder}', 'cluster=1x1', "
         "'--json']); print('torch' in sys.modules, file=sys.stderr)")
 
 
 def plan(folder, cache):
     env = {**os.environ, "TRL_DS_CACHE": str(cache)}
-    out = subprocess.run([sys.executable, "-c", PLAN.format(folder=folder)], capture_output=True, text=True,
-                         timeout=120, check=True, env=env)
+    out = run_waiting([sys.executable, "-c", PLAN.format(folder=folder)], text=True, waited_s=120, check=True,
+                      env=env)  # a bound on waiting, not on wall time (conftest.run_waiting)
     return json.loads(out.stdout), out.stderr.split()[-1] == "True"
 
 

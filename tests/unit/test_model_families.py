@@ -1,7 +1,7 @@
-"""Every family's planner count equals a meta-device instantiation with transformers, exact to the parameter, from a
-config.json folder (presets: tests/unit/test_params.py); what transformers builds and trl_ds does not know is
-counted on the meta device (and says so); MoE models count all experts in their total and the routed ones in their
-active parameters."""
+"""Every family's planner count equals an instantiation of the model with transformers, counted here, exact to the
+parameter, from a config.json folder (presets: tests/unit/test_params.py); MoE models count all experts in their
+total and the routed ones in their active parameters; what the activation model reads about each layer (dense or MoE,
+the experts' widths) is transformers' own."""
 import json
 import os
 
@@ -10,8 +10,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from trl_ds.errors import ConfigError
-from trl_ds.plan.params import FAST_TYPES, count_params, read_hf_config
-from trl_ds.plan.surveyed_aliases import SURVEYED
+from trl_ds.plan.params import config_dict, count_params, expert_width, is_moe_layer, read_hf_config, shared_width
 
 SMALL = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
          "num_attention_heads": 8, "num_key_value_heads": 2, "pad_token_id": 0, "bos_token_id": 1,
@@ -19,7 +18,7 @@ SMALL = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hid
 MLA = {"q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 12,
        "moe_intermediate_size": 32, "n_routed_experts": 6, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1}
 # One config per family, each with what makes it differ: biases, head_dim, QK-norm, tied embeddings, MLA,
-# shared experts, dense-then-MoE layer mixes.
+# shared experts, dense-then-MoE layer mixes, linear attention, GPT-style fused QKV.
 FAMILIES = {
     "llama": {"attention_bias": True, "mlp_bias": True, "head_dim": 12},
     "mistral": {"head_dim": 10},
@@ -62,7 +61,7 @@ FAMILIES = {
 GPT2 = {"vocab_size": 300, "n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 40, "bos_token_id": 1,
         "eos_token_id": 2}
 
-# The other switches of the families counted from their config since they left the meta device.
+# The other switches of those families.
 VARIANTS = [("starcoder2", {"use_bias": False, "tie_word_embeddings": False}), ("granite", {"head_dim": 12}),
             ("olmoe", {"tie_word_embeddings": True}), ("phimoe", {"num_key_value_heads": 8}),
             ("glm4", {"attention_bias": False, "tie_word_embeddings": True}),
@@ -112,17 +111,12 @@ def write_config(folder, raw):
     return str(folder)
 
 
-def test_every_fast_family_has_a_case():
-    """The surveyed aliases have theirs in tests/data/family_survey.json (tests/unit/test_family_survey.py)."""
-    assert set(FAMILIES) == set(FAST_TYPES) - set(SURVEYED)
-
-
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
 def test_config_json_folder_counts_exactly(tmp_path, model_type):
     raw = family_config(model_type)
     total, largest, experts = meta_counts(instantiate(AutoConfig.for_model(**raw)))
     counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
-    assert counts.method == "fast"
+    assert counts.method == "meta"
     assert (counts.total, counts.largest_module) == (total, largest)
     arch = read_hf_config(str(tmp_path / "m"))
     if experts:  # only num_experts_per_tok of the experts' parameters work on a token
@@ -142,22 +136,39 @@ def test_mixtral_active_parameters_by_hand(tmp_path):
     assert counts.active == embeddings + layers * (attention + 2 * expert + router + norms)
 
 
+@pytest.mark.parametrize("model_type,extra", [("qwen2_moe", {}), ("qwen3_moe", {}), ("deepseek_v2", {}),
+                                              ("deepseek_v3", {}), ("glm4_moe", {}), ("mixtral", {}),
+                                              ("qwen3_next", {}), ("qwen2_moe", {"decoder_sparse_step": 2})])
+def test_what_the_activation_model_reads_about_each_layer_is_what_transformers_builds(tmp_path, model_type, extra):
+    """Which layers are MoE, one routed expert's width and the shared experts' width, from the module shapes."""
+    raw = family_config(model_type, extra)
+    model = instantiate(AutoConfig.for_model(**raw))
+    arch = read_hf_config(write_config(tmp_path / "m", raw))
+    layers, h, config = model.model.layers, raw["hidden_size"], config_dict(arch)
+    assert [is_moe_layer(config, i) for i in range(len(layers))] == [hasattr(x.mlp, "experts") for x in layers]
+    mlp = next(x.mlp for x in layers if hasattr(x.mlp, "experts"))
+    routed = sum(p.numel() for p in mlp.experts.parameters())  # gate, up and down of every expert
+    assert routed == 3 * arch.num_experts * h * expert_width(config)
+    shared = getattr(mlp, "shared_expert", None) or getattr(mlp, "shared_experts", None)
+    assert (sum(p.numel() for p in shared.parameters()) if shared else 0) == 3 * h * shared_width(config)
+    assert arch.routed_width == arch.experts_per_token * expert_width(config) + shared_width(config)
+
+
 @pytest.mark.parametrize("model_type,extra", VARIANTS)
-def test_variants_of_the_newer_families_count_exactly_from_their_config(tmp_path, model_type, extra):
+def test_variants_of_the_families_count_exactly_from_their_config(tmp_path, model_type, extra):
     raw = family_config(model_type, extra)
     total, largest, _ = meta_counts(instantiate(AutoConfig.for_model(**raw)))
     counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))
-    assert (counts.method, counts.total, counts.largest_module) == ("fast", total, largest)
+    assert (counts.method, counts.total, counts.largest_module) == ("meta", total, largest)
 
 
-# configs no formula here covers: one a family counted by hand declines (trl_ds/plan/by_hand/: dory's tied lm_head
-# keeps its logit_scale; flint's prelu activation holds a tensor), one a shape template does (gemma3n's MLP widths
-# that differ by layer)
+# configs that once needed formulas of their own: dory's tied lm_head keeps its logit_scale; flint's prelu activation
+# holds a tensor; gemma3n's MLP widths differ by layer
 @pytest.mark.parametrize("model_type,extra", [
     ("dory", {"tie_word_embeddings": True}),
     ("flint", {"num_experts": 0, "hidden_act": "prelu"}),
     ("gemma3n_text", {"intermediate_size": [96, 192, 96, 96], "num_kv_shared_layers": 0})])
-def test_other_configs_count_exactly_on_the_meta_device(tmp_path, model_type, extra):
+def test_configs_with_odd_layers_count_exactly(tmp_path, model_type, extra):
     raw = {"model_type": model_type, **SMALL, **extra}
     total, largest, _ = meta_counts(instantiate(AutoConfig.for_model(**raw)))
     counts = count_params(read_hf_config(write_config(tmp_path / "m", raw)))

@@ -1,5 +1,6 @@
-"""Parameter counts from dimensions equal a transformers meta-device instantiation (and PEFT's LoRA adapters),
-exact to the parameter."""
+"""Parameter counts equal a transformers meta-device instantiation counted here (and PEFT's LoRA adapters), exact to
+the parameter; the presets' counts ship with the package (trl_ds/plan/preset_counts.json, scripts/preset_counts.py)
+and hold exactly the presets, each equal to a build with the installed transformers."""
 import glob
 import json
 import os
@@ -8,8 +9,10 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from trl_ds.config.model_source import preset_config
 from trl_ds.errors import ConfigError
-from trl_ds.plan.params import Architecture, architecture, count_lora, count_params, read_hf_config
+from trl_ds.plan import count_cache
+from trl_ds.plan.params import Architecture, architecture, count_lora, count_params, linear_shapes, read_hf_config
 from trl_ds.worker.models import hf_config
 
 MODELS = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob("conf/model/*.yaml"))
@@ -30,13 +33,29 @@ def unique_params(model) -> int:
     return sum({id(p): p.numel() for p in model.parameters()}.values())
 
 
+def first_layer_linears(model) -> dict:
+    layer = model.model.layers[0]
+    return {n.rsplit(".", 1)[-1]: (m.in_features, m.out_features) for n, m in layer.named_modules()
+            if isinstance(m, torch.nn.Linear)}
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_every_shipped_model_counts_exactly(compose_cfg, name):
+    """Read from the shipped counts (no build), each equal to what the installed transformers builds."""
     model_cfg = compose_cfg([f"model={name}"]).model
+    assert json.dumps(preset_config(model_cfg), sort_keys=True) in count_cache.shipped()
     model = instantiate(hf_config(model_cfg))
-    counts = count_params(architecture(model_cfg))
+    arch = architecture(model_cfg)
+    counts = count_params(arch)
     assert counts.total == unique_params(model)
     assert counts.largest_module == largest_module(model)
+    assert sorted(counts.tensors) == sorted(p.numel() for p in model.parameters())
+    assert linear_shapes(arch) == first_layer_linears(model)
+
+
+def test_the_shipped_counts_are_the_presets_and_nothing_else(compose_cfg):
+    presets = {json.dumps(preset_config(compose_cfg([f"model={name}"]).model), sort_keys=True) for name in MODELS}
+    assert set(count_cache.shipped()) == presets
 
 
 def test_shipped_models_are_all_covered():

@@ -350,10 +350,7 @@ def describe_params(s: Setup) -> str:
 
 def describe_architecture(s: Setup, model_cfg=None) -> List[str]:
     """Where the dimensions came from and how they were counted; for MoE, what is planned and what is not."""
-    a, counted = s.arch, {"fast": "exact, from the dimensions",
-                          "template": "exact, from the shapes the survey learned for this family (no torch)"}.get(
-        s.counts.method, "exact, by a meta-device instantiation with transformers (imports torch), kept by config "
-                         "for later plans")
+    a, counted = s.arch, "exact, by transformers' own classes on the meta device, kept by config"
     preset = model_cfg.name if model_cfg is not None else None
     ignored = f"; preset model={preset}'s dimensions not used" if preset and not uses_preset(model_cfg) else ""
     lines = [f"architecture: {a.model_type}, {a.num_hidden_layers} layers, hidden {a.hidden_size}, from "
