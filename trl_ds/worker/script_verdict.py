@@ -11,7 +11,8 @@ from typing import List
 
 from trl_ds.config.script_target import REFUSAL  # noqa: F401  (worker/script.py prints it)
 
-MISMATCH = re.compile(r"^- ds (\S+)=(.*) vs hf (\S+)=(.*)$")
+MISMATCH = re.compile(r"^- ds (\S+)=(.*) vs hf (\S+)(?: \(calculated\))?=(.*)$")
+DERIVED = "train_batch_size"  # transformers' "train_batch_size (calculated)": micro-batch × accumulation × world
 # transformers' argument (as the mismatch names it) -> trl_ds's key that sets it in both files
 TRL_DS_KEY = {"per_device_train_batch_size": "trainer.per_device_train_batch_size",
               "gradient_accumulation_steps": "batch.global_size", "train_batch_size": "batch.global_size",
@@ -52,14 +53,18 @@ def deepspeed_problems(args, cfg, expected: str) -> List[str]:
 
 def mismatch_problems(args, cfg) -> List[str]:
     config = getattr(args, "hf_deepspeed_config", None)
+    lines = [line.strip() for line in getattr(config, "mismatches", None) or []]
+    matched = [MISMATCH.match(line) for line in lines]
+    names = {m.group(3) for m in matched if m}
     found = []
-    for line in getattr(config, "mismatches", None) or []:
-        match = MISMATCH.match(line.strip())
+    for line, match in zip(lines, matched):
         if not match:
             found.append(f"script={cfg.script}: transformers refuses its arguments against the run dir's DeepSpeed "
-                         f"config: {line.strip()}. Set the value through trl_ds's keys, or drop it from script_args.")
+                         f"config: {line}. Set the value through trl_ds's keys, or drop it from script_args.")
             continue
         ds_key, ds_val, hf_key, hf_val = match.groups()
+        if hf_key == DERIVED and names & {"per_device_train_batch_size", "gradient_accumulation_steps"}:
+            continue  # micro-batch × accumulation × world: the line of its cause says it
         key = TRL_DS_KEY.get(hf_key, "the trl_ds key that sets it")
         found.append(f"script={cfg.script}: {_where(cfg, hf_key.split('|')[0].split('+')[0])} {hf_key}={hf_val} where "
                      f"the run dir's DeepSpeed config has {ds_key}={ds_val}; transformers refuses that mismatch on "
