@@ -18,12 +18,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, read_json, run_app
+from tests.conftest import REPO, communicate_waiting, read_json, run_app
 from trl_ds.launch.torchrun import WORKER_MODULE
 
 pytestmark = pytest.mark.integration
 RDZV_TIMEOUT = 8
-# torchrun and Python start-up on a busy 2-core machine, on top of the configured timeout.
+# the time the nodes wait besides the configured timeout (polls, a failing node's report), counted as finish counts it
 SLACK_S = 45
 
 
@@ -70,10 +70,9 @@ def start_node(args, run_dir, env=None):
 
 
 def finish(proc, timeout):
-    """(returncode, stdout, stderr, seconds it took from now)."""
-    started = time.monotonic()
-    out, err = proc.communicate(timeout=timeout)
-    return proc.returncode, out, err, time.monotonic() - started
+    """(returncode, stdout, stderr, seconds it waited from now): the time its processes neither ran nor stood ready
+    for a CPU (conftest.communicate_waiting), so a busy machine slows a node without failing its bound."""
+    return communicate_waiting(proc, timeout)
 
 
 def pending_signals(pid) -> set:

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from conftest import run_waiting
 from lock_holder import FILE_BATON, SCRIPT, LockHolder, stale_lock
 
 from trl_ds import op_locks
@@ -164,9 +165,8 @@ def test_a_rank_beside_a_held_lock_ends_at_the_limit_in_one_line_the_launch_repo
     lock = folder / "lock"
     holder = LockHolder(lock, cwd=tmp_path)
     try:
-        done = subprocess.run([sys.executable, "-c", LOADER, str(tmp_path / "probe.cpp"), str(folder)],
-                              env={**os.environ, op_locks.LIMIT_ENV: "1"}, capture_output=True, text=True,
-                              timeout=60)
+        done = run_waiting([sys.executable, "-c", LOADER, str(tmp_path / "probe.cpp"), str(folder)],
+                           env={**os.environ, op_locks.LIMIT_ENV: "1"}, text=True, waited_s=60)  # not wall time
         assert (done.returncode, done.stderr) == (2, timeout_stderr(lock, holder))
         log = tmp_path / "rank1.log"
         log.write_text(done.stderr)
@@ -188,8 +188,8 @@ def test_build_ops_and_calibrate_beside_a_held_lock_end_at_the_limit_in_one_line
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), op_locks.LIMIT_ENV: "1"}
     try:
         for command in (["build-ops", "deepspeed_shm_comm"], ["calibrate", "--out", str(tmp_path / "hw.yaml")]):
-            done = subprocess.run([sys.executable, "-m", "trl_ds.cli", *command], env=env, capture_output=True,
-                                  text=True, timeout=120)
+            done = run_waiting([sys.executable, "-m", "trl_ds.cli", *command], env=env, text=True,
+                               waited_s=120)  # a bound on waiting, not on wall time (conftest.run_waiting)
             assert (done.returncode, deepspeed_free(done.stderr), done.stdout) == (2, timeout_stderr(lock, holder),
                                                                                    ""), command
             assert "Traceback" not in done.stderr
