@@ -8,59 +8,29 @@ hostfile or sbatch.sh) and `start` (run this node's share, or submit the job). l
 import os
 from typing import Dict, List
 
-from trl_ds.config.values import value
 from trl_ds.python_path import this_python_first
-from trl_ds.rundir.layout import (
-    DEEPSPEED_ENV,
-    HOSTFILE,
-    JOINED_FILE,
-    LAUNCH_SCRIPT,
-    SBATCH_SCRIPT,
-    node_log_dir,
-    write_text,
-)
+from trl_ds.rundir.layout import JOINED_FILE, LAUNCH_SCRIPT, node_log_dir, write_text
 
-from ..errors import ConfigError
-from .deepspeed import (
-    build_deepspeed_commands,
-    env_file_values,
-    load_hosts,
-    pdsh_hosts,
-    render_env_file,
-    ssh_hosts,
-    uses_ssh,
-)
+from .deepspeed import pdsh_hosts, ssh_hosts, uses_ssh
 from .failure import NodeView
 from .gpu_count import launch_script_checks_gpus
-from .hostfile import render_hostfile
+from .launchers import launch_env, launcher_of
 from .script import render_launch_script
-from .slurm import main_addr_from_slurm, render_sbatch, submit_job, under_slurm_job
-from .torchrun import build_node_commands, uses_c10d
+from .slurm import main_addr_from_slurm, under_slurm_job
+from .torchrun import uses_c10d
 
 
 def build_commands(cfg, run_dir: str) -> List[List[str]]:
-    if value(cfg.launcher.name) == "slurm" and ("\n" in run_dir or "\r" in run_dir):
-        raise ConfigError([f"the run dir {run_dir!r} holds a line break, which sbatch.sh's #SBATCH --output line "
-                           f"cannot carry. Choose another with hydra.run.dir=..."])
-    if value(cfg.launcher.name) == "deepspeed":
-        return build_deepspeed_commands(cfg, run_dir)
-    return build_node_commands(cfg, run_dir)  # torchrun, also what srun runs on each node for launcher=slurm
+    return launcher_of(cfg).build_commands(cfg, run_dir)
 
 
 def render_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> Dict[str, str]:
-    """File name in the run dir -> text: launch.sh always, the hostfile or sbatch.sh for their launchers. Pure."""
-    name = value(cfg.launcher.name)
-    env_file = DEEPSPEED_ENV if name == "deepspeed" else None
+    """File name in the run dir -> text: launch.sh always, and the files its launcher reads (launchers.py). Pure."""
+    launcher = launcher_of(cfg)
     files = {LAUNCH_SCRIPT: render_launch_script(node_commands, run_dir, launch_env(cfg), cfg.cluster.nodes,
                                                  cfg.cluster.gpus_per_node, launch_script_checks_gpus(cfg),
-                                                 env_file=env_file)}
-    if name == "deepspeed":
-        hosts, origin, _ = load_hosts(cfg)
-        files[HOSTFILE] = render_hostfile(hosts, origin)
-        files[DEEPSPEED_ENV] = render_env_file(env_file_values(cfg, launch_env(cfg)))
-    if name == "slurm":
-        files[SBATCH_SCRIPT] = render_sbatch(cfg, run_dir)
-    return files
+                                                 env_file=launcher.env_file)}
+    return {**files, **launcher.files(cfg, run_dir)}
 
 
 def write_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> None:
@@ -70,11 +40,6 @@ def write_launch_files(cfg, run_dir: str, node_commands: List[List[str]]) -> Non
         path = os.path.join(run_dir, name)
         write_text(f"{path}.tmp-{os.getpid()}", text, mode=0o755 if name.endswith(".sh") else 0o644)
         os.replace(f"{path}.tmp-{os.getpid()}", path)
-
-
-def launch_env(cfg) -> Dict[str, str]:
-    """cluster.env (network) then launcher.env (anything else); the launcher's entry wins on a clash."""
-    return {**cfg.cluster.env, **cfg.launcher.env}
 
 
 def placed_by_slurm(cfg) -> bool:
@@ -100,18 +65,15 @@ def main_addr(cfg) -> str:
 
 def summarizes_here(cfg) -> bool:
     """Whether this process ends with the run's summary: not for a submitted job, nor on a node without rank 0."""
-    return value(cfg.launcher.name) != "slurm" and this_node_rank(cfg) == 0
+    return not launcher_of(cfg).submits and this_node_rank(cfg) == 0
 
 
 def start(cfg, node_commands: List[List[str]]) -> int:
     run_dir = node_commands[0][-1]
     env = spawn_env()
-    if value(cfg.launcher.name) == "slurm":
-        if not cfg.launcher.slurm.submit:
-            print(f"trl_ds: wrote {run_dir}/{SBATCH_SCRIPT} (launcher.slurm.submit=false); submit it with: "
-                  f"sbatch {run_dir}/{SBATCH_SCRIPT}")
-            return 0
-        return submit_job(run_dir, env)
+    launcher = launcher_of(cfg)
+    if launcher.submits:
+        return launcher.submit(cfg, run_dir, env)
     from .run import run_node
 
     rank = this_node_rank(cfg)
