@@ -144,6 +144,13 @@ def wait_for(lock: str, poll_s: float = 0.1, limit_s: Optional[float] = None, no
     """Wait while a live process holds the lock (named after notice_s); True when it was left behind and this wait
     removed it. limit_s: default wait_limit_s()."""
     limit_s = wait_limit_s() if limit_s is None else limit_s
+    try:
+        return _wait(lock, poll_s, limit_s, notice_s)
+    finally:
+        _tell_launcher(None)
+
+
+def _wait(lock: str, poll_s: float, limit_s: float, notice_s: float) -> bool:
     started = checked = time.monotonic()
     named = False
     while os.path.exists(lock):
@@ -157,10 +164,41 @@ def wait_for(lock: str, poll_s: float = 0.1, limit_s: Optional[float] = None, no
             raise OpLockTimeoutError(timeout_line(lock, limit_s))
         if not named and now - started >= notice_s:
             named = True
-            print(f"trl_ds: waiting for torch's op lock {lock}, {holder_words(lock)}: it is loading or building the "
-                  f"op (at most {limit_s:.0f} s)", file=sys.stderr, flush=True)
+            line = (f"trl_ds: waiting for torch's op lock {lock}, {holder_words(lock)}: it is loading or building the "
+                    f"op (at most {limit_s:.0f} s)")
+            print(line, file=sys.stderr, flush=True)
+            _tell_launcher(line)
         time.sleep(poll_s)
     return False
+
+
+WAITING_GLOB = "waiting_rank_*.txt"  # in a run dir's progress/: a rank's wait, for the launcher to show
+
+
+def waiting_file(progress_dir: str, rank: int) -> str:
+    return os.path.join(progress_dir, WAITING_GLOB.replace("*", str(rank)))
+
+
+NOTICE = {"file": None}  # where this process tells its launcher that it waits (bound_op_lock_waits' notice_file)
+
+
+def _tell_launcher(line: Optional[str]) -> None:
+    """The rank's log is not the launching terminal: the wait is also written to a file the launcher polls
+    (trl_ds/launch/progress.py), and removed when it ends."""
+    path = NOTICE["file"]
+    if not path:
+        return
+    try:
+        if line is None:
+            if os.path.exists(path):
+                os.remove(path)
+            return
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(f"{path}.tmp", "w") as f:
+            f.write(line + "\n")
+        os.replace(f"{path}.tmp", path)
+    except OSError:  # a notice, never a reason for a rank to fail
+        pass
 
 
 def holder_words(lock: str) -> str:
@@ -187,13 +225,15 @@ class _Cleared(Exception):
     """Raised out of torch's wait when the lock it waited on was left behind: the load starts over."""
 
 
-def bound_op_lock_waits() -> None:
+def bound_op_lock_waits(notice_file: Optional[str] = None) -> None:
     """In this process, torch's op loads wait with `wait_for`: a lock left behind is removed and the op loaded again
     (built if the killed process left it half built); a live holder is waited on for at most wait_limit_s(), and then
     the process ends with exit code 2 and one line, `OpLockTimeoutError: waited ...`: the form a launch's failure
-    report reads as a rank's refusal (launch/rank_exits.py)."""
+    report reads as a rank's refusal (launch/rank_exits.py). notice_file: where a wait is also written for the
+    launcher to show (a rank's progress/waiting_rank_K.txt)."""
     from torch.utils import cpp_extension, file_baton
 
+    NOTICE["file"] = notice_file
     if getattr(cpp_extension._jit_compile, "trl_ds", False):
         return
     original = cpp_extension._jit_compile

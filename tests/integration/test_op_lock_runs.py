@@ -4,11 +4,15 @@ which name the same op folders here. `trl-ds calibrate` and `trl-ds check-equiva
 test_calibration.py and test_partial_batch.py, sharing their runs."""
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import copy_op_cache, run_app
+from conftest import REPO, copy_op_cache, run_app
 from lock_holder import LockHolder, stale_lock
 
 pytestmark = pytest.mark.integration
@@ -78,3 +82,39 @@ def test_a_lock_left_before_a_launch_is_removed_by_its_preflight(tmp_path, ops):
     first = out.stderr.splitlines()[0]
     assert first == f"trl_ds: removed {lock}: no process holds it (a process killed while loading the op left it)"
     assert not lock.exists() and len(losses(tmp_path / "run")) == 1
+
+
+def test_a_rank_waiting_on_a_held_lock_is_said_on_the_launching_terminal_within_10_s(tmp_path, ops):
+    """The rank's log says it waits (after 5 s); the launcher's terminal says it too, naming the rank and the holder,
+    within 10 s of the rank's own line, while the holder still holds the lock; then the run trains."""
+    _, explicit, lock = ops
+    holder = LockHolder(lock, cwd=tmp_path)
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "trl_ds", "trainer.max_steps=1", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env={**os.environ, **explicit}, start_new_session=True)
+    said = {}  # the launcher's line -> when it arrived
+    reader = threading.Thread(target=lambda: said.update((line.rstrip("\n"), time.monotonic()) for line in proc.stderr))
+    reader.start()
+    try:
+        logged = None
+        deadline = time.monotonic() + 300
+        expected = f"trl_ds: rank 0: waiting for torch's op lock {lock}, held by pid {holder.pid}"
+        while time.monotonic() < deadline:
+            logs = [log for log in rank_logs(run_dir) if WAITING in log.read_text()]
+            logged = logged or (time.monotonic() if logs else None)
+            shown = [at for line, at in list(said.items()) if line.startswith(expected)]
+            if shown:
+                assert shown[0] - logged <= 10 if logged else True
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"the launcher never said the wait: {list(said)}")
+        assert os.path.exists(lock)  # still held: said while waiting, not after
+        holder.kill()
+        assert proc.wait(timeout=300) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        reader.join(timeout=10)
+    assert len(losses(run_dir)) == 1

@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, TextIO
 
+from trl_ds.op_locks import WAITING_GLOB
 from trl_ds.rundir.layout import METRICS, PROGRESS_DIR, RESOLVED_CONFIG
 from trl_ds.rundir.metrics import SUPERSEDED, parse_line
 
@@ -191,6 +192,12 @@ class Display:
         if self.last_line is None or (now - self.last_line[0] >= self.every_s and self.shown() != self.last_line[1]):
             self._plain(now)
 
+    def note(self, line: str) -> None:
+        """A line of its own, below the live line when one is drawn."""
+        self.stream.write(("\n" if self.live and self.drawn is not None else "") + line + "\n")
+        self.stream.flush()
+        self.drawn = None
+
     def _plain(self, now: float) -> None:
         self.stream.write(self.prefix + self.progress.line(now) + "\n")
         self.stream.flush()
@@ -215,11 +222,31 @@ class RunProgress:
             self.tail.skip_existing()
         self.progress = Progress(total_steps(run_dir), started=started or time.time())
         self.display = Display(self.progress, stream, every_s)
+        self.waits: Dict[str, str] = {}  # rank -> the wait last shown
+        for path in self._wait_files():  # a killed launch's; made before this launch's ranks start
+            os.remove(path)
+
+    def _wait_files(self) -> List[str]:
+        return sorted(glob.glob(os.path.join(glob.escape(self.run_dir), PROGRESS_DIR, WAITING_GLOB)))
 
     def poll(self) -> None:
         self.progress.add(self.tail.read())
         self.progress.peaks = read_peaks(self.run_dir) or self.progress.peaks
         self.display.update()
+        self.show_waits()
+
+    def show_waits(self) -> None:
+        """A rank waiting on another process's op lock (trl_ds/op_locks.py writes it after 5 s): once per wait."""
+        for path in self._wait_files():
+            try:
+                with open(path) as f:
+                    line = f.read().strip()
+            except OSError:
+                continue
+            rank = os.path.basename(path)[len("waiting_rank_"):-len(".txt")]
+            if line and self.waits.get(rank) != line:
+                self.waits[rank] = line
+                self.display.note(line.replace("trl_ds: ", f"trl_ds: rank {rank}: ", 1))
 
     def close(self) -> None:
         self.poll()

@@ -19,7 +19,7 @@ if __name__ == "__main__":
 from transformers import TrainerCallback
 
 from trl_ds.config.topology import topology
-from trl_ds.op_locks import bound_op_lock_waits
+from trl_ds.op_locks import bound_op_lock_waits, waiting_file
 from trl_ds.python_path import this_python_first
 from trl_ds.rundir.checkpoint import checkpoints, latest_complete, mark_complete, rotate, step_of
 from trl_ds.rundir.disk_space import full_disk_line, is_disk_full
@@ -28,6 +28,7 @@ from trl_ds.rundir.layout import (
     FINAL_MODEL_DIR,
     JOINED_FILE,
     METRICS,
+    PROGRESS_DIR,
     SUMMARY,
     TINY_MODEL_DIR,
     load_run_config,
@@ -58,7 +59,8 @@ def main(argv) -> int:
     run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank")][0])
     os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
     unlink_at_exit()  # DeepSpeed's shared-memory all-reduce buffer (shm_buffers.py)
-    bound_op_lock_waits()  # DeepSpeed's ops load in this rank: a lock left behind is cleared, a held one waited on
+    # DeepSpeed's ops load in this rank: a lock left behind is cleared, a held one waited on (and shown by the launcher)
+    bound_op_lock_waits(waiting_file(os.path.join(run_dir, PROGRESS_DIR), int(os.environ.get("RANK", "0"))))
     try:
         return train(run_dir)
     except DiskFullError:  # already named by what was being written
