@@ -1,9 +1,9 @@
 """Every `trl-ds` command, in the order `trl-ds --help` lists them (TRL's trl/cli/commands pattern).
 
 A command is an object with `register(subparsers)`, which adds its argparse parser, and `run(args)`, which does the
-work and returns the exit code. Only the command that runs is registered, and what it
-needs is imported inside its `register` and `run`, so `trl-ds --help` is instant and `trl-ds plan` never imports
-torch. Adding a command is one entry in COMMANDS.
+work and returns the exit code. Only the command that runs is registered (cli/main.py), and what it needs is imported
+inside its `register` and `run`, so `trl-ds --help` is instant and `trl-ds plan` never imports torch. Adding a
+command is one entry in COMMANDS.
 
 Commands that read Hydra overrides (run, plan, doctor), or keep their parser in their own module of trl_ds/cli/ (fit,
 watch, export), are `Forwarded`: everything after the name goes to that module's `main(argv)`. The libraries behind
@@ -32,8 +32,6 @@ class Command:
 class Forwarded(Command):
     """`args.argv` (every argument after the command's name, in order) goes to `main(argv)` of `module`."""
 
-    forwards = True
-
     def __init__(self, name: str, module: str, summary: str, short_lived: bool = False):
         super().__init__(name, summary)
         self.module, self.short_lived = module, short_lived
@@ -52,7 +50,7 @@ class Forwarded(Command):
 class Report(Command):
     def register(self, subparsers):
         parser = subparsers.add_parser(self.name, help=self.summary, description=self.summary,
-                                       epilog="See trl_ds/study/report.py or docs/memory_study.md.")
+                                       epilog="See trl_ds/study/report.py or docs/memory-studies.md.")
         parser.add_argument("paths", nargs="+", metavar="PATH", help="sweep folders and/or run dirs")
         parser.add_argument("--out", metavar="DIR", help="where to write every file of the report (default: the "
                             "first sweep folder, or the one run dir)")
