@@ -200,3 +200,10 @@ def test_a_circle_between_two_scripts_by_their_bare_names_is_seen(tmp_path, monk
     (folder / "bench_accelerate.py").write_text("from bench import REPO\n")
     assert cycles(import_graph(sorted(folder.glob("*.py")))) == [
         ["scripts.bench", "scripts.bench_accelerate", "scripts.bench"]]
+
+
+def test_no_python_file_of_the_repository_is_over_700_lines():
+    """#60: modules small enough to read whole; scripts and tests included."""
+    files = [p for folder in ("trl_ds", "scripts", "tests") for p in (REPO / folder).rglob("*.py")]
+    long = {str(p.relative_to(REPO)): n for p in files if (n := len(p.read_text().splitlines())) > 700}
+    assert long == {}
