@@ -1,5 +1,5 @@
 """#61: `trl-ds run --help` named none of the keys users bring their own things with. Each command that takes
-overrides names them in its --help: run (Hydra's help, conf/hydra/help/) and plan."""
+overrides names them in its --help: run (Hydra's help, conf/hydra/help/), plan, export, fit, and `trl-ds --help`."""
 import subprocess
 import sys
 
@@ -11,9 +11,11 @@ from trl_ds.cli.plan import main as plan_main
 OWN = ("script=", "deepspeed.from_file=", "launcher.from_accelerate=", "trainer.from_trl_config=")
 
 
-@pytest.mark.slow  # two Hydra starts (4 s each): make test runs them, make test-fast does not
-@pytest.mark.parametrize("command", [["-m", "trl_ds", "--help"], ["-m", "trl_ds.cli", "run", "--help"]])
-def test_run_help_names_them(command):
+@pytest.mark.slow  # fresh interpreters (Hydra's help: 4 s each): make test runs them, make test-fast does not
+@pytest.mark.parametrize("command", [["-m", "trl_ds", "--help"], ["-m", "trl_ds.cli", "run", "--help"],
+                                     ["-m", "trl_ds.cli", "--help"], ["-m", "trl_ds.cli", "export", "--help"],
+                                     ["-m", "trl_ds.cli", "fit", "--help"]])
+def test_each_commands_help_names_them(command):
     out = subprocess.run([sys.executable, *command], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert all(key in out.stdout for key in OWN), out.stdout

@@ -25,7 +25,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="trl-ds export", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", required=True, help="folder to write the three files into (created if missing)")
     parser.add_argument("--auto", action="store_true", help='write "auto" where Hugging Face scripts fill values')
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m trl_ds")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m trl_ds, your files "
+                        "included: deepspeed.from_file=, launcher.from_accelerate=, trainer.from_trl_config=, script=")
     return parser.parse_args(argv)
 
 

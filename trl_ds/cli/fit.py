@@ -43,7 +43,8 @@ def planner_max_micro(base: Setup, limit: int) -> int:
 
 def parse(argv: Sequence[str]):
     parser = argparse.ArgumentParser(prog="trl-ds fit", description=__doc__.split("\n")[0])
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for trl-ds run")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for trl-ds run, your files included: "
+                        "deepspeed.from_file=, launcher.from_accelerate=, trainer.from_trl_config=, script=")
     parser.add_argument("--steps", type=int, default=3, help="training steps per micro-batch (default 3)")
     parser.add_argument("--limit", type=int, default=None, help="the largest micro-batch tried (default 8 x the "
                         "planner's, at least 64)")

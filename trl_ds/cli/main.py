@@ -20,7 +20,9 @@ def usage() -> str:
              "Hydra-composed, checked DeepSpeed + TRL runs: one resolved config, the exact launch commands, real "
              "training.", "", "commands:"]
     lines += [f"  {c.name:<{width}}{c.summary}" for c in COMMANDS]
-    lines += ["", "`trl-ds COMMAND --help` shows a command's options; `python -m trl_ds ARGS` is `trl-ds run ARGS`."]
+    lines += ["", "`trl-ds COMMAND --help` shows a command's options; `python -m trl_ds ARGS` is `trl-ds run ARGS`.",
+              "Bring your own (run, plan, export, fit, doctor): script=, deepspeed.from_file=, "
+              "launcher.from_accelerate=, trainer.from_trl_config= (docs/interop.md)."]
     return "\n".join(lines)
 
 
