@@ -117,3 +117,21 @@ def test_the_check_runs_once_then_again_when_an_imported_module_changes(case):
     assert marker.read_text() == "ran\nran\n"
     assert len(refused) == 1 and refused[0].endswith(
         "the following arguments are required: --data_file/--data-file. Fix script_args or the trainer keys."), refused
+
+
+@pytest.mark.slow
+def test_a_module_imported_from_pythonpath_that_changed_asks_again(case, monkeypatch, tmp_path):
+    """The helper lies outside the script's folder, on PYTHONPATH: the key of the script's folder cannot see it, the
+    files the check imported can."""
+    folder, cfg = case
+    run_dir, marker = str(folder / "run"), folder.parent / "marker"
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helper.py").write_text(HELPER)
+    os.remove(folder / "user" / "helper.py")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "lib"))
+    assert parser_verdict(cfg, run_dir) == [] and marker.read_text() == "ran\n"
+    assert parser_verdict(cfg, run_dir) == [] and marker.read_text() == "ran\n"  # kept
+    (tmp_path / "lib" / "helper.py").write_text(HELPER.replace(' = "data/train.jsonl"', ""))  # now required
+    refused = parser_verdict(cfg, run_dir)
+    assert marker.read_text() == "ran\nran\n"
+    assert len(refused) == 1 and "the following arguments are required: --data_file/--data-file" in refused[0]

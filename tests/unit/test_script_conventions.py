@@ -150,3 +150,19 @@ def test_a_failed_rank_is_named_by_the_log_holding_its_last_output(tmp_path):
 @pytest.mark.parametrize("name", ["trl.scripts.sft"])
 def test_trl_scripts_are_trl_parser_scripts(name):
     assert find_convention(source_file(name)).kind == TRL_PARSER
+
+
+def test_peft_a_script_cannot_receive_is_said_before_launch(compose_cfg, tmp_path):
+    from trl_ds.check.script import convention_notes
+
+    (tmp_path / "train.py").write_text(PARSING + "get_args()\n")
+    cfg = compose_cfg([f"script={tmp_path / 'train.py'}", "peft=lora"])
+    notes = convention_notes(cfg, convention(cfg))
+    assert notes == [
+        f"script={tmp_path / 'train.py'}: hf convention (found in train.py): it gets trainer.yaml's TrainingArguments "
+        f"as flags, then script_args.",
+        "peft=lora: a script of the hf convention receives no peft or quantization settings (TrainingArguments has "
+        "none): it trains the model its own code builds, while the plan assumes lora. Build the adapters in the "
+        "script, or drop peft=."]
+    cfg = compose_cfg(["script=trl.scripts.sft", "peft=lora"])  # TRL's scripts take them (use_peft, lora_r, ...)
+    assert len(convention_notes(cfg, convention(cfg))) == 1
