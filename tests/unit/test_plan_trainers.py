@@ -210,10 +210,10 @@ def test_paired_activations_are_what_autograd_saves_for_2b_sequences(width, dtyp
 
 def test_the_docs_table_of_llama3_8b_per_trainer(compose_cfg):
     """docs/planner.md's table (GiB per rank, 1x8, 2048 tokens, micro 1, checkpointing): pinned so it cannot drift."""
-    table = {"trainer=sft": (48.0, 34.1), "trainer=dpo": (68.1, 39.0), "trainer=dpo peft=lora": (23.6, 9.5),
-             "trainer=dpo +trainer.args.precompute_ref_log_probs=true": (49.4, 35.4), "trainer=reward": (42.7, 29.8),
-             "trainer=kto trainer.per_device_train_batch_size=2": (68.1, 39.0),
-             "trainer=rloo trainer.max_completion_length=256": (66.7, 51.7)}
+    table = {"trainer=sft": (45.4, 30.3), "trainer=dpo": (64.1, 34.3), "trainer=dpo peft=lora": (23.6, 9.5),
+             "trainer=dpo +trainer.args.precompute_ref_log_probs=true": (45.4, 30.7), "trainer=reward": (42.6, 28.6),
+             "trainer=kto trainer.per_device_train_batch_size=2": (64.1, 34.3),
+             "trainer=rloo trainer.max_completion_length=256": (64.1, 48.0)}
     for row, totals in table.items():
         for stage, total in zip((2, 3), totals):
             e = planned(compose_cfg, f"zero=stage{stage}", "trainer.gradient_checkpointing=true", *row.split())

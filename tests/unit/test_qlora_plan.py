@@ -77,7 +77,7 @@ def test_peft_published_qlora_zero3_case_fits_and_its_36_6_gb_is_the_whole_4bit_
     assert abs(whole / 1e9 - PEFT_REPORTED_GB) / PEFT_REPORTED_GB < 0.001
     e = estimate(s)
     assert e.verdict == "fits" and e.device_total < 40 * GiB
-    assert e.device_total == pytest.approx(37.07 * GiB, rel=0.002)  # docs/qlora.md's figure
+    assert e.device_total == pytest.approx(36.83 * GiB, rel=0.002)  # docs/qlora.md's figure (37.07 before #62)
     assert e.device["quantized_load"] == 0  # the step's peak (with its margins) is above the load peak here
 
 

@@ -1,9 +1,12 @@
 """Memory of one training configuration, before launch: bytes per rank on the device, per node on the host and NVMe.
 
 Moments and places (each term's source is cited where it is computed below):
-- `device`: the PEAK per rank during a training step, as the sum of its terms (the activation peak at the start of
-  backward and the optimizer-step transients are added, a bound rather than a coincidence). On a GPU cluster this is
-  GPU memory; on a CPU cluster (cluster.device=cpu) it is the rank process's share of host RAM.
+- `device`: the PEAK per rank during a training step. Its terms but `overhead` are the peak of
+  `torch.cuda.max_memory_allocated` (`Estimate.allocated`): the resident model states and buffers plus the larger of
+  the two moments a step peaks at, the start of backward (activations, logits, gathered ZeRO-3 parameters) and the
+  optimizer step (the gradient copy of trl_ds/plan/moments.py, under `gradients` where it exceeds the other).
+  `overhead` adds the allocator's cache and the CUDA context: the sum is what nvidia-smi shows, which the verdict
+  compares with the GPU. On a CPU cluster (cluster.device=cpu) it is the rank process's share of host RAM.
 - `host`: the PEAK per node in host RAM, over loading and training: model states DeepSpeed keeps on the host
   (× DeepSpeed's 1.5 pinned-buffer factor, as its estimators apply it), pinned buffers, and the rank processes.
 - `nvme`: bytes per node in the NVMe swap files (ZeRO-Infinity).
@@ -38,6 +41,7 @@ from trl_ds.config.topology import Topology, topology
 from trl_ds.config.values import checkpointing, dtype, micro_batch, offloads, value
 from trl_ds.errors import ConfigError
 from trl_ds.plan import quantized, trainers
+from trl_ds.plan.moments import full_logits_peak, step_transient
 from trl_ds.plan.optimizer_places import PLACE, off_device, optimizer_places
 from trl_ds.plan.params import (
     AdapterCounts,
@@ -55,7 +59,9 @@ from trl_ds.plan.tensor_parallel import local_architecture
 GiB, MiB = 2 ** 30, 2 ** 20
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only
 LOAD_BYTES_PER_PARAM = 4  # without zero.Init every rank materialises the model in fp32 (DeepSpeed's assumption)
-CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context, cuBLAS workspace, NCCL buffers per GPU rank (not measured here)
+# A guess, not measured here: the CUDA context, NCCL's buffers and kernels loaded outside torch's allocator, which
+# nvidia-smi shows and torch.cuda.memory_reserved does not (several hundred MB to a few GB: ../shared/MEMORY_MODEL.md)
+CUDA_CONTEXT_BYTES = 1 * GiB
 # Caching allocator: reserved above allocated. Measured on the H200 check (docs/gpu_check/results.json): peak reserved
 # over peak allocated 1.16-1.32 in all 7 runs, median 1.27 (the earlier 0.10 left the CPU-offload runs' reserved 2-3 %
 # above the whole estimate)
@@ -135,6 +141,9 @@ class Setup:
     quant_bits: int = 0
     double_quant: bool = False  # peft.bnb_4bit_use_double_quant
     storage_width: int = 1  # bytes of peft.bnb_4bit_quant_storage's dtype (ZeRO-3's persistence counts its elements)
+    # The loss: "fused", TRL's chunked LM head (its trainers); "full", a model's own loss over the whole logits
+    # (transformers' ForCausalLMLoss, a script's cross_entropy): trl_ds/plan/moments.py
+    head: str = "fused"
 
     @property
     def topology(self) -> Topology:
@@ -250,7 +259,13 @@ class Estimate:
 
     @property
     def device_total(self) -> int:
+        """What nvidia-smi shows per rank: the allocated peak, the allocator's cache and the CUDA context."""
         return sum(self.device.values())
+
+    @property
+    def allocated(self) -> int:
+        """The per-rank peak of torch.cuda.max_memory_allocated: every device term but `overhead`."""
+        return self.device_total - self.device.get("overhead", 0)
 
     @property
     def host_total(self) -> int:
@@ -327,6 +342,9 @@ def estimate(s: Setup) -> Estimate:
     states, host_states = model_states(s)
     items = device_buffers(s)
     transients = {"activations": activations(s), "logits": logits(s)}
+    # the step's gradient copy where it exceeds what only the start of backward holds (the peak is the larger moment)
+    backward_only = sum(transients.values()) + items.get("live_params", 0)
+    states["gradients"] += max(0, step_transient(s) - backward_only)
     device = {**states, **transients, "buffers": sum(items.values()), "reference": trainers.reference_peak(s),
               "generation": trainers.generation_excess(s, sum(transients.values()))}
     device["overhead"] = overhead(s, sum(device.values()))
@@ -354,11 +372,13 @@ def quantized_load_excess(s: Setup, training: int) -> int:
 def model_states(s: Setup):
     """Peak per-rank model states on the device, and the per-rank bytes DeepSpeed keeps off it (cpu or nvme).
 
-    Mixed precision: 2 B params + 2 B grads + 4 B fp32 grads + 12 B fp32 master and Adam per parameter, partitioned
-    by stage; ZeRO-3 adds the largest module gathered with its gradient (2 × width × L_max) and counts 4 B of
-    gradients, as DeepSpeed's estimator does. fp32 training uses 4 B for the "16-bit" terms. Parameters count Ψ (all
-    of them); gradients and optimizer states Ψ_t (the trainable ones: LoRA's adapters). The 12 B and 4 B are the
-    default of optimizer_places, which follows the bf16 options and splits them by offload.ratio.
+    Mixed precision: 2 B params + 2 B grads + 12 B fp32 master and Adam per parameter, partitioned by stage (ZeRO
+    paper, arXiv 1910.02054); ZeRO-3 adds the largest module gathered with its gradient (2 × width × L_max). The 4 B
+    fp32 gradient partition DeepSpeed's estimators count all the time exists only during the optimizer step, one
+    sub-group at a time (moments.step_transient, which estimate() adds), unless an offload keeps it. fp32 training
+    uses 4 B for the "16-bit" terms. Parameters count Ψ (all of them); gradients and optimizer states Ψ_t (the
+    trainable ones: LoRA's adapters). The 12 B and 4 B are the default of optimizer_places, which follows the bf16
+    options and splits them by offload.ratio.
     """
     psi_t, n, w, l_max = s.trainable, s.world, s.width, s.counts.largest_module
     offload_opt, params_whole = s.optimizer_offload != "none", s.param_bytes + s.quant_constants
@@ -366,7 +386,10 @@ def model_states(s: Setup):
         master = 0 if s.dtype == "fp32" else 4
         return {"params": params_whole, "gradients": (w + master) * psi_t, "optimizer": (master + 8) * psi_t}, 0
     places = optimizer_places(s)
-    optimizer, fp32_grads = places["states"]["device"], places["master_grads"]["device"]
+    optimizer = places["states"]["device"]
+    # without an offload the fp32 gradients exist only during the step (moments.step_transient); a partial offload's
+    # device sub-groups keep theirs (stage3.py `_release_sub_group` frees them only without offload)
+    fp32_grads = places["master_grads"]["device"] if s.optimizer_offload != "none" else 0
     off_device_bytes = off_device(places)  # fp32 gradients, master weights, Adam moments
     if s.stage < 3:
         grads16 = w * psi_t if s.stage == 1 else (0 if offload_opt else int(w * psi_t / n))
@@ -465,6 +488,8 @@ def logits(s: Setup) -> int:
     reward model has no vocabulary head (trl_ds/plan/trainers.py reward_head_peak)."""
     if s.trainer == "reward":
         return trainers.reward_head_peak(s)
+    if s.head == "full":
+        return full_logits_peak(trainers.head_tokens(s), s.arch.vocab_size, s.width)
     return fused_head_peak(trainers.head_tokens(s), s.arch.vocab_size, s.arch.hidden_size, s.width,
                            on_cpu=s.device == "cpu", frozen=s.uses_lora)
 
