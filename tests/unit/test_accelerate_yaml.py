@@ -90,12 +90,18 @@ def test_num_processes_unlike_the_world_is_refused_with_the_numbers(tmp_path):
            f"cluster.nodes=1 cluster.gpus_per_node=8), or change num_processes." in err.value.problems
 
 
-def test_a_deepspeed_config_file_is_read_relative_to_the_yaml(tmp_path):
+def test_a_deepspeed_config_file_is_read_from_the_working_folder(tmp_path, monkeypatch):
+    """accelerate launch passes deepspeed_config_file on as ACCELERATE_DEEPSPEED_CONFIG_FILE and DeepSpeedPlugin opens
+    it as given: relative to the working folder, not the YAML's (Why 4 of #59: trl_ds read it from the YAML's)."""
     (tmp_path / "configs").mkdir()
+    (tmp_path / "yamls" / "configs").mkdir(parents=True)
     shutil.copy(IMPORTED / "llamafactory_ds_z2_offload_config.json", tmp_path / "configs" / "z2.json")
-    path = tmp_path / "configs" / "acc.yaml"
+    shutil.copy(IMPORTED / "llamafactory_ds_z3_config.json", tmp_path / "yamls" / "configs" / "z2.json")  # a decoy
+    path = tmp_path / "yamls" / "acc.yaml"
     path.write_text(yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_machines": 1, "num_processes": 2,
-                                    "mixed_precision": "no", "deepspeed_config": {"deepspeed_config_file": "z2.json"}}))
+                                    "mixed_precision": "no",
+                                    "deepspeed_config": {"deepspeed_config_file": "configs/z2.json"}}))
+    monkeypatch.chdir(tmp_path)
     _, prepared = ours(tmp_path, path)
     zero = prepared.ds_config["zero_optimization"]
     source = json.loads((IMPORTED / "llamafactory_ds_z2_offload_config.json").read_text())["zero_optimization"]
@@ -103,21 +109,26 @@ def test_a_deepspeed_config_file_is_read_relative_to_the_yaml(tmp_path):
             zero["round_robin_gradients"]) == (source["stage"], "cpu", source["allgather_bucket_size"], True)
 
 
-@pytest.mark.slow  # two fresh interpreters
-def test_a_run_dirs_own_accelerate_yaml_imports_back_to_the_same_run(tmp_path):
-    """Round trip: the accelerate.yaml (and the ds_config.json it names) of a run dir give back the same files."""
+@pytest.mark.slow  # a fresh interpreter
+def test_a_run_dirs_own_accelerate_yaml_imports_back_to_the_same_run(tmp_path, monkeypatch):
+    """Round trip: the accelerate.yaml (and the ds_config.json it names) of a run dir give back the same files, read
+    from the run dir as its first line says (`cd RUN_DIR && accelerate launch --config_file accelerate.yaml`)."""
+    from trl_ds.cli.app import write_run_dir
+
     first = run_app(["zero=stage3", "offload=cpu", "trainer.max_grad_norm=0.5", "dry_run=true"], tmp_path / "a")
     assert first.returncode == 0, first.stderr
-    again = run_app([f"launcher.from_accelerate={tmp_path / 'a' / 'accelerate.yaml'}", "dry_run=true"], tmp_path / "b")
-    assert again.returncode == 0, again.stderr
+    monkeypatch.chdir(tmp_path / "a")
+    cfg = compose(["launcher.from_accelerate=accelerate.yaml"])
+    write_run_dir(cfg, build(cfg, str(tmp_path / "b"), launching=False))
     for name in ("ds_config.json", "accelerate.yaml"):
         assert (tmp_path / "b" / name).read_text() == (tmp_path / "a" / name).read_text(), name
 
 
-def test_deepspeed_keys_beside_a_config_file_are_refused_as_accelerate_refuses_them(tmp_path):
+def test_deepspeed_keys_beside_a_config_file_are_refused_as_accelerate_refuses_them(tmp_path, monkeypatch):
     """accelerate's DeepSpeedPlugin._deepspeed_config_checks raises for zero_stage (and the other keys its list
     names) beside deepspeed_config_file; trl_ds says so before launch."""
     shutil.copy(IMPORTED / "llamafactory_ds_z2_config.json", tmp_path / "z2.json")
+    monkeypatch.chdir(tmp_path)  # accelerate opens deepspeed_config_file from the working folder
     path = tmp_path / "acc.yaml"
     path.write_text(yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_processes": 2, "mixed_precision": "no",
                                     "deepspeed_config": {"deepspeed_config_file": "z2.json", "zero_stage": 3,

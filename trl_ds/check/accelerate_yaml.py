@@ -6,7 +6,7 @@ is mapped onto cluster, launcher, zero, offload and precision (check/imported.py
 the cluster's world, so a num_processes unlike it is refused with the numbers.
 """
 import os
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.check.deepspeed_json import ds_settings
 from trl_ds.check.imported import Mapping, apply, load_yaml, read_mapping, show
@@ -28,11 +28,17 @@ NOT_USED = {"compute_environment": "trl_ds starts the ranks itself (launcher=slu
             "same_network": "the cluster's addresses decide", "downcast_bf16": "TPU only", "tpu_env": "TPU only",
             "tpu_use_cluster": "TPU only", "tpu_use_sudo": "TPU only", "gpu_ids": "ranks use their local GPU",
             "enable_cpu_affinity": "accelerate's NUMA pinning", "use_cpu": "cluster.device decides"}
+# The blocks `accelerate config` writes empty for other distributed types; accelerate ignores them under DEEPSPEED.
+EMPTY_UNUSED = {"fsdp_config": "empty (accelerate reads it for FSDP only)",
+                "megatron_lm_config": "empty (accelerate reads it for Megatron-LM only)"}
 RUNNERS = ("pdsh", "openmpi", "mpich", "impi", "mvapich", "slurm")
 
 
-def accelerate_settings(conf: Dict[str, Any], folder: str, hidden) -> Tuple[List[Mapping], List[str], List[str]]:
-    """(mappings, notes, problems) for an accelerate config; folder is the YAML's, for deepspeed_config_file."""
+def accelerate_settings(conf: Dict[str, Any], folder: str, hidden, json_file: Optional[str] = None
+                        ) -> Tuple[List[Mapping], List[str], List[str]]:
+    """(mappings, notes, problems) for an accelerate config; folder: where a relative deepspeed_config_file is read
+    from, the working folder as `accelerate launch` reads it (it passes the path on as ACCELERATE_DEEPSPEED_CONFIG_FILE
+    and DeepSpeedPlugin opens it there)."""
     kind = conf.get("distributed_type", "NO")
     if kind != "DEEPSPEED":
         return [], [], [f"distributed_type: {kind}: trl_ds runs DeepSpeed ZeRO only (zero=stage0 is plain data "
@@ -53,10 +59,12 @@ def accelerate_settings(conf: Dict[str, Any], folder: str, hidden) -> Tuple[List
             (mappings.append(Mapping(key, given, "launcher.rdzv_backend", given)) if given in ("static", "c10d")
              else problems.append(f"rdzv_backend: {given}: trl_ds's torchrun meets by static or c10d."))
         elif key == "deepspeed_config":
-            found, noted, refused = _deepspeed(given, folder, hidden, conf.get("num_machines", 1) > 1)
+            found, noted, refused = _deepspeed(given, folder, hidden, conf.get("num_machines", 1) > 1, json_file)
             mappings, notes, problems = mappings + found, notes + noted, problems + refused
-        elif key in NOT_USED or (key in ("dynamo_config", "dynamo_backend") and given in ({}, "NO")):
-            notes.append(f"{key}: {show(given)} not used: {NOT_USED.get(key, 'no torch.compile')}")
+        elif key in NOT_USED or (key in ("dynamo_config", "dynamo_backend") and given in ({}, "NO")) or \
+                (key in EMPTY_UNUSED and given in ({}, None)):
+            why = NOT_USED.get(key, EMPTY_UNUSED.get(key, "no torch.compile"))
+            notes.append(f"{key}: {show(given)} not used: {why}")
         elif key not in ("distributed_type", "num_processes"):
             problems.append(f"{key}: {show(given)}: trl_ds has no counterpart of this accelerate key; drop it.")
     return mappings, notes, problems
@@ -69,8 +77,15 @@ def _precision(given: Any, mappings: List[Mapping], problems: List[str]) -> None
         problems.append(f"mixed_precision: {given}: trl_ds trains in fp32, bf16 or fp16 (precision=...).")
 
 
-def _deepspeed(block: Dict[str, Any], folder: str, hidden, multinode: bool):
+def _deepspeed(block: Dict[str, Any], folder: str, hidden, multinode: bool, json_file: Optional[str] = None):
+    """json_file: a deepspeed.from_file given beside the YAML, which holds the DeepSpeed settings as accelerate's own
+    deepspeed_config_file would: the YAML's DeepSpeed keys (and its JSON) give way to it, in one printed line."""
     mappings, notes, problems = [], [], []
+    if json_file:
+        given = [k for k in block if k in DEEPSPEED and k != "deepspeed_hostfile" or k == "deepspeed_config_file"]
+        block = {k: v for k, v in block.items() if k not in given}
+        notes += [f"deepspeed_config: {', '.join(given)} not used: deepspeed.from_file={json_file} wins (it holds "
+                  f"the DeepSpeed settings, as accelerate's deepspeed_config_file would)"] if given else []
     if "deepspeed_config_file" in block:
         mappings, notes, problems = _config_file(block["deepspeed_config_file"], folder, hidden)
     for key, given in block.items():
@@ -102,7 +117,7 @@ def _deepspeed(block: Dict[str, Any], folder: str, hidden, multinode: bool):
 def _config_file(path: str, folder: str, hidden) -> Tuple[List[Mapping], List[str], List[str]]:
     import json
 
-    full = os.path.join(folder, os.path.expanduser(path))  # accelerate reads it relative to where it runs
+    full = os.path.join(folder, os.path.expanduser(path))  # relative to the working folder, as accelerate opens it
     where = f"deepspeed_config.deepspeed_config_file={path}"
     ds, problems = read_mapping(full, where, "a DeepSpeed JSON file", json.load)
     found, notes, refused = ds_settings(ds, hidden)
@@ -125,8 +140,10 @@ def apply_accelerate(cfg, command_line: Sequence[str]) -> Tuple[List[str], List[
         return [], []
     where = f"launcher.from_accelerate={path}"
     conf, problems = read_mapping(path, where, "an accelerate config YAML file", load_yaml)
-    folder = os.path.dirname(os.path.abspath(os.path.expanduser(path)))
-    mappings, notes, refused = accelerate_settings(conf, folder, lambda: architecture(cfg.model).hidden_size)
+    if problems:  # unread: no key to judge (an empty mapping would read as distributed_type NO)
+        return [], problems
+    mappings, notes, refused = accelerate_settings(conf, os.getcwd(), lambda: architecture(cfg.model).hidden_size,
+                                                   (cfg.deepspeed or {}).get("from_file"))
     lines, not_set = apply(cfg, where, mappings, notes, command_line)
     refused += world_problem(conf, world_size(cfg))
     return lines, problems + [f"{where}: {p}" for p in refused] + not_set

@@ -13,7 +13,9 @@ from omegaconf import open_dict
 
 from trl_ds.check.deepspeed_json_blocks import BLOCKS, auto_cast
 from trl_ds.check.deepspeed_keys import DERIVED_TOP
+from trl_ds.check.deepspeed_verdict import top_level_reads
 from trl_ds.check.imported import Mapping, apply, read_mapping, show
+from trl_ds.config.deepspeed_names import deepspeed_version
 from trl_ds.config.schema import AioConfig, ZeroConfig
 from trl_ds.config.values import data_parallel_world
 from trl_ds.plan.params import architecture
@@ -48,8 +50,9 @@ def number(x: Any) -> Any:
 class Importer:
     """Collects the mappings, notes and problems of one file; hidden is the model's hidden size for "auto"."""
 
-    def __init__(self, hidden):
+    def __init__(self, hidden, final_model: bool = True):
         self._hidden, self.mappings, self.notes, self.problems = hidden, [], [], []
+        self.final_model = final_model  # save_final_model: what an "auto" gather on save becomes
 
     @property
     def hidden(self) -> int:
@@ -65,8 +68,8 @@ class Importer:
         self.problems.append(f"{source}: {show(given)}: {why}")
 
 
-def ds_settings(ds: Dict[str, Any], hidden) -> Tuple[List[Mapping], List[str], List[str]]:
-    imp = Importer(hidden)
+def ds_settings(ds: Dict[str, Any], hidden, final_model: bool = True) -> Tuple[List[Mapping], List[str], List[str]]:
+    imp = Importer(hidden, final_model)
     for key, given in ds.items():
         if key in BATCH:
             _batch_key(imp, key, given)
@@ -91,6 +94,8 @@ def ds_settings(ds: Dict[str, Any], hidden) -> Tuple[List[Mapping], List[str], L
         elif given == AUTO:
             imp.refuse(key, given, "transformers fills auto only in the batch, clipping, optimizer, scheduler, "
                                    "fp16/bf16 and ZeRO bucket keys; give a value")
+        elif key not in top_level_reads():  # on the command line the same name is refused (a typo there)
+            imp.note(key, given, f"DeepSpeed {deepspeed_version()} never reads {key} and ignores it; not written")
         else:
             imp.map(key, given, f"deepspeed.{key}")
     on = [k for k in ("fp16", "bf16", "bfloat16") if isinstance(ds.get(k), dict) and ds[k].get("enabled") is True]
@@ -107,6 +112,23 @@ def _batch_key(imp: Importer, key: str, given: Any) -> None:
         imp.note(key, given, "derived by trl_ds as transformers fills it (global = micro × accumulation × world)")
     else:
         imp.map(key, given, BATCH[key])
+
+
+def derived_micro(ds: Dict[str, Any], world: int) -> Tuple[List[Mapping], List[str]]:
+    """A file that gives train_batch_size and leaves train_micro_batch_size_per_gpu out (not "auto", which
+    transformers fills from the trainer's arguments): DeepSpeed derives the micro-batch, train_batch_size /
+    (gradient_accumulation_steps, 1 when absent, × world) (runtime/config.py _set_batch_related_parameters);
+    so does trl_ds, or says why it cannot (DeepSpeedExamples' ZenFlow zf_config.json)."""
+    tbs, acc = number(ds.get("train_batch_size")), number(ds.get("gradient_accumulation_steps", 1))
+    if "train_micro_batch_size_per_gpu" in ds or not isinstance(tbs, int) or not isinstance(acc, int) or acc < 1:
+        return [], []
+    if tbs % (acc * world):
+        return [], [f"train_batch_size: {tbs} with gradient_accumulation_steps {acc}: DeepSpeed derives the "
+                    f"micro-batch as {tbs} / ({acc} × world {world}), which is not whole. Change the cluster "
+                    f"(cluster.nodes, cluster.gpus_per_node) or the file's batch numbers."]
+    micro = tbs // (acc * world)
+    return [Mapping(f"(derived by DeepSpeed) train_batch_size {tbs} / (gradient_accumulation_steps {acc} × world "
+                    f"{world})", micro, "trainer.per_device_train_batch_size", micro)], []
 
 
 def batch_problem(ds: Dict[str, Any], world: int) -> List[str]:
@@ -219,6 +241,11 @@ def _zero_key(imp: Importer, where: str, name: str, given: Any, stage: int) -> N
             else imp.map(where, given, f"zero.{name}")
     if (name in STAGE3_ONLY and stage != 3) or (name in STAGE12_ONLY and stage == 3):
         return imp.note(where, given, f"DeepSpeed ignores it at stage {stage}; not written")
+    if given == AUTO and name == "stage3_gather_16bit_weights_on_model_save":
+        imp.note(where, given, "accelerate's DeepSpeedPlugin fills it from zero3_save_16bit_model (false unless "
+                               "set); trl_ds gathers the 16-bit model when save_final_model=true (its final_model) "
+                               "and not otherwise")
+        return imp.map(where, given, f"zero.{name}", imp.final_model)
     if given == AUTO:
         auto = {"reduce_bucket_size": imp.hidden ** 2, "stage3_prefetch_bucket_size": int(0.9 * imp.hidden ** 2),
                 "stage3_param_persistence_threshold": 10 * imp.hidden}
@@ -250,9 +277,10 @@ def apply_deepspeed_json(cfg, command_line: Sequence[str]) -> Tuple[List[str], L
         cfg.deepspeed.pop("from_file")  # the file's keys replace it: ds_config.json is written from them
     where = f"deepspeed.from_file={path}"
     ds, problems = read_mapping(path, where, "a DeepSpeed JSON file", _load)
-    mappings, notes, refused = ds_settings(ds, lambda: architecture(cfg.model).hidden_size)
-    lines, not_set = apply(cfg, where, mappings, notes, command_line)
-    refused += batch_problem(ds, data_parallel_world(cfg))
+    mappings, notes, refused = ds_settings(ds, lambda: architecture(cfg.model).hidden_size, cfg.save_final_model)
+    derived, not_whole = derived_micro(ds, data_parallel_world(cfg))
+    lines, not_set = apply(cfg, where, mappings + derived, notes, command_line)
+    refused += not_whole + batch_problem(ds, data_parallel_world(cfg))
     return lines, problems + [f"{where}: {p}" for p in refused] + not_set
 
 

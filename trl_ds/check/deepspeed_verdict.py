@@ -8,6 +8,7 @@ recorded (`judge`), and a deepspeed.NAME it never read is refused with the close
 are also shipped for the installed version (config/deepspeed_names.py), so a misspelt block is refused before this.
 """
 import difflib
+import functools
 import io
 import logging
 from contextlib import contextmanager, redirect_stdout
@@ -115,6 +116,14 @@ def deepspeed_verdict(cfg, ds_config: dict, world: int) -> List[str]:
     return [_unread_line(name, OmegaConf.select(cfg.deepspeed, name), sorted(read), version) for name in unread]
 
 
+@functools.lru_cache(maxsize=1)
+def top_level_reads() -> frozenset:
+    """The top-level names DeepSpeed's DeepSpeedConfig looks up (of a config it accepts): a name outside them in a
+    file users bring is never read by DeepSpeed (check/deepspeed_json.py notes it)."""
+    read = judge({"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1}, 1)[1]
+    return frozenset(k for k in read if "." not in k)
+
+
 def judge(ds_config: dict, world: int):
     """(DeepSpeed's exception or None, every dotted name its DeepSpeedConfig looked up) for ds_config."""
     with quiet_accelerator_probe():
@@ -178,7 +187,15 @@ def trl_ds_key(title: str, loc: List[str]) -> str:
         return ".".join(["zero.zenflow"] + loc)
     if title == "DeepSpeedBF16Config":
         return ".".join(["precision"] + loc)
+    if title in NAMED_BLOCKS:  # built from the block's own keys (CompileConfig(**param_dict["compile"])): loc is inside
+        return ".".join(["deepspeed", NAMED_BLOCKS[title]] + loc)
     return ".".join(["deepspeed"] + loc)  # a top-level block handed whole to its class: loc starts at its name
+
+
+# The classes DeepSpeed 0.19.8's DeepSpeedConfig builds from one block's keys (runtime/config.py, comm/config.py,
+# utils/config.py), so pydantic's loc omits the block: axolotl's compile.disable was named deepspeed.disable.
+NAMED_BLOCKS = {"CompileConfig": "compile", "HybridEngineConfig": "hybrid_engine", "CommsLoggerConfig": "comms_logger",
+                "DeepSpeedThroughputTimerConfig": "timers.throughput"}
 
 
 def _unread_line(name: str, given: Any, known: List[str], version: str) -> str:

@@ -9,7 +9,7 @@ wins over a file's learning_rate.
 """
 import os
 from dataclasses import dataclass
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -35,6 +35,28 @@ def given_keys(command_line: Sequence[str]) -> List[str]:
     keys = [o.lstrip("+~").split("=", 1)[0] for o in command_line]
     chosen = set(groups())
     return [k for k in keys if k not in chosen]
+
+
+def chosen_groups(command_line: Sequence[str]) -> Dict[str, str]:
+    """The groups the command line chooses an option of (`zero=stage2` -> {"zero": "stage2"})."""
+    pairs = [o.lstrip("+~").split("=", 1) for o in command_line if "=" in o]
+    names = set(groups())
+    return {k: v for k, v in pairs if k in names}
+
+
+def preset_keys(group: str, option: Any) -> Tuple[str, ...]:
+    """The keys a group's option sets (conf/zero/stage2.yaml: stage): those a file then overrides in silence."""
+    import yaml
+
+    path = os.path.join(CONFIG_DIR, group, f"{option}.yaml")
+    if option is None or not os.path.isfile(path):
+        return ()
+    with open(path) as f:
+        return tuple((yaml.safe_load(f) or {}).keys())
+
+
+def _differs(before: Any, after: Any) -> bool:
+    return str(before.value if hasattr(before, "value") else before) != str(after)
 
 
 def given_by_name(key: str, given: Sequence[str]) -> bool:
@@ -63,18 +85,23 @@ def line(m: Mapping) -> str:
 def apply(cfg, where: str, mappings: Sequence[Mapping], notes: Sequence[str],
           command_line: Sequence[str]) -> Tuple[List[str], List[str]]:
     """Set each mapping into cfg unless the command line gives its key by name: (printed lines, problems)."""
-    given = given_keys(command_line)
+    given, chosen = given_keys(command_line), chosen_groups(command_line)
     lines, problems = [f"trl_ds: {where}:"], []
     for m in mappings:
         if given_by_name(m.key, given):
             lines.append(f"{line(m)}: overridden on the command line")
             continue
+        before = OmegaConf.select(cfg, m.key, default=None)
         try:
             _set(cfg, m.key, m.value)
         except (OmegaConfBaseException, ValueError) as err:
             problems.append(f"{where}: {m.key}={show(m.value)}: {str(err).splitlines()[0]}")
             continue
-        lines.append(line(m))
+        group, _, name = m.key.partition(".")
+        # trainer=dpo chooses what a recipe's arguments are for; a zero/offload/cluster choice the file undoes is said
+        wins = group != "trainer" and name in preset_keys(group, chosen.get(group)) and _differs(before, m.value)
+        lines.append(f"{line(m)}: wins over {group}={chosen[group]} (a group choice names no key; "
+                     f"{m.key}=... on the command line wins over the file)" if wins else line(m))
     return lines + [f"  {n}" for n in notes], problems
 
 
@@ -98,6 +125,8 @@ def load_yaml(f) -> Any:
 def read_mapping(path: str, where: str, kind: str, loader) -> Tuple[dict, List[str]]:
     """The file's top-level mapping, or ({}, [the one-line problem]); loader parses an open file."""
     full = os.path.expanduser(path)
+    if os.path.isdir(full):
+        return {}, [f"{where} is a directory. Give {kind}."]
     if not os.path.isfile(full):
         return {}, [f"{where} does not exist. Give {kind}."]
     try:

@@ -8,8 +8,9 @@ import dataclasses
 from typing import Any, Dict, List, Sequence, Tuple
 
 from trl_ds.check.imported import Mapping, apply, load_yaml, read_mapping, show
-from trl_ds.check.trl_arguments import OWNED
+from trl_ds.check.trl_arguments import OWNED, trainer_fields
 from trl_ds.config.schema import TrainerConfig
+from trl_ds.config.values import value
 
 RENAMED = {"model_name_or_path": "model.name_or_path", "seed": "seed", "save_total_limit": "checkpoint.keep_last",
            "lora_r": "peft.r", "lora_alpha": "peft.lora_alpha", "lora_dropout": "peft.lora_dropout",
@@ -27,7 +28,7 @@ REMOVED = {"max_seq_length": "TRL renamed it max_length: write max_length: {valu
            "overwrite_output_dir": "transformers 5 removed it; trl_ds writes a fresh run dir, or resumes it with "
                                    "resume=auto (resume=never starts over)",
            "warmup_ratio": "transformers 5 removed it; warmup_steps takes a fraction below 1: write warmup_steps: "
-                           "{value} (trl_ds: trainer.warmup_steps counts steps; give the steps it makes)"}
+                           "{value}"}
 SAVE_STEPS_DEFAULT = 500  # transformers' TrainingArguments.save_steps
 
 
@@ -115,6 +116,17 @@ def _save(name: str, given: Any, recipe: Dict[str, Any]):
     return [], None, f"save_strategy: {given} cannot be honoured: trl_ds checkpoints by steps, epoch or no."
 
 
+def as_parsed(m: Mapping, trainer: str) -> Mapping:
+    """A single value for a list argument (DPO's loss_type: apo_zero) becomes the one-item list TrlParser makes of
+    it (argparse's nargs="+" field); every other value as written."""
+    if not m.key.startswith("trainer.args.") or isinstance(m.value, (list, dict)) or m.value is None:
+        return m
+    field = trainer_fields(trainer).get(m.key[len("trainer.args."):])
+    if field is None or not str(field.annotation).lower().startswith("list"):
+        return m
+    return Mapping(m.source, m.given, m.key, [m.value])
+
+
 def apply_recipe(cfg, command_line: Sequence[str]) -> Tuple[List[str], List[str]]:
     """Set the recipe's values into cfg where the command line did not: (the printed mapping lines, problems)."""
     path = cfg.trainer.from_trl_config
@@ -123,5 +135,6 @@ def apply_recipe(cfg, command_line: Sequence[str]) -> Tuple[List[str], List[str]
     where = f"trainer.from_trl_config={path}"
     recipe, problems = read_mapping(path, where, "a `trl <cmd> --config` YAML file", load_yaml)
     mappings, notes, refused = recipe_settings(recipe)
+    mappings = [as_parsed(m, value(cfg.trainer.name)) for m in mappings]
     lines, not_set = apply(cfg, where, mappings, notes, command_line)
     return lines, problems + [f"{where}: {p}" for p in refused] + not_set

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from trl_ds.check.argument_values import check_argument_values
 from trl_ds.check.data_file import check_data_files
@@ -98,11 +98,17 @@ def check_zero(cfg) -> List[str]:
     if stage == 3 and cfg.save_final_model and not cfg.zero.stage3_gather_16bit_weights_on_model_save:
         problems.append("save_final_model=true with zero=stage3 needs zero.stage3_gather_16bit_weights_on_model_save="
                         "true, or each rank saves only its partition. Set it to true, or save_final_model=false.")
-    sizes = ["reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-             "stage3_max_live_parameters", "sub_group_size"]
-    problems += [f"zero.{k}={cfg.zero[k]} must be positive." for k in sizes if cfg.zero[k] <= 0]
-    problems += [f"zero.stage3_param_persistence_threshold={cfg.zero.stage3_param_persistence_threshold} "
-                 f"must be 0 or more."] if cfg.zero.stage3_param_persistence_threshold < 0 else []
+    # DeepSpeed's bounds (runtime/zero/config.py): reduce_bucket_size > 0; the rest >= 0, where 0 means no prefetch,
+    # no live parameters kept, each parameter its own sub-group (axolotl's zero3.json sets all three). The allgather
+    # bucket divides ZeRO-1/2's all-gather into shards (stage_1_and_2.py): 0 would divide by zero after the ranks start.
+    problems += [f"zero.{k}={cfg.zero[k]} must be positive." for k in ("reduce_bucket_size", "allgather_bucket_size")
+                 if cfg.zero[k] <= 0]
+    at_least_0 = ("stage3_prefetch_bucket_size", "stage3_max_live_parameters", "sub_group_size",
+                  "stage3_param_persistence_threshold")
+    problems += [f"zero.{k}={cfg.zero[k]} must be 0 or more." for k in at_least_0 if cfg.zero[k] < 0]
+    if cfg.zero.sub_group_size == 0 and cfg.offload.ratio < 1.0:
+        problems.append(f"offload.ratio={cfg.offload.ratio:g} moves whole sub-groups to the device, and "
+                        f"zero.sub_group_size=0 makes each parameter its own: set zero.sub_group_size=100000000.")
     return problems
 
 
@@ -167,6 +173,7 @@ def check_precision(cfg) -> List[str]:
 def check_trainer(cfg) -> List[str]:
     t = cfg.trainer
     problems = [f"trainer.{k}={t[k]} must be at least 1." for k in ("max_length", "logging_steps") if t[k] < 1]
+    problems += steps_or_fraction("trainer.warmup_steps", t.warmup_steps, "a number of steps (0 or more)")
     if t.max_steps < 1 and t.max_steps != -1:
         problems.append(f"trainer.max_steps={t.max_steps} must be at least 1. Or set trainer.max_steps=-1 to train "
                         f"trainer.num_train_epochs={t.num_train_epochs} epochs.")
@@ -212,11 +219,20 @@ def check_secrets(cfg) -> List[str]:
             for where, block in blocks.items() for name in (block or {}) if SECRET_NAME.search(name)]
 
 
+def steps_or_fraction(key: str, given: Any, steps: str) -> List[str]:
+    """transformers' save_steps and warmup_steps: a number of steps, or below 1 a fraction of the run's steps (as
+    TRL recipes write them: save_steps: 0.5, warmup_steps: 0.1)."""
+    number = isinstance(given, (int, float)) and not isinstance(given, bool)
+    if number and given >= 0 and (given < 1 or float(given).is_integer()):
+        return []
+    return [f"{key}={given} must be {steps} or a fraction of the run's steps below 1 (e.g. 0.1)."]
+
+
 def check_checkpoint(cfg) -> List[str]:
     c = cfg.checkpoint
-    problems = [f"checkpoint.every_steps={c.every_steps} must be 0 (off) or more."] if c.every_steps < 0 else []
+    problems = steps_or_fraction("checkpoint.every_steps", c.every_steps, "0 (off), a number of steps")
     problems += [f"checkpoint.keep_last={c.keep_last} must be at least 1."] if c.keep_last < 1 else []
-    if c.every_epoch and c.every_steps > 0:  # transformers saves by one strategy
+    if c.every_epoch and not problems and c.every_steps > 0:  # transformers saves by one strategy
         problems.append(f"checkpoint.every_epoch=true and checkpoint.every_steps={c.every_steps} both choose when to "
                         f"save; transformers saves by one. Set checkpoint.every_steps=0 or "
                         f"checkpoint.every_epoch=false.")

@@ -258,7 +258,7 @@ class TrainerConfig:
     adam_epsilon: float = 1e-8
     max_grad_norm: float = 1.0
     lr_scheduler_type: str = "constant"
-    warmup_steps: int = 0
+    warmup_steps: Any = 0  # steps, or a fraction of the run below 1 (transformers 5's warmup_steps takes both)
     logging_steps: int = 1
     max_length: int = 64  # tokens per sequence (sft, dpo, reward, kto)
     # Recompute activations in backward: less memory, about 1/3 more compute. auto: trl_ds.plan.autofit decides.
@@ -323,7 +323,7 @@ class TensorParallelConfig:
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int = 0  # 0: no intermediate checkpoints; N: a checkpoint every N optimizer steps
+    every_steps: Any = 0  # 0: none; N: every N optimizer steps; below 1: that fraction of the run (save_steps 0.5)
     every_epoch: bool = False  # a checkpoint at the end of every epoch (transformers' save_strategy=epoch)
     keep_last: int = 2  # complete checkpoints kept; older ones are deleted after a newer one is marked complete
 
