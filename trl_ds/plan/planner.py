@@ -380,8 +380,9 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, mode
             *describe_architecture(s, model_cfg), *trainers.describe(s),
             f"cluster {cluster_name}: {s.nodes} node(s) x {s.gpus_per_node} {s.device} rank(s), {capacity}, "
             f"{s.cpu_memory_gb:g} GiB host RAM per node",
-            f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: the peak of "
-            "one rank during a step; host/node: "
+            f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: one rank's "
+            "peak in a step, torch.cuda.max_memory_allocated but for overhead (allocator cache, CUDA context: what "
+            "nvidia-smi adds); host/node: "
             + ("every rank's bytes plus offloaded states" if s.judged_on_host
                else "offloaded states x DeepSpeed's 1.5, pinned buffers, rank processes")]
 
