@@ -3,8 +3,8 @@ launch.sh, and how a launch starts (this node's share, or a submitted job). The 
 are its module's (deepspeed.check_deepspeed_launcher, slurm.check_slurm), run whatever the launcher: another
 launcher's settings given to this one are a mistake too.
 
-The rest of trl_ds asks a launcher what it does (`launcher_of(cfg).submits`, `.starts_nodes_over_ssh`) instead of
-comparing launcher.name with a string, so a launcher is described here once.
+The rest of trl_ds asks a launcher what it does (`launcher_of(cfg).submits`, `.env_file`) instead of comparing
+launcher.name with a string, so a launcher is described here once.
 """
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
@@ -26,7 +26,6 @@ class Launcher:
     files: Callable[..., Dict[str, str]]  # (cfg, run_dir): file name in the run dir -> text, beside launch.sh
     submit: Optional[Callable[..., int]] = None  # (cfg, run_dir, env): a job that starts every node, instead of this
     env_file: Optional[str] = None  # the environment file its remote starts read, written beside launch.sh
-    starts_nodes_over_ssh: bool = False  # from a hostfile, with ssh/pdsh, unless launcher.no_ssh
 
     @property
     def submits(self) -> bool:
@@ -62,8 +61,7 @@ def submit_sbatch(cfg, run_dir: str, env: Dict[str, str]) -> int:
 
 LAUNCHERS = {launcher.name: launcher for launcher in (
     Launcher("torchrun", build_node_commands, files=lambda cfg, run_dir: {}),
-    Launcher("deepspeed", build_deepspeed_commands, files=deepspeed_files, env_file=DEEPSPEED_ENV,
-             starts_nodes_over_ssh=True),
+    Launcher("deepspeed", build_deepspeed_commands, files=deepspeed_files, env_file=DEEPSPEED_ENV),
     Launcher("slurm", slurm_commands, files=lambda cfg, run_dir: {SBATCH_SCRIPT: render_sbatch(cfg, run_dir)},
              submit=submit_sbatch),
 )}
