@@ -3,9 +3,10 @@
 Offline, a Hub model that is not cached was answered after huggingface_hub's five retries (about 23 s); now one TCP
 connect to the Hub's endpoint (here 127.0.0.1:9, the discard port, where nothing listens) answers at once, naming
 model.name_or_path= a folder. open-r1's recipes keep `per_device_eval_batch_size: 16` with `do_eval: false` and no
-eval_strategy (huggingface/open-r1 recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo.yaml at bd581c7): TRL takes and
-ignores it, so it is a printed note, not the refusal "nothing would evaluate"."""
+eval_strategy (huggingface/open-r1 recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo.yaml, tests/data/imported/): TRL
+takes and ignores it, so it is a printed note, not the refusal "nothing would evaluate"."""
 import pytest
+from conftest import REPO
 from huggingface_hub import constants
 
 from trl_ds.check.plan_rows import config_problems
@@ -40,14 +41,15 @@ def test_a_hub_model_not_cached_is_answered_at_once_offline(given, offline_hub, 
     assert "give a folder written by save_pretrained (model.name_or_path=/path/to/model)" in err
 
 
-def test_open_r1s_eval_batch_with_evaluation_off_is_a_note(tmp_path):
-    recipe = tmp_path / "config_demo.yaml"
-    recipe.write_text("do_eval: false\nper_device_eval_batch_size: 16\nper_device_train_batch_size: 16\n"
-                      "learning_rate: 2.0e-05\n")
-    run = resolve([f"trainer.from_trl_config={recipe}"])
-    assert run.problems == [] and config_problems(run.cfg) == []
-    assert eval_notes(run.cfg) == ["trainer.per_device_eval_batch_size=16 not used: trainer.eval_strategy=no, nothing "
-                                   "evaluates (set trainer.eval_strategy=steps or epoch to evaluate)."]
+@pytest.mark.parametrize("recipe,size", [("open_r1_qwen2.5_1.5b_grpo_config_demo.yaml", 16),
+                                         ("open_r1_distill_7b_sft_config_distill.yaml", 1)])
+def test_open_r1s_eval_batch_with_evaluation_off_is_a_note(recipe, size):
+    """open-r1's own recipes (tests/data/imported/, their other refusals unrelated to evaluation)."""
+    run = resolve([f"trainer.from_trl_config={REPO}/tests/data/imported/{recipe}", "cluster=1x8"])
+    refusals = run.problems + config_problems(run.cfg)
+    assert not [p for p in refusals if "eval" in p], refusals
+    assert eval_notes(run.cfg) == [f"trainer.per_device_eval_batch_size={size} not used: trainer.eval_strategy=no, "
+                                   f"nothing evaluates (set trainer.eval_strategy=steps or epoch to evaluate)."]
 
 
 def test_eval_data_named_with_evaluation_off_is_still_refused(compose_cfg):
