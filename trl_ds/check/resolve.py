@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence
 
 from trl_ds.check.accelerate_yaml import apply_accelerate
 from trl_ds.check.deepspeed_json import apply_deepspeed_json
+from trl_ds.check.lora_targets import family_targets
 from trl_ds.check.plan_rows import RowCheck
 from trl_ds.check.trl_recipe import apply_recipe
 from trl_ds.config.compose import compose
@@ -54,8 +55,9 @@ def resolve(overrides: Sequence[str] = (), cfg=None, fit: str = "raise") -> Run:
     lines, problems = import_files(cfg, command_line)
     absolute_local_paths(cfg)  # after the files: a recipe's model_name_or_path is the launching folder's too
     mapped, refused = map_model_config_fields(cfg, command_line)  # ModelConfig's bnb fields -> peft.*
-    run = Run(cfg=cfg, command_line=command_line, topology=topology(cfg), lines=lines + mapped,
-              problems=problems + refused)
+    family = None if problems + refused else family_targets(cfg, command_line)  # BLOOM's query_key_value, ...
+    lines += mapped + ([family] if family else [])
+    run = Run(cfg=cfg, command_line=command_line, topology=topology(cfg), lines=lines, problems=problems + refused)
     if fit == "off":
         return run
     open_cfg = copy.deepcopy(cfg)

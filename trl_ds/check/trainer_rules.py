@@ -18,7 +18,6 @@ from trl_ds.config.batch import Batch
 from trl_ds.config.data_files import named_for_split
 from trl_ds.config.schema import TrainerConfig
 from trl_ds.config.values import LOCAL_DATA_SUFFIXES, is_local_path, value, world_size
-from trl_ds.plan.params import architecture, layer_modules
 from trl_ds.plan.trainers import GENERATING, KTO_NO_KL
 from trl_ds.rundir.trainer_config import TRAINER_ONLY
 
@@ -187,13 +186,9 @@ def check_peft(cfg) -> List[str]:
     problems = [f"peft.r={p.r} must be at least 1."] if p.r < 1 else []
     problems += [f"peft.lora_alpha={p.lora_alpha} must be positive."] if p.lora_alpha <= 0 else []
     problems += [f"peft.lora_dropout={p.lora_dropout} must be in [0, 1)."] if not 0 <= p.lora_dropout < 1 else []
-    linear = [m for m in layer_modules(architecture(cfg.model)) if m.endswith("_proj")]
-    unknown = [m for m in p.target_modules if m not in linear]
-    if unknown or not p.target_modules:
-        problems.append(f"peft.target_modules={_show(p.target_modules)} must name linear layers of model="
-                        f"{cfg.model.name}; {', '.join(unknown) or 'none given'} is not one. "
-                        f"Use some of: peft.target_modules=[{','.join(linear)}].")
-    return problems
+    from trl_ds.check.lora_targets import target_problems  # the model's own modules (BLOOM's, GPT-2's Conv1D)
+
+    return problems + target_problems(cfg)
 
 
 def check_sequence_parallel(cfg) -> List[str]:

@@ -201,11 +201,34 @@ def check_local_files(cfg) -> List[str]:
     if path and is_local_path(path) and not os.path.isfile(os.path.join(os.path.expanduser(path), "config.json")):
         problems.append(f"model.name_or_path={path} is not a model folder (no config.json there). Give a folder "
                         f"written by save_pretrained, or a hub id such as model.name_or_path=Qwen/Qwen2.5-0.5B.")
+    elif path and is_local_path(path):
+        problems += model_folder_problems(path)
     data = cfg.trainer.dataset_name
     if data != "tiny" and is_local_path(data) and not os.path.exists(os.path.expanduser(data)):
         problems.append(f"trainer.dataset_name={data} does not exist. Give an existing .jsonl/.json/.parquet file, "
                         f"a hub dataset name, or trainer.dataset_name=tiny.")
     return problems
+
+
+WEIGHTS = re.compile(r"\.(safetensors|bin)$|\.safetensors\.index\.json$|\.bin\.index\.json$")
+# The files transformers' AutoTokenizer builds a tokenizer from (fast tokenizer.json, sentencepiece, BPE, WordPiece,
+# tiktoken); tokenizer_config.json alone names a class and no vocabulary.
+TOKENIZER = re.compile(r"^(tokenizer\.json|tokenizer\.model|spiece\.model|vocab\.json|vocab\.txt|.*\.tiktoken|"
+                       r"sentencepiece\.bpe\.model)$")
+
+
+def model_folder_problems(path: str) -> List[str]:
+    """A save_pretrained folder every rank loads the model and its tokenizer from: without weights (config.json
+    alone) or a tokenizer, each rank fails after it starts."""
+    names = os.listdir(os.path.expanduser(path))
+    wanted = (("weights (model.safetensors or pytorch_model.bin)", WEIGHTS),
+              ("tokenizer files (tokenizer.json, tokenizer.model, vocab.json, ...)", TOKENIZER))
+    missing = [what for what, pattern in wanted if not any(pattern.search(n) for n in names)]
+    if not missing:
+        return []
+    return [f"model.name_or_path={path} holds no {' and no '.join(missing)}: every rank would fail loading it. "
+            f"Save the model with save_pretrained and its tokenizer with tokenizer.save_pretrained into that folder "
+            f"(trl-ds plan reads config.json alone)."]
 
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE)
