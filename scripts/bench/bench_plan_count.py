@@ -1,13 +1,12 @@
-"""Time the first plan of a published config counted from its shape template against the same config counted on the
-meta device: a fresh `python -m trl_ds.plan` process each, wall clock, alternating, N times each.
+"""Time `trl-ds plan` in fresh processes (wall clock, medians of N): every shipped preset with an empty count cache
+(their counts ship with trl_ds), and each config.json below twice, with an empty cache (its first plan: built on the
+meta device, imports torch) and again with the cache that plan left (every later plan).
 
-    nice -n 0 .venv/bin/python scripts/bench_plan_count.py --runs 5
-    nice -n 0 .venv/bin/python scripts/bench_plan_count.py --runs 5 --only "databricks/dbrx-instruct"
-
-The meta side is the same config.json planned with the templates and trl_ds/plan/by_hand/ out of reach (as before them),
-and both sides with an empty count cache, so every run is a config's first plan.
+    nice -n 0 .venv/bin/python scripts/bench/bench_plan_count.py --runs 5
+    nice -n 0 .venv/bin/python scripts/bench/bench_plan_count.py --runs 5 --only presets "Qwen/Qwen2.5-72B"
 """
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -17,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {  # the published config.json files' dimensions (all their layers)
     "microsoft/phi-2": {"model_type": "phi", "vocab_size": 51200, "hidden_size": 2560, "intermediate_size": 10240,
                         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
@@ -61,33 +60,65 @@ CONFIGS = {  # the published config.json files' dimensions (all their layers)
         "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
         "tie_word_embeddings": False},
     "gemma4_text (transformers' Gemma4TextConfig defaults, 30 layers)": {"model_type": "gemma4_text"},
-    **{f"{t} (transformers' defaults)": {"model_type": t} for t in (  # counted by trl_ds/plan/by_hand/
+    **{f"{t} (transformers' defaults)": {"model_type": t} for t in (  # once counted by copied config tables
         "bailing_hybrid", "dory", "dots3_note_text", "flint", "hy_v4", "inkling2_loop_text", "laguna", "lara_mini",
         "phi4_multimodal", "zamba2", "zaya")},
+    "Qwen/Qwen2.5-72B": {"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 8192,
+                         "intermediate_size": 29568, "num_hidden_layers": 80, "num_attention_heads": 64,
+                         "num_key_value_heads": 8, "tie_word_embeddings": False},
     "reformer (transformers' defaults as a decoder)": {"model_type": "reformer", "is_decoder": True},
 }
-PLAN = ("import sys, runpy; side = sys.argv[2]; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
-        "if side == 'meta':\n    import trl_ds.plan.shape_templates as t, trl_ds.plan.by_hand as h\n"
-        "    t.DATA = t.DATA.with_name('absent.json')\n    h.FAMILIES.clear()\n"
-        "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n")
+PLAN = ("import sys, runpy; sys.argv = ['trl_ds.plan', sys.argv[1], 'cluster=1x1', '--json']\n"
+        "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, file=sys.stderr)\n")
 
 
-def plan_once(folder: Path, side: str) -> tuple:
-    """(wall seconds, the count method plan.json names) of one fresh plan with an empty count cache."""
-    with tempfile.TemporaryDirectory() as cache:
-        started = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", PLAN, f"model.name_or_path={folder}", side], cwd=REPO, check=True,
-                             capture_output=True, text=True, env={**os.environ, "TRL_DS_CACHE": cache})
-        wall = time.perf_counter() - started
-    data = json.loads(out.stdout)
-    return wall, data["architecture"]["count"], data["parameters"]
+def plan_once(model: str, cache: str) -> tuple:
+    """(wall seconds, parameters, whether torch was imported) of one fresh plan."""
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", PLAN, model], cwd=REPO, check=True, capture_output=True, text=True,
+                         env={**os.environ, "TRL_DS_CACHE": cache})
+    wall = time.perf_counter() - started
+    return wall, json.loads(out.stdout)["parameters"], out.stderr.split()[-1] == "True"
+
+
+def row(name: str, walls: list, params: int, torch: bool) -> str:
+    return (f"{name}: {params:,} parameters, median {statistics.median(walls):.2f} s (min {min(walls):.2f}, "
+            f"max {max(walls):.2f}){', imports torch' if torch else ''}")
+
+
+def presets(runs: int) -> None:
+    for path in sorted(glob.glob(str(REPO / "conf/model/*.yaml"))):
+        name = Path(path).stem
+        walls, params, torch = [], 0, False
+        for _ in range(runs):
+            with tempfile.TemporaryDirectory() as cache:
+                wall, params, torch = plan_once(f"model={name}", cache)
+            walls.append(wall)
+        print(row(f"preset {name}", walls, params, torch), flush=True)
+
+
+def config(name: str, folder: Path, runs: int) -> None:
+    first, later, counted = [], [], set()
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as cache:
+            wall, params, torch_first = plan_once(f"model.name_or_path={folder}", cache)
+            first.append(wall)
+            wall, again, torch_later = plan_once(f"model.name_or_path={folder}", cache)
+            later.append(wall)
+            counted |= {params, again}
+    assert len(counted) == 1, counted
+    print(row(f"{name}, first plan", first, params, torch_first), flush=True)
+    print(row(f"{name}, later plans", later, params, torch_later), flush=True)
 
 
 def main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--only", nargs="*", help="these configs' names (default: all)")
+    parser.add_argument("--only", nargs="*", help="'presets' and/or these configs' names (default: all)")
     args = parser.parse_args(argv)
+    if not args.only or "presets" in args.only:
+        presets(args.runs)
     with tempfile.TemporaryDirectory() as tmp:
         for name, raw in CONFIGS.items():
             if args.only and name not in args.only:
@@ -95,18 +126,7 @@ def main(argv) -> int:
             folder = Path(tmp) / name.split(" ")[0].replace("/", "_")
             folder.mkdir(parents=True)
             (folder / "config.json").write_text(json.dumps(raw))
-            walls = {side: [] for side in ("template", "meta")}
-            counted = {}
-            plan_once(folder, "template")  # warm the file cache
-            for _ in range(args.runs):
-                for side in walls:
-                    wall, method, params = plan_once(folder, side)
-                    walls[side].append(wall)
-                    counted[side] = (method, params)
-            assert counted["template"][1] == counted["meta"][1], counted
-            row = ", ".join(f"{side} ({counted[side][0]}): median {statistics.median(w):.2f} s "
-                            f"(min {min(w):.2f}, max {max(w):.2f})" for side, w in walls.items())
-            print(f"{name}: {counted['template'][1]:,} parameters; {row}")
+            config(name, folder, args.runs)
     return 0
 
 

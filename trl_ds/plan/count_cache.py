@@ -46,8 +46,9 @@ def write(config_json: str, entry: dict) -> None:
 
 
 def write_shipped(entries: dict, transformers: str) -> None:
-    """preset_counts.json: sorted, one line per entry, so that a change of one preset is one line of a diff."""
-    lines = [f"{json.dumps(key)}: {json.dumps(entries[key], sort_keys=True, separators=(',', ':'))}"
+    """preset_counts.json: one line per entry (sorted by config; each entry as the build gave it: the order of its
+    Linears is the order refusals name them in), so that a change of one preset is one line of a diff."""
+    lines = [f"{json.dumps(key)}: {json.dumps(entries[key], separators=(',', ':'))}"
              for key in sorted(entries)]
     with open(SHIPPED, "w") as f:
         f.write(f'{{"format": {FORMAT}, "transformers": {json.dumps(transformers)}, "entries": {{\n'
