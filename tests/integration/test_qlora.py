@@ -4,7 +4,8 @@ quantization stored in fp32 (the training dtype), LoRA adapters on q/k/v/o.
 Two short runs, shared by every test here: the tiny Llama at ZeRO-2 with a checkpoint every 2 steps (then resumed
 to 6 steps in the same run dir), and the tiny model as a Qwen2 (q/k/v biases beside the packed weights) at ZeRO-3
 with every tensor partitioned, the packed weights stored in uint8 and the adapters' optimizer offloaded to the CPU.
-The tiny FFN is 384 wide: bitsandbytes' CPU forward without gradients needs whole blocks of 64 (check/quantization.py).
+The tiny FFN is 384 wide: bitsandbytes' eval-mode CPU forward without gradients (evaluation) needs whole blocks of 64
+(check/quantization.py); the default 352 trains too (its probe runs unpacked: the last test).
 """
 import json
 import math
@@ -143,3 +144,34 @@ def test_the_issues_command_without_peft_is_refused_in_one_line_before_launch(tm
     assert out.stderr == ("trl_ds: peft.load_in_4bit=true with peft=none: bitsandbytes' quantized weights take no "
                           "gradients, so only adapters can train over them. Use peft=qlora (or peft=lora).\n")
     assert not (tmp_path / "run" / "logs").exists()
+
+
+def test_qlora_trains_on_the_default_tiny_model(tmp_path):
+    """`python -m trl_ds peft=qlora` as a newcomer types it: the tiny preset's down_proj (352 -> 128) is not in
+    bitsandbytes' CPU packing blocks, which its eval-mode forward without gradients needs; trl_ds's final probe runs
+    unpacked, and the adapters reloaded onto the 4-bit base (run unpacked the same way) give the probe's logits."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    require(__import__("importlib").util.find_spec("bitsandbytes") is not None,
+            "bitsandbytes (pip install 'trl_ds[qlora]'; make test installs it)")
+    run_dir = tmp_path / "run"
+    out = run_app(["peft=qlora", "trainer.max_steps=2"], run_dir)
+    assert out.returncode == 0, f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    assert [row["step"] for row in losses(run_dir)] == [1, 2]
+    bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                             bnb_4bit_compute_dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(run_dir / "model", quantization_config=bnb, dtype=torch.float32)
+    assert base.config.intermediate_size == 352
+    model = PeftModel.from_pretrained(base, run_dir / "final_model").eval()
+    for param_name, p in model.named_parameters():
+        if "lora_" in param_name:
+            p.data = p.data.to(torch.bfloat16)
+    for module in model.modules():  # bitsandbytes' unpacked CPU path, as the probe ran
+        if type(module).__name__ == "Linear4bit" and type(module).__module__.startswith("bitsandbytes"):
+            module.training = True
+    probe = torch.load(run_dir / "final_model" / "probe_logits.pt")
+    with torch.no_grad():
+        logits = model(input_ids=probe["input_ids"]).logits.float()
+    assert torch.allclose(logits, probe["logits"], rtol=1e-4, atol=1e-4)

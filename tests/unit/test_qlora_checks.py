@@ -1,6 +1,8 @@
 """A quantized base is refused before launch where the installed libraries would fail or do something else than
 asked, each in one line naming the fix (the sources are named in the messages and in docs/qlora.md)."""
 import importlib.util
+import os
+import sys
 
 import pytest
 
@@ -50,11 +52,11 @@ def test_qlora_combinations_refused_naming_the_fix(overrides, message, compose_c
     (["peft=qlora", "model=mixtral-8x7b", "cluster=1x8"],
      "peft.load_in_4bit=true with the mixture-of-experts model=mixtral-8x7b: transformers keeps its experts as fused "
      "3-D tensors, which bitsandbytes does not quantize (only nn.Linear)"),
-    (["peft=qlora"],  # the tiny preset: intermediate 352 is 5.5 blocks of 64
-     "peft=qlora on CPU ranks: bitsandbytes' CPU forward without gradients (the final model's probe, evaluation) "
-     "repacks each 4-bit Linear and needs in_features a multiple of 64 and out_features of 32 "
-     "(_convert_weight_packed_for_cpu); model=tiny has down_proj 352→128. Use dimensions that are (e.g. "
-     "model.intermediate_size=384), or a GPU cluster, or save_final_model=false without evaluation."),
+    (["peft=qlora", "trainer.eval_strategy=steps", "trainer.eval_steps=1"],  # the tiny preset: 352 is 5.5 blocks
+     "peft=qlora on CPU ranks with evaluation: bitsandbytes' CPU forward without gradients repacks each 4-bit Linear "
+     "and needs in_features a multiple of 64 and out_features of 32 (_convert_weight_packed_for_cpu); model=tiny has "
+     "down_proj 352→128. Use dimensions that are (e.g. model.intermediate_size=384), or a GPU cluster, or "
+     "trainer.eval_strategy=no."),
 ])
 def test_quantized_base_refusals(overrides, message, compose_cfg):
     with pytest.raises(ConfigError) as err:
@@ -73,6 +75,7 @@ def test_quantized_base_refusals(overrides, message, compose_cfg):
     # GPUs: the same packed weights stored in bf16 partition under ZeRO-3, and any width is fine there
     ["peft=qlora", "cluster=1x8", "zero=stage3"],
     ["peft=qlora", "save_final_model=false"],  # no forward without gradients: any width trains on CPU
+    ["peft=qlora"],  # the tiny preset (352 wide): the final probe runs unpacked (tests/integration/test_qlora.py)
 ])
 def test_combinations_that_train_pass_the_checks(overrides, compose_cfg):
     validate(compose_cfg(overrides), "/tmp/run", launching=False)
@@ -83,7 +86,26 @@ def test_a_launch_without_bitsandbytes_names_the_install_command(compose_cfg, mo
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(
         name, *a))
+    # this checkout, run with its .venv (as `make run` does): the command that installs into that .venv
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert check_bitsandbytes_here(compose_cfg(QLORA)) == [
-        "peft.load_in_4bit=true needs bitsandbytes, which is not installed here. Install it: pip install "
-        "'trl_ds[qlora]' (bitsandbytes==0.50.2)."]
+        f"peft.load_in_4bit=true needs bitsandbytes, which is not installed here. Install it: cd {repo} && "
+        f"{os.path.relpath(sys.executable, repo) if sys.executable.startswith(repo + os.sep) else sys.executable} "
+        f"-m pip install -e '.[qlora]' (bitsandbytes==0.50.2)."]
     assert check_bitsandbytes_here(compose_cfg(["peft=lora"])) == []
+
+
+def test_the_install_command_follows_how_trl_ds_was_installed(tmp_path):
+    from trl_ds.python_path import install_command
+
+    checkout = tmp_path / "trl_ds_checkout"
+    (checkout / "trl_ds").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("[project]\nname = 'trl_ds'\n")
+    package_file = str(checkout / "trl_ds" / "python_path.py")
+    assert install_command("qlora", "bitsandbytes==0.50.2", package_file, str(checkout / ".venv/bin/python")) == (
+        f"cd {checkout} && .venv/bin/python -m pip install -e '.[qlora]' (bitsandbytes==0.50.2)")
+    site = tmp_path / "lib/python3.11/site-packages"  # a wheel: no pyproject.toml beside the package
+    (site / "trl_ds").mkdir(parents=True)
+    assert install_command("qlora", "bitsandbytes==0.50.2", str(site / "trl_ds" / "python_path.py"),
+                           "/usr/bin/python3") == (
+        "/usr/bin/python3 -m pip install 'trl_ds[qlora]' (bitsandbytes==0.50.2)")

@@ -77,22 +77,21 @@ def _fetches_by_all_reduce(zero) -> bool:
 
 
 def _cpu_packing(cfg) -> List[str]:
-    """bitsandbytes' CPU forward without gradients (the final probe, evaluation) repacks each 4-bit weight
+    """bitsandbytes' CPU forward without gradients in eval mode (evaluation) repacks each 4-bit weight
     (functional.py _convert_weight_packed_for_cpu, on CPUs with AVX512-BF16): out_features in blocks of 32 rows,
-    in_features in whole quantization blocks of 64."""
-    no_grad_forward = cfg.save_final_model or value(cfg.trainer.eval_strategy) != "no"
-    if value(cfg.cluster.device) != "cpu" or not no_grad_forward:
+    in_features in whole quantization blocks of 64. trl_ds's final probe runs unpacked (worker/train.py)."""
+    if value(cfg.cluster.device) != "cpu" or value(cfg.trainer.eval_strategy) == "no":
         return []
     odd = {name: shape for name, shape in linear_shapes(architecture(cfg.model)).items()
            if shape[0] % CPU_IN_BLOCK or shape[1] % CPU_OUT_BLOCK}
     if not odd:
         return []
     sizes = ", ".join(f"{name} {shape[0]}→{shape[1]}" for name, shape in odd.items())
-    return [f"peft=qlora on CPU ranks: bitsandbytes' CPU forward without gradients (the final model's probe, "
-            f"evaluation) repacks each 4-bit Linear and needs in_features a multiple of {CPU_IN_BLOCK} and "
-            f"out_features of {CPU_OUT_BLOCK} (_convert_weight_packed_for_cpu); model={cfg.model.name} has {sizes}. "
-            f"Use dimensions that are (e.g. model.intermediate_size={_round_up(cfg.model.intermediate_size)}), or a "
-            f"GPU cluster, or save_final_model=false without evaluation."]
+    return [f"peft=qlora on CPU ranks with evaluation: bitsandbytes' CPU forward without gradients repacks each "
+            f"4-bit Linear and needs in_features a multiple of {CPU_IN_BLOCK} and out_features of {CPU_OUT_BLOCK} "
+            f"(_convert_weight_packed_for_cpu); model={cfg.model.name} has {sizes}. Use dimensions that are (e.g. "
+            f"model.intermediate_size={_round_up(cfg.model.intermediate_size)}), or a GPU cluster, or "
+            f"trainer.eval_strategy=no."]
 
 
 def _round_up(n: int) -> int:

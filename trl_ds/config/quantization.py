@@ -10,6 +10,7 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from trl_ds.config.values import dtype, value
+from trl_ds.python_path import install_command
 
 TORCH_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # TRL's ModelConfig field -> peft key (trl/trainer/utils.py get_quantization_config reads the former)
@@ -17,7 +18,7 @@ MODEL_CONFIG_FIELDS = {"load_in_4bit": "load_in_4bit", "load_in_8bit": "load_in_
                        "bnb_4bit_quant_type": "bnb_4bit_quant_type",
                        "use_bnb_nested_quant": "bnb_4bit_use_double_quant",
                        "bnb_4bit_quant_storage": "bnb_4bit_quant_storage"}
-INSTALL = "pip install 'trl_ds[qlora]' (bitsandbytes==0.50.2)"
+INSTALL = install_command("qlora", "bitsandbytes==0.50.2")  # a checkout's .venv, or pip's trl_ds[qlora]
 
 
 def quantized_bits(cfg) -> int:

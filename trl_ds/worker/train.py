@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from typing import Optional
 
 from trl_ds.worker.unused_packages import keep_out_unused_packages
@@ -194,10 +195,27 @@ def save_probe_logits(trainer, path: str, state) -> None:
     probe = torch.arange(16, dtype=torch.long).remainder(trainer.model.config.vocab_size).reshape(2, 8)
     model = trainer.model_wrapped
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), unpacked_4bit(model):
         logits = model(input_ids=probe.to(trainer.args.device)).logits.float().cpu()
     if state.is_main_process:
         torch.save({"input_ids": probe, "logits": logits}, path)
+
+
+@contextmanager
+def unpacked_4bit(model):
+    """bitsandbytes' 4-bit Linear, in eval mode on CPU without gradients, repacks its weight for its CPU kernel
+    (nn/modules.py Linear4bit.forward, _convert_weight_packed_for_cpu), which needs in_features in blocks of 64 and
+    out_features of 32: the tiny model's down_proj (352 -> 128) is not. Marked training for the probe (the flag only
+    chooses that path; dropout and the rest stay in eval mode), its weight is used as trained, at any width."""
+    four_bit = [m for m in model.modules() if type(m).__name__ == "Linear4bit"
+                and type(m).__module__.startswith("bitsandbytes")]
+    for module in four_bit:
+        module.training = True
+    try:
+        yield
+    finally:
+        for module in four_bit:
+            module.training = False
 
 
 def init_distributed():
