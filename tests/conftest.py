@@ -73,19 +73,20 @@ def compose_cfg():
 def run_app(args, run_dir, module="trl_ds", timeout=900, env=None):
     """Run `python -m trl_ds ARGS hydra.run.dir=RUN_DIR` as a user would; returns CompletedProcess.
 
-    On a timeout the whole process group goes (torchrun and its ranks too), so no orphan keeps a port, a build lock
-    or the CPU from the tests that follow; the failure shows the tail of every rank's log."""
+    timeout: the seconds the launch may WAIT (communicate_waiting: not the time it runs or queues for a CPU, so a
+    busy machine slows it without failing it). Past it, or on the test's own time limit, the whole process group goes
+    (torchrun and its ranks too), so no orphan keeps a port, a build lock or the CPU from the tests that follow; the
+    failure shows the tail of every rank's log."""
     cmd = [sys.executable, "-m", module, *args, f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})}, start_new_session=True)
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"{' '.join(cmd)} ran past {timeout} s; rank logs:\n{log_tails(Path(run_dir))}")
-    except BaseException:  # the test's own time limit (pytest-timeout) or ^C: its ranks go too
-        os.killpg(proc.pid, signal.SIGKILL)
+        _, stdout, stderr, _ = communicate_waiting(proc, timeout, explain=lambda: log_tails(Path(run_dir)))
+    except BaseException:  # past its limit, the test's own time limit (pytest-timeout) or ^C: its ranks go too
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
@@ -306,10 +307,10 @@ class TreeClock:
         return max(0.0, time.monotonic() - self.started - sum(self.busy.values()))
 
 
-def communicate_waiting(proc, waited_s: float, poll_s: float = 0.5):
+def communicate_waiting(proc, waited_s: float, poll_s: float = 0.5, explain=None):
     """proc.communicate(), ending the process tree only once it has WAITED waited_s seconds (TreeClock); returns
     (returncode, stdout, stderr, seconds it waited). A tree that runs or queues for a CPU is never ended by this;
-    pytest-timeout (pyproject.toml) bounds the whole test."""
+    pytest-timeout (pyproject.toml) bounds the whole test. explain(): what a failure shows (default: stderr's end)."""
     clock = TreeClock(proc.pid)
     while True:
         try:
@@ -324,8 +325,9 @@ def communicate_waiting(proc, waited_s: float, poll_s: float = 0.5):
                     except OSError:
                         pass
                 out, err = proc.communicate()
+                shown = explain() if explain else (err or "")[-3000:]
                 pytest.fail(f"{' '.join(map(str, proc.args))[:300]} waited {clock.waited():.0f} s (wall time less "
-                            f"the time it ran or stood ready for a CPU), past {waited_s} s:\n{(err or '')[-3000:]}")
+                            f"the time it ran or stood ready for a CPU), past {waited_s} s:\n{shown}")
 
 
 def run_waiting(cmd, waited_s: float, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
