@@ -38,6 +38,14 @@ def run(name, tmp_path_factory):
     return _done[name]
 
 
+def run_unpacked(model):
+    """bitsandbytes' 4-bit layers on their unpacked CPU path (the weight dequantized to the compute dtype), as
+    trl_ds's final probe runs them: in eval mode without gradients they would repack for a bf16 CPU kernel."""
+    for module in model.modules():
+        if type(module).__name__ == "Linear4bit" and type(module).__module__.startswith("bitsandbytes"):
+            module.training = True
+
+
 def losses(run_dir):
     with open(run_dir / "metrics.jsonl") as f:
         return [json.loads(line) for line in f if '"loss"' in line]
@@ -111,6 +119,7 @@ def test_saved_adapters_reload_on_the_4bit_base_with_the_engines_logits(name, tm
     for param_name, p in model.named_parameters():
         if "lora_" in param_name:
             p.data = p.data.to(torch.bfloat16)
+    run_unpacked(model)  # as the probe ran: the packed CPU kernel computes in bf16 (about 1e-3 apart)
     probe = torch.load(final / "probe_logits.pt")
     with torch.no_grad():
         logits = model(input_ids=probe["input_ids"]).logits.float()
@@ -168,9 +177,7 @@ def test_qlora_trains_on_the_default_tiny_model(tmp_path):
     for param_name, p in model.named_parameters():
         if "lora_" in param_name:
             p.data = p.data.to(torch.bfloat16)
-    for module in model.modules():  # bitsandbytes' unpacked CPU path, as the probe ran
-        if type(module).__name__ == "Linear4bit" and type(module).__module__.startswith("bitsandbytes"):
-            module.training = True
+    run_unpacked(model)
     probe = torch.load(run_dir / "final_model" / "probe_logits.pt")
     with torch.no_grad():
         logits = model(input_ids=probe["input_ids"]).logits.float()
