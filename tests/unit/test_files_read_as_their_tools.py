@@ -200,3 +200,24 @@ def test_a_relative_deepspeed_config_file_is_the_working_folders(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     prepared, _ = dry_run(tmp_path, f"launcher.from_accelerate={path}")
     assert prepared.ds_config["zero_optimization"]["stage"] == 2
+
+
+def test_optimizer_and_parameter_nvme_paths_stay_apart(tmp_path):
+    """An accelerate YAML with offload_optimizer_nvme_path and another offload_param_nvme_path: accelerate's
+    DeepSpeedPlugin writes each into its own block (utils/dataclasses.py); trl_ds wrote the parameter path into both."""
+    path = tmp_path / "acc.yaml"
+    path.write_text(yaml.safe_dump({"distributed_type": "DEEPSPEED", "num_processes": 2, "mixed_precision": "no",
+                                    "deepspeed_config": {"zero_stage": 3, "offload_optimizer_device": "nvme",
+                                                         "offload_param_device": "nvme",
+                                                         "offload_optimizer_nvme_path": str(tmp_path / "opt"),
+                                                         "offload_param_nvme_path": str(tmp_path / "param")}}))
+    prepared, _ = dry_run(tmp_path, f"launcher.from_accelerate={path}")
+    zero = prepared.ds_config["zero_optimization"]
+    assert (zero["offload_optimizer"]["nvme_path"], zero["offload_param"]["nvme_path"]) == (
+        str(tmp_path / "opt"), str(tmp_path / "param"))
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps(prepared.ds_config))
+    again, _ = dry_run(tmp_path, f"deepspeed.from_file={ds}")  # a DeepSpeed JSON keeps them apart too
+    zero = again.ds_config["zero_optimization"]
+    assert (zero["offload_optimizer"]["nvme_path"], zero["offload_param"]["nvme_path"]) == (
+        str(tmp_path / "opt"), str(tmp_path / "param"))

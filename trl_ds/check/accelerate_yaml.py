@@ -17,7 +17,7 @@ TOP = {"num_machines": "cluster.nodes", "machine_rank": "cluster.node_rank", "ma
        "main_process_port": "cluster.master_port"}
 PRECISION = {"no": "fp32", "bf16": "bf16", "fp16": "fp16"}
 DEEPSPEED = {"zero_stage": "zero.stage", "offload_optimizer_device": "offload.optimizer",
-             "offload_param_device": "offload.param", "offload_optimizer_nvme_path": "offload.nvme_path",
+             "offload_param_device": "offload.param", "offload_optimizer_nvme_path": "offload.optimizer_nvme_path",
              "offload_param_nvme_path": "offload.nvme_path",
              "zero3_save_16bit_model": "zero.stage3_gather_16bit_weights_on_model_save",
              "gradient_accumulation_steps": "trainer.gradient_accumulation_steps",

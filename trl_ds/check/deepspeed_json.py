@@ -264,7 +264,9 @@ def _offload(imp: Importer, name: str, block: Dict[str, Any], stage: int) -> Non
                                                             f"not written")
     imp.map(f"zero_optimization.{name}.device", device, f"offload.{part}")
     for key, v in block.items():
-        if key != "device":
+        if key == "nvme_path" and part == "optimizer":  # its own folder: the parameters' may be another
+            imp.map(f"zero_optimization.{name}.{key}", v, "offload.optimizer_nvme_path")
+        elif key != "device":
             imp.map(f"zero_optimization.{name}.{key}", v, OFFLOAD_OWN.get(key, f"offload.{key}"))
 
 

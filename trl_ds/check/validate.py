@@ -43,6 +43,7 @@ from trl_ds.launch.hostfile import HOST_NAME
 from trl_ds.launch.script import ENV_NAME
 from trl_ds.launch.slurm import check_slurm
 from trl_ds.op_locks import clear_if_stale, cleared_line, lock_files
+from trl_ds.rundir.deepspeed_config import optimizer_nvme_path
 from trl_ds.rundir.layout import nvme_path
 
 LIBAIO_HEADER = "/usr/include/libaio.h"
@@ -276,8 +277,13 @@ def check_machine(cfg, run_dir: str) -> List[str]:
                             f"(cluster.gpus_per_node={cfg.cluster.gpus_per_node}) but this machine has {have}. "
                             f"Use dry_run=true to write the run dir only, cluster.gpus_per_node={have or 1}"
                             f"{'' if have else ' on a GPU machine'}, or cluster=local to train on CPU.")
-    if "nvme" in offloads(cfg).values():
-        problems += check_nvme(nvme_path(cfg, run_dir))
+    where = offloads(cfg)
+    paths = ({nvme_path(cfg, run_dir): "offload.nvme_path"} if where["param"] == "nvme" else {})
+    if where["optimizer"] == "nvme":  # its own folder where one is given (offload.optimizer_nvme_path)
+        key = "offload.optimizer_nvme_path" if cfg.offload.get("optimizer_nvme_path") else "offload.nvme_path"
+        paths.setdefault(optimizer_nvme_path(cfg, run_dir), key)
+    for path, key in paths.items():
+        problems += [p for p in check_nvme(path, key) if p not in problems]  # libaio's line once
     clear_op_locks(cfg)
     return problems
 
@@ -293,14 +299,14 @@ def clear_op_locks(cfg) -> None:
             print(cleared_line(lock), file=sys.stderr, flush=True)
 
 
-def check_nvme(path: str) -> List[str]:
+def check_nvme(path: str, key: str = "offload.nvme_path") -> List[str]:
     problems = []
     existing = path
     while not os.path.exists(existing):
         existing = os.path.dirname(existing) or "."
     if not os.path.isdir(existing) or not can_write(existing):
-        problems.append(f"offload.nvme_path={path} is not writable ({existing} is not a writable folder). "
-                        f"Set offload.nvme_path to a folder on a local NVMe drive that you can write.")
+        problems.append(f"{key}={path} is not writable ({existing} is not a writable folder). "
+                        f"Set {key} to a folder on a local NVMe drive that you can write.")
     if not (ctypes.util.find_library("aio") and os.path.exists(LIBAIO_HEADER)):
         problems.append("offload=nvme needs libaio for DeepSpeed's async_io op, and it is not installed here. "
                         "Install it with: apt-get install -y libaio-dev (or use offload=cpu).")

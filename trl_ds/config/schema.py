@@ -174,6 +174,9 @@ class OffloadConfig:
     pin_memory: bool = True
     # Folder for NVMe swap files; null means <run dir>/nvme.
     nvme_path: Optional[str] = None
+    # The optimizer's own NVMe folder where it differs from the parameters' (accelerate's offload_optimizer_nvme_path,
+    # a DeepSpeed JSON's offload_optimizer.nvme_path); null: nvme_path.
+    optimizer_nvme_path: Optional[str] = None
     keep_nvme_files: bool = False  # NVMe swap files are deleted when the run ends unless this is true
     buffer_count: int = 5  # parameter swap buffers (optimizer uses 4)
     buffer_size: int = 100_000_000  # elements per parameter swap buffer

@@ -89,10 +89,15 @@ def _zeropp_keys(cfg) -> Dict[str, Any]:
 def _offload_optimizer(cfg, device: str, run_dir: str) -> Dict[str, Any]:
     block = {"device": device, "pin_memory": cfg.offload.pin_memory}
     if device == "nvme":
-        block["nvme_path"] = nvme_path(cfg, run_dir)
+        block["nvme_path"] = optimizer_nvme_path(cfg, run_dir)
     if cfg.offload.ratio != 1.0:
         block["ratio"] = cfg.offload.ratio
     return {**block, **_offload_extra(cfg, "offload_optimizer")}
+
+
+def optimizer_nvme_path(cfg, run_dir: str) -> str:
+    """Where the optimizer swaps: its own folder where one is given, else the parameters' (rundir/layout.py)."""
+    return cfg.offload.get("optimizer_nvme_path") or nvme_path(cfg, run_dir)
 
 
 def _offload_extra(cfg, block: str) -> Dict[str, Any]:
