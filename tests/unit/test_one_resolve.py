@@ -116,3 +116,14 @@ def test_a_file_problem_is_returned_not_raised(tmp_path):
     assert "optimizer.type: SGD" in run.problems[0]
     with pytest.raises(ConfigError, match="optimizer.type: SGD"):
         plan([f"deepspeed.from_file={bad}"])
+
+
+def test_doctor_reads_the_files_the_run_reads(tmp_path, capsys):
+    """doctor composed without the importers: an accelerate YAML whose process count the cluster cannot start was
+    "ready" there and refused by the run."""
+    from trl_ds.cli.doctor import main as doctor
+
+    path = tmp_path / "acc.yaml"
+    path.write_text("distributed_type: DEEPSPEED\nnum_processes: 8\nmixed_precision: 'no'\n")
+    assert doctor([f"launcher.from_accelerate={path}"]) == 2
+    assert "num_processes: 8 is not this cluster's world 2" in capsys.readouterr().err

@@ -159,18 +159,19 @@ problem."""
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from trl_ds.config.compose import compose
+    from trl_ds.check.resolve import resolve
 
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
         print(USAGE)
         return 0
     try:
-        cfg = compose(args)
+        run = resolve(args, fit="off")  # an accelerate YAML's machines and addresses, as the run reads them
     except ConfigError as err:  # Hydra's own message for an unknown option or a misspelled key
         print(f"trl-ds doctor: {err.render()}", file=sys.stderr)
         return EXIT_USER_ERROR
-    problems = check_hosts(cfg)
+    cfg = run.cfg
+    problems = run.problems or check_hosts(cfg)
     for problem in problems:
         print(f"trl-ds doctor: {problem}", file=sys.stderr)
     if problems:

@@ -21,7 +21,7 @@ import sys
 from dataclasses import replace
 from typing import List, Optional, Sequence
 
-from trl_ds.config.values import value, world_size
+from trl_ds.config.values import value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan.memory import GiB, Setup, estimate, setup_from_config
 from trl_ds.rundir.layout import read_json, write_json
@@ -57,13 +57,17 @@ def parse(argv: Sequence[str]):
 
 def prepare(args) -> dict:
     """Compose and check the run, write its run dir at the starting micro-batch; ConfigError for a user mistake."""
+    from trl_ds.check.resolve import resolve
     from trl_ds.cli.app import build, write_run_dir
     from trl_ds.config.compose import compose
     from trl_ds.config.run_name import run_name
 
-    cfg = compose(args.overrides)
-    if world_size(cfg) != 1:
-        raise ConfigError([f"trl-ds fit measures one rank, but the cluster starts {world_size(cfg)} "
+    run = resolve(args.overrides)  # the files users bring and auto-fit, as the run resolves them
+    if run.problems:
+        raise ConfigError(run.problems)
+    cfg = run.cfg
+    if run.topology.world != 1:
+        raise ConfigError([f"trl-ds fit measures one rank, but the cluster starts {run.topology.world} "
                            f"(cluster={cfg.cluster.name}). Use cluster=1x1 (or cluster.gpus_per_node=1 "
                            f"cluster.nodes=1)."])
     trainer = value(cfg.trainer.name)
@@ -78,10 +82,10 @@ def prepare(args) -> dict:
     limit = args.limit or max(8 * planned, 64)
     start = min(args.start or planned or 1, limit)
     run_dir = os.path.abspath(args.run_dir or os.path.join("outputs", "fit", run_name()))
-    cfg = compose([*args.overrides, *FORCED, f"trainer.per_device_train_batch_size={start}"])
+    forced = [*args.overrides, *FORCED, f"trainer.per_device_train_batch_size={start}"]  # by name: over the files
+    cfg = compose(forced)
     # launching: the rank starts on this machine, so what it must have (GPUs, data, ops) is checked before it spawns
-    write_run_dir(cfg, build(cfg, run_dir, launching=True, command_line=list(args.overrides)),
-                  overrides=list(args.overrides))
+    write_run_dir(cfg, build(cfg, run_dir, launching=True, command_line=forced), overrides=list(args.overrides))
     env = {**cfg.cluster.env, **cfg.launcher.env}
     return {"run_dir": run_dir, "base": base, "planner_max_micro": planned, "start": start, "limit": limit,
             "env": env}
