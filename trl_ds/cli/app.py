@@ -55,10 +55,12 @@ class Prepared:
     run: Optional[Run] = None  # the one resolve's result (check/resolve.py) the rest was built from
 
 
-def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] = None) -> Prepared:
+def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] = None,
+          shown: Optional[List[str]] = None) -> Prepared:
     """Validate (raises ConfigError with every problem), estimate memory (raises ConfigError for a config that
     cannot fit when preflight.memory is error) and build everything the run dir holds. Pure. command_line: the
-    overrides cfg was composed from, where Hydra's main did not compose it (they win over imported files)."""
+    overrides cfg was composed from, where Hydra's main did not compose it (they win over imported files); shown: the
+    user's part of them, which plan.json's run command keeps (trl-ds fit adds its own)."""
     command_line = task_overrides() if command_line is None else command_line
     run = resolve(command_line, cfg=cfg)  # the files, the local paths, auto-fit: as every command resolves them
     recipe_problems, autofit = run.problems, run.autofit
@@ -73,7 +75,7 @@ def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] 
     accepts = RowCheck(cfg)  # the grid's rows (plan.json, a refusal's smallest change) as the launch checks them
     keyed = brings_files(command_line)  # a refusal's advice by key: it must win over the files given
     warning = check_fit(cfg, memory, launching, accepts, keyed) or check_elastic_fit(cfg, memory, launching)
-    plan = plan_for_run_dir(cfg, memory, command_line, accepts)  # the run command it recommends keeps them
+    plan = plan_for_run_dir(cfg, memory, command_line if shown is None else shown, accepts)  # its run: keeps them
     plan["training"] = training_steps(cfg, batch)
     plan["whole_run"] = runs_json({"current": current_run(cfg, setup, plan["current"])})
     if autofit:

@@ -85,7 +85,8 @@ def prepare(args) -> dict:
     forced = [*args.overrides, *FORCED, f"trainer.per_device_train_batch_size={start}"]  # by name: over the files
     cfg = compose(forced)
     # launching: the rank starts on this machine, so what it must have (GPUs, data, ops) is checked before it spawns
-    write_run_dir(cfg, build(cfg, run_dir, launching=True, command_line=forced), overrides=list(args.overrides))
+    prepared = build(cfg, run_dir, launching=True, command_line=forced, shown=list(args.overrides))
+    write_run_dir(cfg, prepared, overrides=list(args.overrides))
     env = {**cfg.cluster.env, **cfg.launcher.env}
     return {"run_dir": run_dir, "base": base, "planner_max_micro": planned, "start": start, "limit": limit,
             "env": env}
