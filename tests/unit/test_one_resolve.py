@@ -127,3 +127,17 @@ def test_doctor_reads_the_files_the_run_reads(tmp_path, capsys):
     path.write_text("distributed_type: DEEPSPEED\nnum_processes: 8\nmixed_precision: 'no'\n")
     assert doctor([f"launcher.from_accelerate={path}"]) == 2
     assert "num_processes: 8 is not this cluster's world 2" in capsys.readouterr().err
+
+
+def test_trls_zero3_yaml_is_planned_as_the_run_launches_it(capsys):
+    """Why 1's first case: `trl-ds plan model=llama3-8b cluster=1x8 launcher.from_accelerate=<trl>/zero3.yaml` planned
+    "current: zero=stage2", while the run launches ZeRO-3 (trl's file: zero_stage 3, bf16, 8 processes)."""
+    path = IMPORTED / "trl_accelerate_zero3.yaml"
+    overrides = ["model=llama3-8b", "cluster=1x8", f"launcher.from_accelerate={path}"]
+    cfg, rows, current, times = plan(overrides)
+    assert (current.setup.stage, current.setup.dtype) == (3, "bf16")
+    assert plan_main(overrides) == 0
+    out = capsys.readouterr().out
+    assert "current:     zero=stage3" in out
+    run = next(line for line in out.splitlines() if line.strip().startswith("run:"))
+    assert f"launcher.from_accelerate={path}" in run and "zero=stage" not in run
