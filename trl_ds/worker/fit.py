@@ -19,7 +19,6 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from trl_ds.op_locks import bound_op_lock_waits
 from trl_ds.rundir.layout import load_run_config, read_json, write_json
 
 FIT_FILE = "fit.json"  # in the run dir: every trial so far and, at the end, the answer
@@ -61,7 +60,6 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--simulate-oom-above", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     run_dir = os.path.abspath(args.run_dir)
-    bound_op_lock_waits()  # the engine loads DeepSpeed's ops: a lock left behind is cleared, a held one waited on
     path = os.path.join(run_dir, FIT_FILE)
     record = read_json(path) if os.path.exists(path) else {"start": args.start, "limit": args.limit,
                                                             "steps": args.steps, "trials": [], "engine_builds": 0}
@@ -94,14 +92,11 @@ def main(argv: List[str]) -> int:
 def build_engine(run_dir: str, max_steps: int):
     """The run dir's trainer, and its DeepSpeed engine made as Trainer.train makes it (deepspeed_init and
     accelerator.prepare, in transformers' _prepare_for_training), without entering its training loop."""
-    from trl_ds.worker.gpu_cap import apply_gpu_cap
-    from trl_ds.worker.train import build_trainer, init_distributed, prepare_tiny_model
+    from trl_ds.worker.bootstrap import start_rank
+    from trl_ds.worker.train import build_trainer
 
     cfg = load_run_config(run_dir)
-    state = init_distributed()
-    apply_gpu_cap(cfg.cluster, state.local_process_index)
-    if cfg.model.name_or_path is None:
-        prepare_tiny_model(cfg, run_dir, state)
+    start_rank(run_dir, cfg, joins_a_launch=False)  # the ranks' start-up (worker/bootstrap.py)
     trainer = build_trainer(cfg, run_dir)
     model, _ = trainer._prepare_for_training(max_steps, trainer.get_train_dataloader(), None)
     trainer.current_gradient_accumulation_steps = 1  # the training loop sets it per step (a loss without

@@ -25,13 +25,10 @@ from trl_ds.config.script_target import (
     source_file,
 )
 from trl_ds.config.values import world_size
-from trl_ds.op_locks import bound_op_lock_waits, waiting_file
-from trl_ds.python_path import this_python_first
-from trl_ds.rundir.layout import PROGRESS_DIR, SUMMARY, load_run_config, script_copy, write_json
+from trl_ds.rundir.layout import SUMMARY, load_run_config, script_copy, write_json
 from trl_ds.rundir.lifeline import LAUNCH_ID, watch_launcher
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.script_argv import deepspeed_path, resolved_trainer_args, script_argv, training_values
-from trl_ds.worker.shm_buffers import unlink_at_exit
 from trl_ds.worker.unused_packages import skip_muon
 
 RUN_DIR_ENV = "TRL_DS_RUN_DIR"  # for scripts that want to find the run dir's files themselves
@@ -44,21 +41,11 @@ def main(argv) -> int:
     os.environ[RUN_DIR_ENV] = run_dir
     if CHECK_FLAG in argv:
         return check(cfg, run_dir)
-    os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
-    unlink_at_exit()  # DeepSpeed's shared-memory all-reduce buffer (shm_buffers.py)
-    # as the worker: DeepSpeed's ops load in this rank, never waiting forever on a lock (the launcher shows a wait)
-    bound_op_lock_waits(waiting_file(os.path.join(run_dir, PROGRESS_DIR), int(os.environ.get("RANK", "0"))))
     skip_muon(run_dir)  # as the worker (a script may use bitsandbytes itself: that one stays visible)
-    from trl_ds.worker.records import forget_other_ranks
+    from trl_ds.worker.bootstrap import start_rank
     from trl_ds.worker.script_hooks import Recorder, install
-    from trl_ds.worker.train import init_distributed, mark_joined, prepare_tiny_model
 
-    state = init_distributed()
-    mark_joined(run_dir, state)
-    if state.is_main_process:
-        forget_other_ranks(run_dir, state.num_processes)
-    if cfg.model.name_or_path is None:
-        prepare_tiny_model(cfg, run_dir, state)
+    state = start_rank(run_dir, cfg)  # the worker's start-up (worker/bootstrap.py)
     recorder = Recorder(cfg, run_dir, state)
     install(recorder)
     run_script(cfg, run_dir)

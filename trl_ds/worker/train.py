@@ -20,34 +20,25 @@ if __name__ == "__main__":
 from transformers import TrainerCallback
 
 from trl_ds.config.topology import topology
-from trl_ds.op_locks import bound_op_lock_waits, waiting_file
-from trl_ds.python_path import this_python_first
 from trl_ds.rundir.checkpoint import checkpoints, latest_complete, mark_complete, rotate, step_of
 from trl_ds.rundir.disk_space import full_disk_line, is_disk_full
 from trl_ds.rundir.layout import (
     CHECKPOINT_DIR,
     FINAL_MODEL_DIR,
-    JOINED_FILE,
     METRICS,
-    PROGRESS_DIR,
     SUMMARY,
-    TINY_MODEL_DIR,
     load_run_config,
-    node_log_dir,
     write_json,
-    write_text,
 )
 from trl_ds.rundir.lifeline import watch_launcher
 from trl_ds.rundir.resume import prepare_resume
 from trl_ds.rundir.universal import shape_change, sub_groups
 from trl_ds.short_lived import skip_final_collection
-from trl_ds.worker.cores import share_cores
+from trl_ds.worker.bootstrap import start_rank
 from trl_ds.worker.data import whole_global_batches
 from trl_ds.worker.engine_check import write_rank_memory
-from trl_ds.worker.gpu_cap import apply_gpu_cap
 from trl_ds.worker.own_steps import OwnAdamSteps
-from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, forget_other_ranks, summarize
-from trl_ds.worker.shm_buffers import unlink_at_exit
+from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, summarize
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
 
@@ -58,10 +49,6 @@ class DiskFullError(OSError):
 
 def main(argv) -> int:
     run_dir = os.path.abspath([a for a in argv if not a.startswith("--local_rank")][0])
-    os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
-    unlink_at_exit()  # DeepSpeed's shared-memory all-reduce buffer (shm_buffers.py)
-    # DeepSpeed's ops load in this rank: a lock left behind is cleared, a held one waited on (and shown by the launcher)
-    bound_op_lock_waits(waiting_file(os.path.join(run_dir, PROGRESS_DIR), int(os.environ.get("RANK", "0"))))
     try:
         return train(run_dir)
     except DiskFullError:  # already named by what was being written
@@ -80,13 +67,7 @@ def newest_checkpoint(run_dir: str):
 
 def train(run_dir: str) -> int:
     cfg = load_run_config(run_dir)
-    state = init_distributed()
-    apply_gpu_cap(cfg.cluster, state.local_process_index)  # cluster.gpu_memory_gb on a bigger GPU
-    mark_joined(run_dir, state)
-    if state.is_main_process:
-        forget_other_ranks(run_dir, state.num_processes)
-    if cfg.model.name_or_path is None:
-        prepare_tiny_model(cfg, run_dir, state)
+    state = start_rank(run_dir, cfg)
     resume_from, universal = choose_resume(cfg, os.path.join(run_dir, CHECKPOINT_DIR), state) \
         if cfg.resume == "auto" else (None, False)
     trainer = build_trainer(cfg, run_dir, load_universal=universal)
@@ -216,62 +197,6 @@ def unpacked_4bit(model):
     finally:
         for module in four_bit:
             module.training = False
-
-
-def init_distributed():
-    """Join the process group before any trainer config exists.
-
-    On CPU, Accelerate sees no GPU backend and would give every rank world size 1; a PartialState built with gloo
-    and `use_configured_state` in the trainer args makes the trainer use this state instead.
-    """
-    import torch
-    from accelerate import PartialState
-
-    adopt_launcher_ranks(os.environ)
-    share_cores(os.environ, torch)
-    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
-    return PartialState(backend="nccl" if torch.cuda.is_available() else "gloo")
-
-
-# Rank variables of launchers that start ranks themselves (mpirun of Open MPI, MPICH/Intel MPI, MVAPICH; srun), for
-# torch.distributed's env:// names; torchrun and DeepSpeed's per-node launch set those names already.
-LAUNCHER_RANKS = {
-    "RANK": ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"),
-    "WORLD_SIZE": ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS"),
-    "LOCAL_RANK": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"),
-    "LOCAL_WORLD_SIZE": ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE",
-                         "SLURM_NTASKS_PER_NODE"),
-}
-
-
-def adopt_launcher_ranks(env) -> None:
-    """Without RANK (an MPI launcher or srun started this rank): take the ranks from its variables, and the node
-    as rank // ranks per node (every node runs as many)."""
-    if "RANK" in env:
-        return
-    for name, sources in LAUNCHER_RANKS.items():
-        found = next((env[s] for s in sources if s in env), None)
-        if found is not None:
-            env[name] = found
-    if "RANK" in env and "LOCAL_WORLD_SIZE" in env:
-        env.setdefault("CROSS_RANK", str(int(env["RANK"]) // int(env["LOCAL_WORLD_SIZE"])))
-
-
-def mark_joined(run_dir: str, state) -> None:
-    """Tell this node's launcher that the process group formed, which ends its join deadline (launch/run.py)."""
-    if state.is_local_main_process:
-        # launch.sh's node rank; else torchrun's and deepspeed's (ranks started over ssh get no launch.sh)
-        env = os.environ
-        node = int(env.get("TRL_DS_NODE_RANK") or env.get("GROUP_RANK") or env.get("CROSS_RANK") or 0)
-        write_text(os.path.join(node_log_dir(run_dir, node), JOINED_FILE), f"{state.num_processes} ranks\n")
-
-
-def prepare_tiny_model(cfg, run_dir: str, state) -> None:
-    from trl_ds.worker.models import save_tiny_model
-
-    if state.is_local_main_process:
-        save_tiny_model(cfg.model, os.path.join(run_dir, TINY_MODEL_DIR), cfg.seed)
-    state.wait_for_everyone()
 
 
 def recording_callbacks(cfg, run_dir: str, state, trainer) -> list:
