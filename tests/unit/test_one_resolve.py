@@ -141,3 +141,16 @@ def test_trls_zero3_yaml_is_planned_as_the_run_launches_it(capsys):
     assert "current:     zero=stage3" in out
     run = next(line for line in out.splitlines() if line.strip().startswith("run:"))
     assert f"launcher.from_accelerate={path}" in run and "zero=stage" not in run
+
+
+def test_a_refusals_smallest_change_under_a_file_wins_over_it(tmp_path):
+    """Why 1's loop: with a ZeRO-2 file the smallest change that fits was `zero=stage3 offload=cpu ...`; applied, the
+    file won, the run was ZeRO-2 again and the advice repeated. Under a file it names keys, and applied it fits."""
+    path = IMPORTED / "llamafactory_ds_z2_config.json"
+    overrides = [f"deepspeed.from_file={path}", "model=llama3-8b", "cluster=1x8", "cluster.gpu_memory_gb=24",
+                 "trainer.max_length=2048", "dry_run=true"]
+    warning = build(compose(overrides), str(tmp_path / "a"), launching=False, command_line=overrides).memory_warning
+    change = warning.split("The smallest change that fits: ")[1].split(" (estimated")[0].split()
+    assert change and all(not o.startswith(("zero=", "offload=")) for o in change), change
+    again = build(compose(overrides + change), str(tmp_path / "b"), launching=False, command_line=overrides + change)
+    assert again.memory_warning is None, again.memory_warning
