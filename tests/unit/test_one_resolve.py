@@ -44,7 +44,9 @@ def importers(tmp_path):
     return {"none": [], "deepspeed": [f"deepspeed.from_file={IMPORTED / 'llamafactory_ds_z3_offload_config.json'}"],
             "deepspeed-zero2": [f"deepspeed.from_file={IMPORTED / 'llamafactory_ds_z2_config.json'}"],
             "accelerate": [f"launcher.from_accelerate={accelerate}"],
-            "recipe": [f"trainer.from_trl_config={recipe}"]}
+            "recipe": [f"trainer.from_trl_config={recipe}"],
+            # TRL's ModelConfig quantization fields (mapped onto peft.*): a 4-bit base, on one GPU (bitsandbytes)
+            "modelconfig": ["+trainer.args.load_in_4bit=true", "peft=lora", "cluster=1x1"]}
 
 
 def written(overrides, run_dir):
@@ -66,7 +68,7 @@ def planned(setup, cfg):
 
 
 @pytest.mark.parametrize("fit", [(), ("zero=auto", "offload=auto")], ids=["typed", "autofit"])
-@pytest.mark.parametrize("importer", ["none", "deepspeed", "deepspeed-zero2", "accelerate", "recipe"])
+@pytest.mark.parametrize("importer", ["none", "deepspeed", "deepspeed-zero2", "accelerate", "recipe", "modelconfig"])
 def test_plan_current_row_and_run_line_are_what_the_dry_run_writes(tmp_path, importer, fit):
     overrides = [*importers(tmp_path)[importer], *fit, "trainer.max_length=64"]
     cfg, rows, current, times = plan(overrides)
