@@ -92,13 +92,14 @@ def test_a_node_publishes_its_address_on_the_route_to_the_main_node():
 
 def test_the_fewest_nodes_an_elastic_launch_may_start_with_must_fit(compose_cfg, monkeypatch):
     """llama3-70b, ZeRO-3, 4 nodes x 8 GPUs: its ~1.1 TB of model states (16 bytes per parameter) split over 32
-    ranks fit 80 GiB; over 16 (2 nodes) they are twice as large per rank. The preflight refuses a launch that may
-    start on too few nodes, naming the fewest that fit."""
+    ranks fit 70 GiB (60.2 estimated); over 24 (3 nodes: 73.9) they do not, over 16 (2 nodes: 101.3) they are twice as
+    large per rank. The preflight refuses a launch that may start on too few nodes, naming the fewest that fit."""
     from trl_ds.cli.app import build
 
     monkeypatch.chdir(REPO)
     base = ["model=llama3-70b", "cluster=4x8", "zero=stage3", "batch.global_size=192", "launcher.rdzv_backend=c10d"]
-    assert build(compose_cfg(base + ["launcher.min_nodes=4"]), RUN, launching=False).memory_warning is None
+    seventy = ["cluster.gpu_memory_gb=70"]
+    assert build(compose_cfg(base + seventy + ["launcher.min_nodes=4"]), RUN, launching=False).memory_warning is None
     with pytest.raises(ConfigError) as err:
         build(compose_cfg(base + ["launcher.min_nodes=2", "cluster.gpu_memory_gb=100"]), RUN, launching=True)
     (line,) = err.value.problems
@@ -106,5 +107,5 @@ def test_the_fewest_nodes_an_elastic_launch_may_start_with_must_fit(compose_cfg,
                            "holds larger ZeRO shards: estimated ")
     assert line.endswith("> cluster.gpu_memory_gb=100. Set launcher.min_nodes=3, the fewest nodes that fit. Or set "
                          "preflight.memory=warn to launch anyway."), line
-    warned = build(compose_cfg(base + ["launcher.min_nodes=3"]), RUN, launching=False).memory_warning
-    assert warned.endswith("> cluster.gpu_memory_gb=80. Only every node fits: drop launcher.min_nodes."), warned
+    warned = build(compose_cfg(base + seventy + ["launcher.min_nodes=3"]), RUN, launching=False).memory_warning
+    assert warned.endswith("> cluster.gpu_memory_gb=70. Only every node fits: drop launcher.min_nodes."), warned
