@@ -77,7 +77,7 @@ HEAD_PEAK = {2: {"vocab_x_hidden": 6, "tokens_x_hidden": 6, "tokens": 24},
 HEAD_CPU_TILE_TEMPORARIES = 29  # bytes per tile element of the torch fallback on CPU; Triton works in place
 HEAD_WEIGHT_GRAD = 4  # per vocab × hidden: the fp32 lm_head gradient, which a frozen lm_head (LoRA) never allocates
 
-# LoRA, measured the same way (scripts/measure_activations.py --lora; adapters in the training dtype, as DeepSpeed
+# LoRA, measured the same way (scripts/study/measure_activations.py --lora; adapters in the training dtype, as DeepSpeed
 # casts every parameter). A frozen layer saves no inputs for weight gradients:
 LORA_FROZEN_LAYER_SAVED = {2: {"h": 8, "f": 6, "q": 4, "kv": 4, "heads": 4, "one": 8},
                            4: {"h": 8, "f": 12, "q": 8, "kv": 8, "heads": 4, "one": 8}}

@@ -1,4 +1,4 @@
-"""Bytes each decoder layer saves for backward, per model family, as scripts/measure_activations.py measured them.
+"""Bytes each decoder layer saves for backward, per model family, as scripts/study/measure_activations.py measured them.
 
 A layer saves `tokens · Σ c·x + Σ k·y` bytes: x are per-token features of its dimensions (hidden h, MLP width f,
 q = heads × head_dim, ...), y per-layer ones (Gemma's `1 + weight` norms save an fp32 copy of the weight per layer,
@@ -27,7 +27,7 @@ def _c(token: Dict[str, int], layer: Dict[str, int] = None) -> Dict[str, Dict[st
     return {_T: token, _L: layer or {}}
 
 
-# Measured by scripts/measure_activations.py (--json); COEFFICIENTS[model_type][kind][width]: bytes per token
+# Measured by scripts/study/measure_activations.py (--json); COEFFICIENTS[model_type][kind][width]: bytes per token
 # ("token") and per layer ("layer") for each feature of `features`.
 LLAMA = {2: _c({"h": 16, "f": 8, "q": 4, "kv": 4, "heads": 4, "one": 8}),
          4: _c({"h": 24, "f": 16, "q": 8, "kv": 8, "heads": 4, "one": 8})}
