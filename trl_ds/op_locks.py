@@ -221,6 +221,22 @@ def command_of(pid: int) -> str:
         return "?"
 
 
+TORCH_WRITTEN_FOR = ((2, 4), (3, 0))  # [from, before): torch's FileBaton.wait and cpp_extension._jit_compile as read
+
+
+def refuse_other_torch(version: str, has_both: bool) -> None:
+    """The two torch functions replaced below are private: patched only in the torch versions they were read in
+    (pyproject: torch>=2.4), refused in one line, exit code 2, elsewhere."""
+    parts = tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in version.split("+")[0].split(".")[:2])
+    low, high = TORCH_WRITTEN_FOR
+    if not has_both or not low <= parts < high:
+        print(f"trl_ds: refusing to patch torch's op loader (FileBaton.wait, cpp_extension._jit_compile): written for "
+              f"torch {low[0]}.{low[1]} to before {high[0]}.{high[1]}, this environment has torch {version}"
+              f"{'' if has_both else ' without them'}. Install torch>={low[0]}.{low[1]},<{high[0]}.{high[1]}.",
+              file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_REFUSED)
+
+
 class _Cleared(Exception):
     """Raised out of torch's wait when the lock it waited on was left behind: the load starts over."""
 
@@ -231,8 +247,11 @@ def bound_op_lock_waits(notice_file: Optional[str] = None) -> None:
     the process ends with exit code 2 and one line, `OpLockTimeoutError: waited ...`: the form a launch's failure
     report reads as a rank's refusal (launch/rank_exits.py). notice_file: where a wait is also written for the
     launcher to show (a rank's progress/waiting_rank_K.txt)."""
+    import torch
     from torch.utils import cpp_extension, file_baton
 
+    refuse_other_torch(torch.__version__, hasattr(file_baton.FileBaton, "wait") and
+                       hasattr(cpp_extension, "_jit_compile"))
     NOTICE["file"] = notice_file
     if getattr(cpp_extension._jit_compile, "trl_ds", False):
         return

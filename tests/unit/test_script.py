@@ -11,8 +11,8 @@ from trl_ds.check.script import check_script
 from trl_ds.config.script_target import HF_PARSER, NO_PARSER, TRL_PARSER, parser_kind, read_parser_kind, source_file
 from trl_ds.launch.deepspeed import build_deepspeed_commands
 from trl_ds.launch.torchrun import build_node_commands
+from trl_ds.worker.patches import with_configured_state
 from trl_ds.worker.script_argv import SCRIPT_CONFIG, script_argv
-from trl_ds.worker.script_hooks import with_configured_state
 
 
 def test_a_missing_file_is_refused(compose_cfg, tmp_path):

@@ -9,7 +9,6 @@ the arguments its parser expects (worker/script_argv.py).
 same arguments, and print the parser's verdict: exit 0 once it parsed, 2 with one line when it refused.
 """
 import atexit
-import dataclasses
 import json
 import os
 import runpy
@@ -24,10 +23,10 @@ from trl_ds.config.script_target import (
     own_modules,
     source_file,
 )
-from trl_ds.config.values import world_size
 from trl_ds.rundir.layout import SUMMARY, load_run_config, script_copy, write_json
 from trl_ds.rundir.lifeline import LAUNCH_ID, watch_launcher
 from trl_ds.short_lived import skip_final_collection
+from trl_ds.worker.patches import Parsed, as_the_ranks_see_it, stop_after_parsing, under_its_own_values
 from trl_ds.worker.script_argv import deepspeed_path, resolved_trainer_args, script_argv, training_values
 from trl_ds.worker.unused_packages import skip_muon
 
@@ -43,11 +42,12 @@ def main(argv) -> int:
         return check(cfg, run_dir)
     skip_muon(run_dir)  # as the worker (a script may use bitsandbytes itself: that one stays visible)
     from trl_ds.worker.bootstrap import start_rank
-    from trl_ds.worker.script_hooks import Recorder, install
+    from trl_ds.worker.patches import install_recording
+    from trl_ds.worker.script_hooks import Recorder
 
     state = start_rank(run_dir, cfg)  # the worker's start-up (worker/bootstrap.py)
     recorder = Recorder(cfg, run_dir, state)
-    install(recorder)
+    install_recording(recorder)
     run_script(cfg, run_dir)
     if recorder.trained == 0 and state.is_main_process:
         write_json(os.path.join(run_dir, SUMMARY), untrained_summary(cfg, run_dir))
@@ -79,7 +79,7 @@ def run_script(cfg, run_dir: str) -> None:
     kind = convention(cfg, original if original and os.path.exists(original) else path).kind
     sys.argv = [path, *script_argv(kind, run_dir, list(cfg.script_args))]
     if kind == HF_FILE_PARSER:
-        under_its_own_values(run_dir)
+        under_its_own_values(training_values(resolved_trainer_args(run_dir)))
     if is_file_target(cfg.script):
         # as `python train.py` puts the script's folder first: modules beside it import where that folder is reachable
         sys.path.insert(0, os.path.dirname(cfg.script))
@@ -90,33 +90,12 @@ def run_script(cfg, run_dir: str) -> None:
         runpy.run_module(cfg.script, run_name="__main__", alter_sys=True)
 
 
-def under_its_own_values(run_dir: str) -> None:
-    """A script that parses only its own file or dict (parse_yaml_file, parse_json_file, parse_dict: they read no
-    flags) gets trl_ds's training arguments under its own values, as flags before its script_args: HfArgumentParser's
-    parse_dict, which the other two call, is given them first. Its own `deepspeed` is refused before launch."""
-    import transformers
-
-    original = transformers.HfArgumentParser.parse_dict
-    ours = training_values(resolved_trainer_args(run_dir))
-
-    def parse_dict(self, args, allow_extra_keys=False):
-        fields = {f.name for dtype in self.dataclass_types for f in dataclasses.fields(dtype)}
-        return original(self, {**{k: v for k, v in ours.items() if k in fields}, **args}, allow_extra_keys)
-
-    transformers.HfArgumentParser.parse_dict = parse_dict
-
-
 def untrained_summary(cfg, run_dir: str) -> dict:
     """The script ended without training a transformers Trainer: nothing the recording hooks could see."""
     return {"status": "completed", "script": cfg.script, "trainers_trained": 0, "run_dir": run_dir,
             "launch_id": os.environ.get(LAUNCH_ID),
             "missing": ["metrics.jsonl", "memory/rank_K.json", "final_loss", "samples_per_second"],
             "missing_why": "the script trained no transformers Trainer, which is where trl_ds records"}
-
-
-class Parsed(BaseException):
-    """Raised once the parser returned: the check stops the script there (BaseException: its own `except Exception`
-    cannot swallow it)."""
 
 
 def check(cfg, run_dir: str) -> int:
@@ -148,48 +127,6 @@ def verdict(parsed: list, cfg, run_dir: str) -> int:
         print(f"{REFUSAL}{line}", file=sys.stderr)
     print(f"{IMPORTED}{json.dumps(own_modules(sys.modules))}")  # what a kept verdict must find unchanged
     return 2 if found else 0
-
-
-def as_the_ranks_see_it(cfg) -> None:
-    """The check is one process, the launch several: arguments derived from the world size (GRPOConfig's and
-    RLOOConfig's generation_batch_size = micro × processes × steps, which must hold whole groups of num_generations)
-    are judged at the launch's world size, as each rank will derive them."""
-    import transformers
-
-    world = world_size(cfg)
-    transformers.TrainingArguments.world_size = property(lambda self: world)
-
-
-def stop_after_parsing(parsed: list) -> None:
-    """Every way HfArgumentParser and TrlParser return arguments raises Parsed once they have, with what they returned
-    in `parsed`; a Trainer being built raises it too (a script that parses some other way never trains here). Calls
-    inside the outer one (parse_yaml_file's parse_dict, TrlParser's parse_args_into_dataclasses) return as usual."""
-    import transformers
-    from trl import TrlParser
-
-    def stopping(original):
-        def call(self, *args, **kwargs):
-            outer = not getattr(self, "_trl_ds_parsing", False)
-            self._trl_ds_parsing = True
-            try:
-                result = original(self, *args, **kwargs)
-            finally:
-                self._trl_ds_parsing = not outer
-            if outer:
-                parsed.append(result)
-                raise Parsed
-            return result
-        return call
-
-    parser = transformers.HfArgumentParser
-    for name in ("parse_args_into_dataclasses", "parse_dict", "parse_json_file", "parse_yaml_file"):
-        setattr(parser, name, stopping(getattr(parser, name)))
-    TrlParser.parse_args_and_config = stopping(TrlParser.parse_args_and_config)
-
-    def no_trainer(self, *args, **kwargs):
-        raise Parsed
-
-    transformers.Trainer.__init__ = no_trainer
 
 
 def end_here(code: int) -> None:

@@ -1,17 +1,14 @@
-"""What trl_ds adds to a user's script on a rank, without editing it: two wraps of transformers' classes.
+"""The recorder of a user's script on a rank: what the two wraps of transformers' classes (worker/patches.py
+install_recording) call.
 
-- TrainingArguments.__post_init__: `accelerator_config.use_configured_state`, so the trainer adopts the process
-  group the bootstrap joined (on CPU accelerate would otherwise count one process per rank; worker/train.py).
-- Trainer.__init__ / Trainer.train: every Trainer the script builds (SFTTrainer, DPOTrainer, ... are Trainers) gets
-  the worker's recording callbacks (metrics.jsonl, progress/rank_K.json, checkpoint markers), and each finished
-  train() writes memory/rank_K.json and, on rank 0, summary.json, exactly as the worker does. A train() called
-  without resume_from_checkpoint resumes, with resume=auto, from the newest complete checkpoint in its output_dir,
-  as the worker does: a relaunch of a killed run continues it without the script asking.
+- Trainer.__init__: every Trainer the script builds (SFTTrainer, DPOTrainer, ... are Trainers) gets the worker's
+  recording callbacks (metrics.jsonl, progress/rank_K.json, checkpoint markers);
+- Trainer.train: each finished train() writes memory/rank_K.json (with the engine comparison) and, on rank 0,
+  summary.json, exactly as the worker does. A train() called without resume_from_checkpoint resumes, with
+  resume=auto, from the newest complete checkpoint in its output_dir, as the worker does: a relaunch of a killed run
+  continues it without the script asking.
 """
-import functools
-import json
 import os
-import time
 
 from trl_ds.config.topology import topology
 from trl_ds.rundir.layout import METRICS, SUMMARY, write_json
@@ -62,53 +59,3 @@ class Recorder:
                                                              "engine_differences": found})
 
 
-def install(recorder: Recorder) -> None:
-    import transformers
-
-    use_configured_state(transformers.TrainingArguments)
-    record_trainers(transformers.Trainer, recorder)
-
-
-def use_configured_state(cls) -> None:
-    original = cls.__post_init__
-
-    @functools.wraps(original)
-    def post_init(self):
-        self.accelerator_config = with_configured_state(self.accelerator_config)
-        original(self)
-
-    cls.__post_init__ = post_init
-
-
-def with_configured_state(config):
-    """accelerator_config in any form TrainingArguments takes (None, a dict, a JSON file, the object), plus the flag."""
-    if config is None:
-        return {"use_configured_state": True}
-    if isinstance(config, str):
-        with open(config) as f:
-            config = json.load(f)
-    if isinstance(config, dict):
-        return {**config, "use_configured_state": True}
-    config.use_configured_state = True
-    return config
-
-
-def record_trainers(cls, recorder: Recorder) -> None:
-    original_init, original_train = cls.__init__, cls.train
-
-    @functools.wraps(original_init)
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        for callback in recorder.callbacks(self):
-            self.add_callback(callback)
-
-    @functools.wraps(original_train)
-    def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        if resume_from_checkpoint is None:  # the script's own choice (a path, True, False) is kept
-            resume_from_checkpoint = recorder.resume_point(self)
-        started = time.time()
-        result = original_train(self, resume_from_checkpoint, *args, **kwargs)
-        recorder.record(self, result, time.time() - started, resumed=bool(resume_from_checkpoint))
-        return result
-
-    cls.__init__, cls.train = init, train
