@@ -11,6 +11,7 @@ from conftest import REPO, read_json, run_app
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from trl_ds.cli.plan import main as plan_main
+from trl_ds.plan import params
 
 # Qwen/Qwen2.5-7B's and Qwen/Qwen2.5-72B's config.json (the keys that shape the model), as the hub serves them.
 QWEN_7B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
@@ -60,13 +61,14 @@ def test_uncached_hub_id_offline_is_refused_before_anything_is_written(tmp_path)
     assert not run_dir.exists()
 
 
-def test_cached_hub_id_is_planned_exactly_and_torch_free_once_counted(tmp_path):
-    """Its first plan builds it on the meta device (imports torch); the second reads the count back without torch,
-    deepspeed or transformers."""
+def test_cached_hub_id_is_planned_exactly_and_torch_free_once_counted(tmp_path, monkeypatch):
+    """Its first plan builds it on the meta device (here, in this process: it imports torch); the next plan, in a
+    fresh process, reads the count back without torch, deepspeed or transformers."""
     env = {**hf_cache(tmp_path, {"Qwen/Qwen2.5-7B": QWEN_7B}), "TRL_DS_CACHE": str(tmp_path / "cache")}
-    data = json.loads(plan(env, "model.name_or_path=Qwen/Qwen2.5-7B", "cluster=1x1", "--json").stdout)
-    assert data["model"] == "Qwen/Qwen2.5-7B"
-    assert data["parameters"] == data["active_parameters"] == meta_count(QWEN_7B) == 7_615_616_512  # model card
+    monkeypatch.setenv("TRL_DS_CACHE", env["TRL_DS_CACHE"])
+    params.entry.cache_clear()  # counted afresh, so that it is kept in this test's cache
+    counts = params.count_params(params.from_config(QWEN_7B, "the hub's config.json"))
+    assert counts.total == counts.active == meta_count(QWEN_7B) == 7_615_616_512  # model card
     code = ("import sys, runpy; sys.argv = ['trl_ds.plan', 'model.name_or_path=Qwen/Qwen2.5-7B', 'cluster=1x1', "
             "'cluster.gpu_memory_gb=24', '--fits']\n"
             "try:\n    runpy.run_module('trl_ds.plan', run_name='__main__')\nexcept SystemExit:\n    pass\n"
@@ -79,6 +81,9 @@ def test_cached_hub_id_is_planned_exactly_and_torch_free_once_counted(tmp_path):
     assert lines[1].startswith("architecture: qwen2, 28 layers, hidden 3584, from config.json of hub model "
                                "Qwen/Qwen2.5-7B (") and "; count exact, " in lines[1]
     assert lines[-1] == "[]"  # neither torch, nor deepspeed, nor transformers
+    data = json.loads(plan(env, "model.name_or_path=Qwen/Qwen2.5-7B", "cluster=1x1", "--json").stdout)
+    assert (data["model"], data["parameters"], data["active_parameters"]) == ("Qwen/Qwen2.5-7B", counts.total,
+                                                                            counts.active)
 
 
 def test_the_app_preflights_the_named_model_not_the_preset(tmp_path):
