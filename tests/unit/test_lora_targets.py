@@ -33,7 +33,7 @@ def test_default_targets_follow_the_family_as_peft_does(tmp_path, kind, targets)
     """peft=lora's default q_proj,k_proj,v_proj,o_proj passed every check on a BLOOM folder, then each rank failed
     in PEFT ("Target modules {'q_proj', ...} not found in the base model")."""
     prepared = dry_run(tmp_path, f"model.name_or_path={folder(tmp_path, kind)}", "peft=lora")
-    assert prepared.trainer_args["lora_target_modules"] == targets
+    assert prepared.trainer_args["lora_target_modules"] == [rf"(.*\.)?{targets[0]}"]  # one target: see below
     assert f"peft.target_modules=[{','.join(targets)}], PEFT's own default for {kind}" in prepared.recipe_text
 
 
@@ -43,7 +43,22 @@ def test_a_named_target_of_the_model_is_accepted(tmp_path, kind, target):
     transformers' Conv1D, which PEFT adapts)."""
     prepared = dry_run(tmp_path, f"model.name_or_path={folder(tmp_path, kind)}", "peft=lora",
                        f"peft.target_modules=[{target}]")
-    assert prepared.trainer_args["lora_target_modules"] == [target]
+    assert prepared.trainer_args["lora_target_modules"] == [rf"(.*\.)?{target}"]
+
+
+def test_one_target_is_written_as_the_expression_peft_matches():
+    """TRL's ModelConfig makes a one-item lora_target_modules its item (trl/trainer/model_config.py __post_init__),
+    and PEFT matches a string as a regular expression against each module's full name (tuners_utils
+    check_target_module_exists: re.fullmatch), where a list matches a name or a name ending in ".name". The run
+    failed in PEFT with ["query_key_value"] ("Target modules query_key_value not found in the base model")."""
+    import re
+
+    from trl_ds.rundir.trainer_config import lora_target_modules
+
+    (one,) = lora_target_modules(["query_key_value"])
+    assert re.fullmatch(one, "transformer.h.0.self_attention.query_key_value")
+    assert re.fullmatch(one, "query_key_value") and not re.fullmatch(one, "transformer.h.0.xquery_key_value")
+    assert lora_target_modules(["q_proj", "v_proj"]) == ["q_proj", "v_proj"]
 
 
 def test_a_target_the_model_lacks_names_the_folder_and_its_modules(tmp_path):

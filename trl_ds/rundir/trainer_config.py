@@ -5,7 +5,8 @@ also picks up `accelerate_config`, so TRL's CLI launches with the same DeepSpeed
 file with the same TRL parser.
 """
 import os
-from typing import Any, Dict, Tuple
+import re
+from typing import Any, Dict, List, Tuple
 
 from trl_ds.config.batch import Batch
 from trl_ds.config.quantization import model_config_fields
@@ -122,6 +123,17 @@ def passthrough_args(cfg) -> Dict[str, Any]:
     return OmegaConf.to_container(cfg.trainer.args) if cfg.trainer.args else {}
 
 
+def lora_target_modules(targets) -> List[str]:
+    """TRL's ModelConfig turns a one-item list into its item (model_config.py __post_init__), and PEFT reads a string
+    as a regular expression matched against each module's full name: ["query_key_value"] would match none of BLOOM's
+    transformer.h.0.self_attention.query_key_value. One target is written as the expression PEFT's list form means
+    (the name, or a name ending in ".name"); two or more stay a list."""
+    targets = list(targets)
+    if len(targets) == 1 and targets[0] != "all-linear":
+        return [rf"(.*\.)?{re.escape(targets[0])}"]
+    return targets
+
+
 def peft_args(cfg) -> Dict[str, Any]:
     """TRL's ModelConfig names, which `trl <cmd>` turns into a peft.LoraConfig (get_peft_config) and, for a quantized
     base, a BitsAndBytesConfig (get_quantization_config)."""
@@ -129,7 +141,7 @@ def peft_args(cfg) -> Dict[str, Any]:
     if value(p.name) == "none":
         return {}
     args = {"use_peft": True, "lora_r": p.r, "lora_alpha": p.lora_alpha, "lora_dropout": p.lora_dropout,
-            "lora_target_modules": list(p.target_modules), **model_config_fields(cfg)}
+            "lora_target_modules": lora_target_modules(p.target_modules), **model_config_fields(cfg)}
     if value(cfg.trainer.name) == "reward":
         # The reward model's score head is new: it trains in full beside the adapters.
         args.update(lora_task_type="SEQ_CLS", lora_modules_to_save=["score"])
