@@ -68,7 +68,8 @@ CATALOGUE = [
      "save_final_model=true with zero=stage3 needs zero.stage3_gather_16bit_weights_on_model_save=true"),
     ("resume-choice", ["resume=sometimes"], "resume=sometimes is not a choice. Use resume=auto"),
     ("keep-last-zero", ["checkpoint.keep_last=0"], "checkpoint.keep_last=0 must be at least 1."),
-    ("checkpoint-every-negative", ["checkpoint.every_steps=-1"], "checkpoint.every_steps=-1 must be 0 (off), a number of steps or a"),
+    ("checkpoint-every-negative", ["checkpoint.every_steps=-1"],
+     "checkpoint.every_steps=-1 must be 0 (off), a number of steps or a"),
     ("passthrough-unknown", ["+trainer.args.packin=true"],
      "trainer.args.packin=true: trainer=sft has no argument packin (checked against ScriptArguments/SFTConfig/"
      "ModelConfig). Closest: packing, eval_packing."),
