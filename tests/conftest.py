@@ -267,13 +267,15 @@ CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
 class TreeClock:
-    """How long a process and its descendants waited since it was made: wall time less the seconds the tree spent
-    running or ready to run (summed over its processes, so parallel work makes the waiting smaller, never larger)."""
+    """How long a process and its descendants waited since it was made: wall time less the time the tree spent
+    running or ready to run, interval by interval (between samples, the interval less what its processes ran or
+    queued, at least 0): processes queueing in parallel shorten only their own interval, never a wait elsewhere."""
 
     def __init__(self, pid: int):
         import time
 
-        self.pid, self.started, self.busy = pid, time.monotonic(), {}
+        self.pid, self.busy, self.waited_s = pid, {}, 0.0
+        self.last, self.last_busy = time.monotonic(), 0.0
 
     def tree(self) -> list:
         children = {}
@@ -292,6 +294,8 @@ class TreeClock:
         return found
 
     def sample(self) -> None:
+        import time
+
         for pid in self.tree():
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -300,11 +304,15 @@ class TreeClock:
                 continue  # gone meanwhile: its last sample stands
             cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICK  # utime + stime, every thread
             self.busy[pid] = max(self.busy.get(pid, 0.0), cpu + run_delay_ns / 1e9)
+        now, busy = time.monotonic(), sum(self.busy.values())
+        self.waited_s += max(0.0, (now - self.last) - (busy - self.last_busy))
+        self.last, self.last_busy = now, busy
 
     def waited(self) -> float:
+        """Up to the last sample, and the time since (the tree has ended, or is between samples) as waiting."""
         import time
 
-        return max(0.0, time.monotonic() - self.started - sum(self.busy.values()))
+        return self.waited_s + (time.monotonic() - self.last)
 
 
 def communicate_waiting(proc, waited_s: float, poll_s: float = 0.5, explain=None):
