@@ -1,14 +1,19 @@
-"""What a rank records in the run dir besides checkpoints: metrics.jsonl rows (rank 0), each rank's live peak memory
-(progress/rank_K.json), and summary.json's figures (rank 0, at the end)."""
+"""The one recorder of every trainer of a run, trl_ds's worker's and a user's script's (recording_callbacks):
+metrics.jsonl rows (rank 0), checkpoint markers, each rank's live peak memory (progress/rank_K.json), token counts,
+and summary.json's figures (rank 0, at the end)."""
 import json
 import os
 import time
+from typing import Optional
 
 from transformers import TrainerCallback
 
+from trl_ds.config.topology import topology
+from trl_ds.rundir.checkpoint import mark_complete, rotate
 from trl_ds.rundir.layout import MEMORY_DIR, METRICS, PROGRESS_DIR, write_json
 from trl_ds.rundir.lifeline import LAUNCH_ID
 from trl_ds.rundir.metrics import mean_loss, prepare_for_resume, read_rows
+from trl_ds.rundir.universal import sub_groups
 from trl_ds.worker.measure import peak_memory
 from trl_ds.worker.moe_leaf import leaf_module_names
 from trl_ds.worker.trainers import count_parameters
@@ -149,3 +154,30 @@ def _sequence_parallel(trainer) -> int:
     """Ranks that share each sample (Ulysses): they do not multiply the batch."""
     pc = trainer.accelerator.parallelism_config
     return pc.sp_size if pc is not None else 1
+
+
+class MarkComplete(TrainerCallback):
+    """After every rank has saved a checkpoint, rank 0 marks it complete (its files and sizes) and rotates old ones."""
+
+    def __init__(self, keep_last: int, world_size: int, zero_stage: int, sub_group_size: Optional[int]):
+        self.keep_last = keep_last
+        self.shape = (world_size, zero_stage, sub_group_size)
+
+    def on_save(self, args, state, control, **kwargs):
+        import torch.distributed as dist
+
+        dist.barrier()  # every rank's shards are on disk before the marker says so
+        if state.is_world_process_zero:
+            checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            mark_complete(checkpoint, state.global_step, *self.shape)
+            rotate(args.output_dir, self.keep_last)
+        dist.barrier()
+
+
+def recording_callbacks(cfg, run_dir: str, state, trainer) -> list:
+    """The one recorder of every trainer of a run (the worker's, and each one a user's script builds:
+    worker/script_hooks.py): metrics.jsonl (sp × tp ranks share each sample), checkpoint markers, live memory, token
+    counts."""
+    return [MetricsLogger(os.path.join(run_dir, METRICS), topology(cfg).shares_samples),
+            MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage, sub_groups(cfg)),
+            LiveMemory(run_dir, state.process_index), TokenCount(trainer)]

@@ -10,11 +10,10 @@ install_recording) call.
 """
 import os
 
-from trl_ds.config.topology import topology
-from trl_ds.rundir.layout import METRICS, SUMMARY, write_json
+from trl_ds.rundir.layout import SUMMARY, write_json
 from trl_ds.worker.engine_check import write_rank_memory
 from trl_ds.worker.own_steps import OwnAdamSteps
-from trl_ds.worker.records import MetricsLogger, summarize
+from trl_ds.worker.records import recording_callbacks, summarize
 
 
 class Recorder:
@@ -26,10 +25,7 @@ class Recorder:
 
     def callbacks(self, trainer):
         """The worker's callbacks (worker/train.py adds the same), for one Trainer of the script."""
-        from trl_ds.worker.train import recording_callbacks
-
-        logger = MetricsLogger(os.path.join(self.run_dir, METRICS), topology(self.cfg).shares_samples)
-        return [logger, *recording_callbacks(self.cfg, self.run_dir, self.state, trainer)]
+        return recording_callbacks(self.cfg, self.run_dir, self.state, trainer)
 
     def resume_point(self, trainer):
         """The checkpoint a train() without resume_from_checkpoint continues from (the worker's choice, in the

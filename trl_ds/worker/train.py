@@ -10,22 +10,18 @@ import shutil
 import sys
 import time
 from contextlib import contextmanager
-from typing import Optional
 
 from trl_ds.worker.unused_packages import keep_out_unused_packages
 
 if __name__ == "__main__":
     keep_out_unused_packages(next(a for a in sys.argv[1:] if not a.startswith("--local_rank")))
 
-from transformers import TrainerCallback
 
-from trl_ds.config.topology import topology
-from trl_ds.rundir.checkpoint import checkpoints, latest_complete, mark_complete, rotate, step_of
+from trl_ds.rundir.checkpoint import checkpoints, latest_complete, step_of
 from trl_ds.rundir.disk_space import full_disk_line, is_disk_full
 from trl_ds.rundir.layout import (
     CHECKPOINT_DIR,
     FINAL_MODEL_DIR,
-    METRICS,
     SUMMARY,
     load_run_config,
     write_json,
@@ -38,7 +34,7 @@ from trl_ds.worker.bootstrap import start_rank
 from trl_ds.worker.data import whole_global_batches
 from trl_ds.worker.engine_check import write_rank_memory
 from trl_ds.worker.own_steps import OwnAdamSteps
-from trl_ds.worker.records import LiveMemory, MetricsLogger, TokenCount, summarize
+from trl_ds.worker.records import recording_callbacks, summarize
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
 
@@ -148,24 +144,6 @@ def choose_resume(cfg, output_dir: str, state):
     return chosen, bool(chosen and shape_change(chosen, state.num_processes, cfg.zero.stage, sub_groups(cfg)))
 
 
-class MarkComplete(TrainerCallback):
-    """After every rank has saved a checkpoint, rank 0 marks it complete (its files and sizes) and rotates old ones."""
-
-    def __init__(self, keep_last: int, world_size: int, zero_stage: int, sub_group_size: Optional[int]):
-        self.keep_last = keep_last
-        self.shape = (world_size, zero_stage, sub_group_size)
-
-    def on_save(self, args, state, control, **kwargs):
-        import torch.distributed as dist
-
-        dist.barrier()  # every rank's shards are on disk before the marker says so
-        if state.is_world_process_zero:
-            checkpoint = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            mark_complete(checkpoint, state.global_step, *self.shape)
-            rotate(args.output_dir, self.keep_last)
-        dist.barrier()
-
-
 def save_probe_logits(trainer, path: str, state) -> None:
     """The trained engine's logits on a fixed batch, so a reload of the saved model can be checked against them.
 
@@ -199,19 +177,11 @@ def unpacked_4bit(model):
             module.training = False
 
 
-def recording_callbacks(cfg, run_dir: str, state, trainer) -> list:
-    """What every trainer of a run records beside metrics.jsonl (the worker's, and each one a user's script builds:
-    worker/script_hooks.py): checkpoint markers, live memory, token counts."""
-    return [MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage, sub_groups(cfg)),
-            LiveMemory(run_dir, state.process_index), TokenCount(trainer)]
-
-
 def build_trainer(cfg, run_dir: str, load_universal: bool = False):
-    """The trainer named by cfg.trainer.name (trl_ds/worker/trainers.py), logging to metrics.jsonl."""
+    """The trainer named by cfg.trainer.name (trl_ds/worker/trainers.py); train() adds the recording callbacks."""
     from trl_ds.worker.trainers import build_trainer as build_named_trainer
 
-    logger = MetricsLogger(os.path.join(run_dir, METRICS), topology(cfg).shares_samples)  # sp × tp ranks
-    return build_named_trainer(cfg, run_dir, callbacks=[logger], load_universal=load_universal)
+    return build_named_trainer(cfg, run_dir, callbacks=[], load_universal=load_universal)
 
 
 if __name__ == "__main__":
