@@ -67,6 +67,7 @@ def planned(setup, cfg):
             setup.nodes * setup.gpus_per_node // (setup.tp_size * setup.sp_size))
 
 
+@pytest.mark.slow  # every importer × auto-fit through the planner and two dry runs (about 12 s): make test only
 @pytest.mark.parametrize("fit", [(), ("zero=auto", "offload=auto")], ids=["typed", "autofit"])
 @pytest.mark.parametrize("importer", ["none", "deepspeed", "deepspeed-zero2", "accelerate", "recipe", "modelconfig"])
 def test_plan_current_row_and_run_line_are_what_the_dry_run_writes(tmp_path, importer, fit):
