@@ -221,3 +221,15 @@ def test_optimizer_and_parameter_nvme_paths_stay_apart(tmp_path):
     zero = again.ds_config["zero_optimization"]
     assert (zero["offload_optimizer"]["nvme_path"], zero["offload_param"]["nvme_path"]) == (
         str(tmp_path / "opt"), str(tmp_path / "param"))
+
+
+def test_a_refusal_names_the_file_and_key_each_value_came_from(tmp_path):
+    """A batch a file fixes that the cluster cannot make: the refusal named trainer.* and batch.* keys the user never
+    typed, and not the file."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
+                                "gradient_accumulation_steps": "auto"}))
+    (problem,) = refusal(tmp_path, f"deepspeed.from_file={path}")
+    assert problem.endswith(f"(batch.global_size: deepspeed.from_file={path}'s train_batch_size; "
+                            f"trainer.per_device_train_batch_size: deepspeed.from_file={path}'s "
+                            f"train_micro_batch_size_per_gpu)"), problem

@@ -82,6 +82,28 @@ def line(m: Mapping) -> str:
     return f"  {m.source}: {show(m.given)} -> {m.key}={show(m.value)}"
 
 
+def sources(lines: Sequence[str]) -> Dict[str, str]:
+    """{trl_ds key: "FILE OVERRIDE's file key"} for each mapping apply() set, read back from its printed lines (the
+    header `trl_ds: WHERE:`, then line()'s `  source: given -> key=value`), so a refusal can say where a value came
+    from."""
+    out, where = {}, None
+    for text in lines:
+        if text.startswith("trl_ds: ") and text.endswith(":"):
+            where = text[len("trl_ds: "):-1]
+        elif where and " -> " in text and not text.endswith("overridden on the command line"):
+            left, right = text.rsplit(" -> ", 1)
+            out[right.split("=", 1)[0]] = f"{where}'s {left.strip().split(': ', 1)[0]}"
+    return out
+
+
+def with_sources(problem: str, found: Dict[str, str]) -> str:
+    """A refusal with the file and key each value it names came from."""
+    import re
+
+    named = [k for k in found if re.search(rf"(?<![\w.]){re.escape(k)}=", problem)]
+    return problem + (f" ({'; '.join(f'{k}: {found[k]}' for k in named)})" if named else "")
+
+
 def apply(cfg, where: str, mappings: Sequence[Mapping], notes: Sequence[str],
           command_line: Sequence[str]) -> Tuple[List[str], List[str]]:
     """Set each mapping into cfg unless the command line gives its key by name: (printed lines, problems)."""

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from omegaconf import OmegaConf
 
+from trl_ds.check.imported import sources, with_sources
 from trl_ds.check.plan_rows import RowCheck
 from trl_ds.check.resolve import Run, resolve
 from trl_ds.check.row_length import long_row_warning
@@ -66,8 +67,9 @@ def build(cfg, run_dir: str, launching: bool, command_line: Optional[List[str]] 
     recipe_problems, autofit = run.problems, run.autofit
     try:
         batch = validate(cfg, run_dir, launching)
-    except ConfigError as err:
-        raise ConfigError(recipe_problems + err.problems) from None
+    except ConfigError as err:  # each value a file set is named with its file and key
+        found = sources(run.lines)
+        raise ConfigError(recipe_problems + [with_sources(p, found) for p in err.problems]) from None
     if recipe_problems:
         raise ConfigError(recipe_problems)
     setup = setup_from_config(cfg)
