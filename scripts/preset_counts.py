@@ -3,7 +3,7 @@ preset plans without importing torch. Run it after adding or changing a preset, 
 
     .venv/bin/python scripts/preset_counts.py
 
-tests/unit/test_params.py checks that the file holds exactly the presets, each equal to a meta-device build.
+tests/unit/plan/test_params.py checks that the file holds exactly the presets, each equal to a meta-device build.
 """
 import glob
 import json

@@ -182,7 +182,7 @@ def user_op_folder(op: str) -> Path:
     if USER_OPS:
         return Path(USER_OPS) / op
     # torch's get_default_build_root, without importing cpp_extension (it imports setuptools, whose vendored
-    # packages then join sys.path and show in importlib.metadata: tests/unit/test_env.py)
+    # packages then join sys.path and show in importlib.metadata: tests/unit/launch/test_env.py)
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(os.path.realpath(os.path.join(cache, "torch_extensions"))) / torch_default_tag() / op
 

@@ -23,7 +23,7 @@ its fused LM head (trl/kernels/chunked_logprob.py) scores tiles of 4096 tokens Ã
 accumulates the lm_head gradient in fp32. The live bytes of every storage that head creates in forward and backward
 are tracked with a dispatch mode and storage weak references, and fitted the same way.
 
-trl_ds/plan/memory.py holds the results as constants; tests/unit/test_estimate.py re-measures one shape per
+trl_ds/plan/memory.py holds the results as constants; tests/unit/plan/test_estimate.py re-measures one shape per
 dtype with these functions and pins the constants.
 
 Every family the planner counts fast (`--family [MODEL_TYPE ...]`, about 20 s a family): each kind of layer (dense,
@@ -31,7 +31,7 @@ moe, a sliding-window layer whose mask reaches attention) is fitted on its own f
 (trl_ds.plan.saved_activations.features: QK-norm's kv heads, MLA's ranks and rope/nope widths, experts, top-k and
 expert widths, per-layer terms such as Gemma's fp32 norm weights), over 24 sampled shapes with transformers' default
 attention and experts implementation; saved_activations.COEFFICIENTS holds the results and
-tests/unit/test_family_activations.py re-measures them.
+tests/unit/plan/test_family_activations.py re-measures them.
 
     .venv/bin/python scripts/study/measure_activations.py --lora   # the LoRA tables and the additivity check
 
@@ -39,7 +39,7 @@ Paired trainers (`--paired`, a few seconds): DPO and the reward trainer put a mi
 as one batch of 2b sequences (chosen, then rejected: trl/trainer/dpo_trainer.py and reward_trainer.py collators).
 The same per-layer count runs on a causal LM (DPO's policy) and on AutoModelForSequenceClassification(num_labels=1)
 (the reward model) with 2b sequences, beside the SFT count for b; trl_ds/plan/memory.py charges 2b sequences, and
-tests/unit/test_plan_trainers.py re-measures it.
+tests/unit/plan/test_plan_trainers.py re-measures it.
 """
 import argparse
 import json

@@ -81,7 +81,7 @@ def cpu_mode() -> Mode:
               "trainer.per_device_train_batch_size=2", "trainer.max_steps=3"]
     # No op builds: these runs use torch's Adam, and a build here would rewrite the machine's shared extension cache.
     # DPO stands for the trainers other than SFT (a GRPO run costs the suite 45 s more; its overrides are checked
-    # without training in tests/unit/test_gpu_check.py).
+    # without training in tests/unit/tools/test_gpu_check.py).
     return Mode("cpu-smoke", {"tiny": "tiny"}, [("tiny", 2, "none"), ("tiny", 3, "none"), ("tiny", 3, "none", "dpo")],
                 common, {}, "cpu", **limits(run_timeout=300, start_deadline=600, hard_end=840), prep_timeout=300)
 

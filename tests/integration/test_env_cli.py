@@ -1,5 +1,5 @@
 """`trl-ds env` as a command: a fresh process that imports torch and DeepSpeed and probes the ops (seconds; moved
-from tests/unit/test_env.py, whose torch-free part stays there)."""
+from tests/unit/launch/test_env.py, whose torch-free part stays there)."""
 import json
 import subprocess
 import sys

@@ -1,6 +1,6 @@
 """On a CUDA GPU only (skipped without): the cap of cluster.gpu_memory_gb in a real run, its refusal, and `trl-ds fit`
 meeting a real out-of-memory error. The tiny model keeps each under a minute after DeepSpeed's fused Adam is built.
-The CPU side of all three is in tests/unit/test_gpu_cap.py, test_fit_search.py and test_gpu_check_smoke.py."""
+The CPU side of all three is in tests/unit/worker/test_gpu_cap.py, test_fit_search.py and test_gpu_check_smoke.py."""
 import json
 import os
 import subprocess

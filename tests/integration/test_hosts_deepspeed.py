@@ -144,7 +144,7 @@ def test_rank_killed_on_node_1_ends_an_openmpi_launch_naming_rank_node_and_log(t
     assert took < 30, f"the launch ended {took:.0f} s after rank 1 died (launcher.rdzv_timeout is 900)"
     log = run_dir / "logs" / "node_0" / "launcher.log"
     named = f"rank 1 (node 1, host 10.88.0.2) exited with signal SIGKILL; its output is in {log}"
-    # Open MPI 4.1 loses its report of the rank at times (tests/unit/test_launch_multihost.py has both texts).
+    # Open MPI 4.1 loses its report of the rank at times (tests/unit/launch/test_launch_multihost.py has both texts).
     lost = (f"a rank that mpirun started failed and mpirun ended the job (exit code 137); Open MPI left out which "
             f"rank this time; the ranks' output is in {log}")
     reported = "process rank 1 with PID" in log.read_text()

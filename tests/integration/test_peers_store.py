@@ -1,12 +1,12 @@
 """A failure announced to a main store that is not up yet (a real TCPStore opened 3 s later): moved from
-tests/unit/test_rendezvous.py, as it waits for real."""
+tests/unit/check/test_rendezvous.py, as it waits for real."""
 import threading
 import time
 from datetime import timedelta
 
 import pytest
 
-from tests.unit.test_rendezvous import free_port
+from tests.unit.check.test_rendezvous import free_port
 from trl_ds.launch.peers import Peers
 
 pytestmark = [pytest.mark.integration, pytest.mark.light, pytest.mark.xdist_group("waits")]

@@ -1,8 +1,8 @@
 """The offloaded moments' bytes against DeepSpeed's CPU Adam itself: it loads the JIT-built cpu_adam op, so it runs
-with the integration tests, after `make test` has built the ops. Moved from tests/unit/test_precision_bytes.py."""
+with the integration tests, after `make test` has built the ops. Moved from tests/unit/plan/test_precision_bytes.py."""
 import pytest
 
-from tests.unit.test_precision_bytes import state_bytes_per_param, stepped
+from tests.unit.plan.test_precision_bytes import state_bytes_per_param, stepped
 from trl_ds.plan.precision_bytes import optimizer_bytes
 
 pytestmark = pytest.mark.integration

@@ -76,7 +76,7 @@ def test_measured_bytes_equal_the_plans_within_1_percent(name, tmp_path_factory)
         measured = {k: sum(held[k].values()) for k in KINDS}
         for kind in KINDS:
             assert measured[kind] == pytest.approx(estimated[kind], rel=0.01, abs=0.01 * sum(estimated.values()))
-    # by hand (tests/unit/test_qlora_plan.py): 979,456 bytes of parameters and 43,072 of constants at ZeRO-2
+    # by hand (tests/unit/plan/test_qlora_plan.py): 979,456 bytes of parameters and 43,072 of constants at ZeRO-2
     if name == "llama-stage2":
         assert measured["params"] == 979_456 + 43_072
 

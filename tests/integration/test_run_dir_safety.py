@@ -153,7 +153,7 @@ def test_copied_run_dir_with_a_damaged_checkpoint_resumes_in_the_copy(reference,
 # ZeRO-3 on 3 ranks in sub-groups of 14,492 elements: ten per rank of the tiny model's 434,752.
 ZERO3 = ["cluster.gpus_per_node=3", "zero=stage3", "zero.sub_group_size=14492"]
 # 2 -> 1 ranks at ZeRO-2, and 2 -> 3 ranks with ZeRO-2 -> ZeRO-3 in one launch: a world change and a stage change each
-# make a checkpoint another shape (told apart in tests/unit/test_nothing_lost_rules.py), and this launch converts
+# make a checkpoint another shape (told apart in tests/unit/rundir/test_nothing_lost_rules.py), and this launch converts
 # and loads it into a ZeRO-3 engine of another world size. ZeRO-2 -> ZeRO-3 on the same 2 ranks is converted and
 # trained in test_nothing_lost.py::test_a_killed_conversion_to_zero3_is_redone_from_scratch.
 SHAPES = [(["cluster.gpus_per_node=1"], 1, 2), (ZERO3, 3, 3)]

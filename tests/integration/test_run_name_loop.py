@@ -1,5 +1,5 @@
 """The README's loop over configs, three real `python -m trl_ds` processes in a row: each gets its own run dir (moved
-from tests/unit/test_run_name.py, which keeps the pure name tests)."""
+from tests/unit/config/test_run_name.py, which keeps the pure name tests)."""
 import os
 import re
 import subprocess

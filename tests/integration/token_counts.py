@@ -1,5 +1,5 @@
 """The tokens a run trained on, counted from its data file, apart from trl_ds and TRL: the word-level tokenizer gives
-one id per word (tests/unit/test_tokenizer_families.py) and TRL's SFT appends EOS; transformers' seeded sampler
+one id per word (tests/unit/worker/test_tokenizer_families.py) and TRL's SFT appends EOS; transformers' seeded sampler
 draws the rows in the order torch.randperm(rows, seed) gives (accelerate's SeedableRandomSampler, epoch 0), one
 global batch after another, whatever the ranks' shape."""
 import json

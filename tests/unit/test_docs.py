@@ -97,7 +97,8 @@ def test_readme_memory_study_arithmetic(tmp_path, stage, bytes_per_param):
 def documented_launches():
     """`python -m trl_ds ...` lines in the pages' code blocks that are not samples: the commands users copy.
     Left out: sweeps (-m), lines continued or holding placeholders (<...>, $VAR, N, the reader's paths), and the files
-    a user brings (recipes, DeepSpeed JSONs, accelerate configs: tests/unit/test_deepspeed_json.py and its siblings)."""
+    a user brings (recipes, DeepSpeed JSONs, accelerate configs:
+    tests/unit/check/test_deepspeed_json.py and its siblings)."""
     found = []
     for page in render_docs.pages():
         text = render_docs.MARKER.sub("", page.read_text())

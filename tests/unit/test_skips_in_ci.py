@@ -13,7 +13,7 @@ from conftest import REPO
 pytestmark = pytest.mark.slow  # four pytest sessions (8 s each): make test runs them, make test-fast does not
 
 NODE_0 = "tests/integration/test_refusals_exit_2.py::test_node_0_without_the_gpus_it_starts_ranks_on_exits_2"
-CUDA_ONLY = "tests/unit/test_gpu_cap.py::test_on_a_gpu_the_allocator_refuses_past_the_cap"
+CUDA_ONLY = "tests/unit/worker/test_gpu_cap.py::test_on_a_gpu_the_allocator_refuses_past_the_cap"
 
 
 def pytest_run(test, tmp_path, **env):

@@ -4,7 +4,7 @@ accelerate refuses at run time, or that trl_ds has not trained, is a problem her
 What each refusal rests on (installed deepspeed 0.19.8, transformers 5.24, accelerate 1.15):
 - ZeRO-3: transformers loads a ZeRO-3 model through `_apply_weight_conversions_to_state_dict`
   (transformers/integrations/deepspeed.py), which raises NotImplementedError whenever
-  tensor_parallel.autotp_size > 1, for every model (tests/unit/test_tensor_parallel_plan.py calls it).
+  tensor_parallel.autotp_size > 1, for every model (tests/unit/plan/test_tensor_parallel_plan.py calls it).
 - heads: AutoTP splits attention by key-value head groups, rank r getting kv // tp (+1 while r < kv % tp)
   (deepspeed/module_inject/tp_shard.py get_shard_size); an uneven split leaves ranks waiting for the largest shard,
   and ranks beyond the kv head count hold no attention at all.

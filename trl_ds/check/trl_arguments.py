@@ -71,7 +71,7 @@ OWNED = {
 
 # ModelConfig: trl_ds's worker builds the model itself (worker/trainers.py load_model), so each field is applied there,
 # applied by TRL's get_peft_config (peft=lora only), owned above, or mapped onto peft.* below.
-# tests/unit/test_model_arguments.py fails when TRL adds a field that is in none of them.
+# tests/unit/check/test_model_arguments.py fails when TRL adds a field that is in none of them.
 APPLIED_BY_WORKER = {"attn_implementation": "attn_implementation", "model_revision": "revision"}  # -> from_pretrained
 PEFT_ONLY = ("use_rslora", "use_dora", "lora_target_parameters")  # read by trl.get_peft_config when use_peft
 # bitsandbytes' quantization: moved onto peft.* before the checks (config/quantization.py map_model_config_fields);

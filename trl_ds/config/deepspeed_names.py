@@ -84,7 +84,7 @@ def deepspeed_version() -> str:
 
 
 # The top-level names DeepSpeed's DeepSpeedConfig looks up (it ignores any other), recorded by
-# check/deepspeed_verdict.py `judge`; tests/unit/test_deepspeed_keys.py fails when the installed DeepSpeed reads
+# check/deepspeed_verdict.py `judge`; tests/unit/check/test_deepspeed_keys.py fails when the installed DeepSpeed reads
 # others. They let a misspelt deepspeed.NAME be refused without importing deepspeed, for this version only.
 TOP_LEVEL_VERSION = "0.19.8"
 TOP_LEVEL_NAMES = frozenset("""

@@ -2,7 +2,7 @@
 imports torch: seconds) and every later plan reads the count back without torch.
 
 Two places, read in order: the presets' counts, shipped with the package (preset_counts.json, written by
-scripts/preset_counts.py; tests/unit/test_params.py holds every entry to a meta-device build), then one file per
+scripts/preset_counts.py; tests/unit/plan/test_params.py holds every entry to a meta-device build), then one file per
 config in $TRL_DS_CACHE/counts (trl_ds/cache_files.py), keyed by the transformers version that counted it.
 """
 import json

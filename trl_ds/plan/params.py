@@ -3,7 +3,7 @@
 One way: transformers' own classes build the model on the meta device (trl_ds/plan/meta_count.py), and the count is
 kept by config (trl_ds/plan/count_cache.py): the presets' counts ship with the package, so they plan without torch;
 any other config imports torch on its first plan (seconds) and reads its count back on every later one.
-tests/unit/test_params.py and tests/unit/test_model_families.py hold the counts to an instantiation of their own.
+tests/unit/plan/test_params.py and test_model_families.py hold the counts to an instantiation of their own.
 LoRA adapters are counted apart (`count_lora`): PEFT's lora_A and lora_B of each targeted Linear.
 
 The activation model (trl_ds/plan/saved_activations.py) reads a layer through `config_dict` (the config as

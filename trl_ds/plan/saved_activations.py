@@ -4,7 +4,7 @@ A layer saves `tokens · Σ c·x + Σ k·y` bytes: x are per-token features of i
 q = heads × head_dim, ...), y per-layer ones (Gemma's `1 + weight` norms save an fp32 copy of the weight per layer,
 grouped_mm saves one offset per expert). The coefficients c, k are exact integer fits, per family, per kind of layer
 (dense, moe; sliding for the layers whose sliding-window mask reaches SDPA) and per parameter width (2: bf16/fp16,
-4: fp32); tests/unit/test_family_activations.py re-measures one shape of each and pins them.
+4: fp32); tests/unit/plan/test_family_activations.py re-measures one shape of each and pins them.
 
 Conditions of the measurement (the training path trl_ds runs): transformers' default attention (SDPA where the model
 supports it, with a causal mask and no padding: no a·s² matrix; Gemma-2 only runs eager attention, for its logit

@@ -11,7 +11,7 @@ from trl_ds.config.batch import resolve_batch
 from trl_ds.config.quantization import map_model_config_fields
 from trl_ds.rundir.trainer_config import build_trainer_args
 
-IMPORTED = Path(__file__).resolve().parents[1] / "data" / "imported"
+IMPORTED = Path(__file__).resolve().parents[2] / "data" / "imported"
 
 
 def test_peft_qlora_is_lora_over_a_4bit_nf4_double_quantized_base(compose_cfg):
@@ -38,7 +38,7 @@ def test_model_config_fields_in_trainer_args_move_onto_peft_keys(compose_cfg):
 def test_the_issues_opening_command_builds_a_qlora_run_dir(tmp_path):
     """`python -m trl_ds peft=lora +trainer.args.load_in_4bit=true` through build() as a dry run makes it: the field
     is mapped and printed, trainer.yaml asks TRL for a 4-bit base with LoRA, and the plan holds the 4-bit bytes by
-    hand: 979,456 of parameters (tests/unit/test_qlora_plan.py) and, without double quantization (TRL's default
+    hand: 979,456 of parameters (tests/unit/plan/test_qlora_plan.py) and, without double quantization (TRL's default
     use_bnb_nested_quant=false), an fp32 absmax per 64 elements and the 16-value fp32 code per weight: 4 × 786,432
     / 64 + 28 × 64 = 50,944."""
     from trl_ds.cli.app import build

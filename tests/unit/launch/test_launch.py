@@ -98,7 +98,7 @@ def test_every_generated_script_passes_bash_n(compose_cfg, tmp_path):
 
 def stub_bin(tmp_path):
     """torchrun/deepspeed stubs that record argv and env; srun runs its command once per node; scontrol answers;
-    nvidia-smi lists 8 GPUs (launch.sh checks the node's GPUs first: tests/unit/test_gpu_count.py)."""
+    nvidia-smi lists 8 GPUs (launch.sh checks the node's GPUs first: tests/unit/launch/test_gpu_count.py)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     record = f"""#!{sys.executable}

@@ -42,7 +42,7 @@ def test_dry_run_says_how_epochs_end(tmp_path):
 
 
 def test_rows_of_json_files_datasets_loads_are_counted(tmp_path):
-    """A .json of JSON Lines and a JSON array after a BOM both load in datasets (tests/unit/test_data_readers.py);
+    """A .json of JSON Lines and a JSON array after a BOM both load in datasets (tests/unit/check/test_data_readers.py);
     counting their rows for the dry run's epoch line raised json's error, a traceback instead of the dry run."""
     lines = tmp_path / "lines.json"
     lines.write_text('{"text": "a"}\n{"text": "b"}\n{"text": "c"}\n')

@@ -41,7 +41,7 @@ def test_the_worker_loads_a_model_folder_at_its_revision(tmp_path):
 
 
 @pytest.mark.parametrize("override,message", [
-    # unmapped (validate alone; a launch and trl-ds plan move them onto peft.* first: tests/unit/test_qlora_config.py)
+    # unmapped (validate alone; a launch and trl-ds plan move them onto peft.* first: test_qlora_config.py)
     ("+trainer.args.load_in_4bit=true", "trainer.args.load_in_4bit=true: trl_ds reads it as peft.load_in_4bit. Use "
                                         "peft.load_in_4bit=true instead (with peft=lora or peft=qlora)."),
     ("+trainer.args.use_bnb_nested_quant=true", "Use peft.bnb_4bit_use_double_quant=true instead"),

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import yaml
 from conftest import run_app
-from test_trainer_yaml import parse_like_trl_cli
 
+from tests.unit.rundir.test_trainer_yaml import parse_like_trl_cli
 from trl_ds.check.trl_arguments import trainer_fields
 
 # The shape of TRL's documented SFT recipe (docs: "trl sft --config sft_config.yaml"), with bf16: false since TRL's
@@ -96,7 +96,7 @@ def test_an_unknown_recipe_argument_goes_through_the_name_check(tmp_path):
     assert "trainer.args.packin=true: trainer=sft has no argument packin" in out.stderr
 
 
-IMPORTED = Path(__file__).resolve().parents[1] / "data" / "imported"
+IMPORTED = Path(__file__).resolve().parents[2] / "data" / "imported"
 
 
 def test_choosing_the_trainer_group_keeps_the_recipes_values(tmp_path):

@@ -87,7 +87,7 @@ def test_a_launch_without_bitsandbytes_names_the_install_command(compose_cfg, mo
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(
         name, *a))
     # this checkout, run with its .venv (as `make run` does): the command that installs into that .venv
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert check_bitsandbytes_here(compose_cfg(QLORA)) == [
         f"peft.load_in_4bit=true needs bitsandbytes, which is not installed here. Install it: cd {repo} && "
         f"{os.path.relpath(sys.executable, repo) if sys.executable.startswith(repo + os.sep) else sys.executable} "

@@ -1,5 +1,5 @@
 """Every family's planner count equals an instantiation of the model with transformers, counted here, exact to the
-parameter, from a config.json folder (presets: tests/unit/test_params.py); MoE models count all experts in their
+parameter, from a config.json folder (presets: tests/unit/plan/test_params.py); MoE models count all experts in their
 total and the routed ones in their active parameters; what the activation model reads about each layer (dense or MoE,
 the experts' widths) is transformers' own."""
 import json

@@ -12,7 +12,7 @@ import pytest
 from trl_ds.check.data_file import data_files, first_bad_record
 from trl_ds.check.trainer_rules import NEEDED_COLUMNS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SFT, DPO = NEEDED_COLUMNS["sft"], NEEDED_COLUMNS["dpo"]
 GOOD = [{"text": f"question : what is {n} plus one ?"} for n in ("one", "two", "three", "four")]
 GOOD_BYTES = "".join(json.dumps(r) + "\n" for r in GOOD).encode()

@@ -66,7 +66,7 @@ def test_table_and_recommendation_for_llama3_70b():
     assert lines[-3] == (
         "  run: python -m trl_ds model=llama3-70b cluster=1x8 trainer.max_length=2048 zero=stage3 offload=nvme "
         "trainer.gradient_checkpointing=true trainer.per_device_train_batch_size=8")
-    assert lines[-2].startswith("whole run, current: 10 steps (trainer.max_steps) × ")  # tests/unit/test_runtime.py
+    assert lines[-2].startswith("whole run, current: 10 steps (trainer.max_steps) × ")  # test_runtime.py
     assert lines[-1].startswith("whole run, recommended: 10 steps (trainer.max_steps) × ")
 
 

@@ -8,7 +8,7 @@ memory_allocated after a step its resident model states (`after_step` on the dev
 (nvidia-smi, or a peak whose metric the source leaves unsaid) the allocated peak with the allocator's cache and the
 CUDA context (`Estimate.device_total`).
 
-docs/memory-model.md holds the table this file renders; `python tests/unit/test_published_measurements.py` rewrites
+docs/memory-model.md holds the table this file renders; `python tests/unit/plan/test_published_measurements.py` rewrites
 it after a change to the planner or the data.
 """
 import json
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 from trl_ds.plan.memory import GiB, Setup, estimate  # noqa: E402
@@ -102,7 +102,7 @@ def test_every_case_quotes_its_source_and_the_corpus_holds_twenty():
 def test_the_docs_table_is_this_files():
     text = DOC.read_text()
     assert text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip() == render(), \
-        "docs/memory-model.md is out of date: run python tests/unit/test_published_measurements.py"
+        "docs/memory-model.md is out of date: run python tests/unit/plan/test_published_measurements.py"
 
 
 if __name__ == "__main__":

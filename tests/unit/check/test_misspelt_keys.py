@@ -4,8 +4,8 @@ import subprocess
 import sys
 
 import pytest
-from test_trainer_rules import problems
 
+from tests.unit.check.test_trainer_rules import problems
 from trl_ds.errors import ConfigError
 from trl_ds.rundir.deepspeed_config import build_ds_config
 

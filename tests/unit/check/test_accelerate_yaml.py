@@ -17,7 +17,7 @@ from trl_ds.config.compose import compose
 from trl_ds.config.values import value, world_size
 from trl_ds.errors import ConfigError
 
-IMPORTED = Path(__file__).resolve().parents[1] / "data" / "imported"
+IMPORTED = Path(__file__).resolve().parents[2] / "data" / "imported"
 ZERO_YAMLS = ["trl_accelerate_zero1.yaml", "trl_accelerate_zero2.yaml", "trl_accelerate_zero3.yaml"]
 
 

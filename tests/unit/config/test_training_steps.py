@@ -3,8 +3,8 @@ import json
 
 import pytest
 from conftest import read_json, run_app
-from test_trainer_rules import problems
 
+from tests.unit.check.test_trainer_rules import problems
 from trl_ds.config.batch import Batch
 from trl_ds.config.training_steps import file_rows, steps_per_epoch
 

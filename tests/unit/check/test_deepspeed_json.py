@@ -22,7 +22,7 @@ from trl_ds.errors import ConfigError
 # every imported DeepSpeed JSON through DeepSpeed's and transformers' own classes: make test only (not make test-fast)
 pytestmark = pytest.mark.slow
 
-IMPORTED = Path(__file__).resolve().parents[1] / "data" / "imported"
+IMPORTED = Path(__file__).resolve().parents[2] / "data" / "imported"
 # Files refused before launch, each pinned with its exact lines (test_llamafactory_alst_..., test_llamafactory_fp8_...).
 # axolotl's torch_compile files: DeepSpeed 0.19.8's CompileConfig itself refuses their compile.disable and .backend.
 REFUSED = {"llamafactory_ds_z3_alst_config.json", "llamafactory_ds_z3_fp8_config.json",
@@ -31,7 +31,7 @@ JSONS = sorted(p.name for p in IMPORTED.glob("*.json") if p.name not in REFUSED)
 # Files that fix bf16 or fp16 on: trl_ds trains CPU ranks in fp32, so these resolve on an 8-GPU node (cluster=1x8).
 GPU_ONLY = {n for n in JSONS if any(json.loads((IMPORTED / n).read_text()).get(k, {}).get("enabled") is True
                                     for k in ("bf16", "fp16"))}
-TINY_HIDDEN = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf/model/tiny.yaml").read_text())["hidden_size"]
+TINY_HIDDEN = yaml.safe_load((Path(__file__).resolve().parents[3] / "conf/model/tiny.yaml").read_text())["hidden_size"]
 # Where trl_ds's ds_config.json differs from transformers' on purpose (docs/interop.md, "Deliberate differences").
 DELIBERATE = {
     "scheduler": "trl_ds writes no scheduler block: transformers builds trainer.lr_scheduler_type's scheduler",

@@ -31,7 +31,7 @@ def test_every_preset_plans_without_torch_from_an_empty_cache(tmp_path):
         plan, end = decoder.raw_decode(text)
         plans.append(plan)
         text = text[end:].strip()
-    # the model cards' safetensors totals (as tests/unit/test_params.py)
+    # the model cards' safetensors totals (as tests/unit/plan/test_params.py)
     totals = {p["model"]: p["parameters"] for p in plans}
     assert len(plans) == len(PRESETS)
     assert (totals["llama3-70b"], totals["mixtral-8x7b"], totals["qwen3-30b-a3b"], totals["tiny"]) == (

@@ -7,9 +7,9 @@ import sys
 import pytest
 import yaml
 from conftest import REPO, read_json, run_app
-from test_trainer_rules import problems
-from test_trainer_yaml import parse_like_trl_cli
 
+from tests.unit.check.test_trainer_rules import problems
+from tests.unit.rundir.test_trainer_yaml import parse_like_trl_cli
 from trl_ds.check.trl_arguments import PARSER_CLASSES, trainer_fields, type_problem
 
 

@@ -1,6 +1,7 @@
 """Golden launch.sh, hostfile and sbatch.sh for 1x8, 2x8 and 4x8 GPU clusters, reviewed as diffs.
 
-Regenerate after an intended change with:  UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/test_launch_golden.py
+Regenerate after an intended change with:
+    UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/unit/launch/test_launch_golden.py
 """
 import os
 import subprocess

@@ -68,7 +68,7 @@ def test_mpirun_names_the_rank_that_left_whichever_rank_it_reported(tmp_path, re
 
 
 def torchrun_report(root, others=()):
-    """torchrun's failure report (as in tests/unit/test_launch_failure.py): root and others are (rank, local, code)."""
+    """torchrun's failure report (as in test_launch_failure.py): root and others are (rank, local, code)."""
     def entry(i, rank, local, code):
         return (f"[{i}]:\n  time      : 2026-12-05_20:50:42\n  host      : n0\n  rank      : {rank} (local_rank: "
                 f"{local})\n  exitcode  : {code} (pid: 1)\n  error_file: <N/A>\n")

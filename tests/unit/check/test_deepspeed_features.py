@@ -1,7 +1,8 @@
 """offload.ratio, precision.bf16_*, ZeRO++ parts and ZenFlow: written into ds_config.json by DeepSpeed's names,
 accepted by DeepSpeed's own config where trl_ds accepts them, refused where DeepSpeed's code refuses or ignores them."""
 import pytest
-from test_deepspeed_keys import built, deepspeed_parse, refusal
+
+from tests.unit.check.test_deepspeed_keys import built, deepspeed_parse, refusal
 
 GPU = ["cluster=1x8", "precision=bf16"]
 
