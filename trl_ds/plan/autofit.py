@@ -2,19 +2,11 @@
 choose, at compose time, the configuration with the least estimated time per sample among those the memory estimate
 says fit, then carry on exactly as if the user had typed it.
 
-    python -m trl_ds model=llama3-70b cluster=1x8 zero=auto offload=auto dry_run=true
-
-Candidates are the planner's valid ZeRO stage × offload pairs, × its micro-batches that divide batch.global_size
-over the data-parallel ranks, × checkpointing off/on, × the tp and sp sizes and 16-bit optimizer options of
-`tp=auto`, `sp=auto` and `precision.bf16_optimizer_auto=true` (trl_ds/plan/dimensions.py); only the `auto` choices
-vary. The text names the runner-up and, under tp/sp=auto, the fastest at another size, each against the winner.
-A micro-batch chosen this way holds the global batch fixed, so it needs batch.global_size. Memory:
-trl_ds/plan/memory.py; time: trl_ds/plan/steptime.py. Ties are broken by the planner's speed heuristic, then by the
-candidate's order, so the choice is deterministic.
-
-With `offload=auto` at ZeRO-3, CPU optimizer offload is also tried as a partial offload (offload.ratio in
-optimizer_places.RATIOS, with zero.sub_group_size set to about ten sub-groups per rank so the split is close to the
-ratio): when the GPU has room for part of the optimizer, the device steps that part at HBM speed instead of CPU Adam's.
+Candidates are the planner's valid ZeRO stage × offload pairs × micro-batches that divide batch.global_size over the
+data-parallel ranks × checkpointing, × the tp/sp sizes and 16-bit optimizer options asked for (plan/dimensions.py);
+only the `auto` choices vary, and with offload=auto at ZeRO-3 partial offload ratios too (optimizer_places.RATIOS).
+Ties are broken by the planner's speed heuristic, then by order, so the choice is deterministic. The text names the
+runner-up and, under tp/sp=auto, the fastest at another size, each against the winner.
 """
 from dataclasses import dataclass, replace
 from typing import Callable, List, Optional, Tuple
