@@ -1,14 +1,9 @@
-"""The dimensions auto-fit and the plan grid vary beyond stage × offload × checkpointing × micro-batch, when asked:
-the tensor-parallel size (`tp=auto`: none, or AutoTP over 2, 4, ... ranks), the Ulysses size (`sp=auto`), the
-offload ratio (`offload=auto`) and, under bf16, 16-bit master weights and optimizer states
-(`precision.bf16_optimizer_auto=true`: fp32 master and moments, bf16 master with fp32 moments, or both bf16; asked
-for apart from the rest since they change the numerics: a bf16 master weight rounds away updates below 2^-8 of it).
-Each tp × sp pair is a base Setup of its own (AutoTP changes the layers a rank holds, Ulysses its tokens), counted
-from a copy of the config with that pair set, as a typed override would set it.
-
-Sizes tried: every divisor of the world from 2 up, within one node (a group across nodes would put each layer's
-collectives on the network). Which of them the launch accepts (heads divisible by tp, no ZeRO-3 under AutoTP, no tp
-with sp, sft only, ...) is the launch's check's answer (trl_ds/check/plan_rows.py RowCheck), never a copy here.
+"""The dimensions auto-fit and the plan grid vary beyond stage × offload × checkpointing × micro-batch, when asked: the
+tensor-parallel size (`tp=auto`), the Ulysses size (`sp=auto`), the offload ratio (`offload=auto`) and, under bf16,
+16-bit master weights and optimizer states (`precision.bf16_optimizer_auto=true`, apart since they change numerics).
+Each tp × sp pair is a base Setup of its own, counted from a copy of the config with that pair set. Sizes tried:
+every divisor of the world from 2 up, within one node; which ones the launch accepts is the launch's check's answer
+(trl_ds/check/plan_rows.py RowCheck), never a copy here.
 """
 import copy
 from dataclasses import replace
