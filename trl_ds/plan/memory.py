@@ -1,37 +1,18 @@
 """Memory of one training configuration, before launch: bytes per rank on the device, per node on the host and NVMe.
 
-Moments and places (each term's source is cited where it is computed below):
-- `device`: the PEAK per rank during a training step. Its terms but `overhead` are the peak of
-  `torch.cuda.max_memory_allocated` (`Estimate.allocated`): the resident model states and buffers plus the larger of
-  the two moments a step peaks at, the start of backward (activations, logits, gathered ZeRO-3 parameters) and the
-  optimizer step (the gradient copy of trl_ds/plan/moments.py, under `gradients` where it exceeds the other).
-  `overhead` adds the allocator's cache and the CUDA context: the sum is what nvidia-smi shows, which the verdict
-  compares with the GPU. On a CPU cluster (cluster.device=cpu) it is the rank process's share of host RAM.
-- `host`: the PEAK per node in host RAM, over loading and training: model states DeepSpeed keeps on the host
-  (× DeepSpeed's 1.5 pinned-buffer factor, as its estimators apply it), pinned buffers, and the rank processes.
+- `device`: the PEAK per rank during a step. All terms but `overhead` are torch.cuda.max_memory_allocated's peak
+  (`Estimate.allocated`): resident model states and buffers plus the larger of the two moments a step peaks at, the
+  start of backward and the optimizer step (trl_ds/plan/moments.py). `overhead` adds the allocator's cache and the
+  CUDA context (what nvidia-smi shows); on a CPU cluster it is the rank process's share of host RAM.
+- `host`: the PEAK per node in host RAM over loading and training (× DeepSpeed's 1.5 pinned-buffer factor).
 - `nvme`: bytes per node in the NVMe swap files (ZeRO-Infinity).
-- `after_step`: what the engine holds per rank right after an optimizer step (gradients freed), split by the place
-  DeepSpeed puts it; the moment trl_ds/worker/measure.py counts, which tests hold to within 1%.
+- `after_step`: what the engine holds per rank right after an optimizer step, by place (trl_ds/worker/measure.py).
 
-The params/gradients/optimizer terms of `device` and the model-state term of `host` equal DeepSpeed's own
-`estimate_zero2/3_model_states_mem_needs` where those apply (stages 2 and 3, mixed precision, cpu offload); stages 0
-and 1, fp32 and NVMe follow the ZeRO papers with the same conventions. What DeepSpeed's estimators leave out appears
-under `buffers`, itemised in `buffer_items`.
-
-Mixture-of-experts: model states count every expert (each rank holds them all: expert parallelism is out of scope);
-activations count the experts each token is routed to, the shared experts and the router (measured per family:
-trl_ds/plan/saved_activations.py).
-
-LoRA (peft=lora) counts frozen and trainable parameters apart: parameters are all of them, gradients, fp32 master,
-Adam and everything that follows them only the adapters. Ulysses (sp=ulysses) gives each rank seq_len / sp.size
-tokens, which divides every sequence-dependent term; ZeRO still partitions over the whole world.
-
-A base quantized by bitsandbytes (peft=qlora; trl_ds/plan/quantized.py) counts its packed weights and their
-constants instead of 16-bit weights, and ZeRO-3's whole-model load peak (`quantized_load`).
-
-Trainers (trl_ds/plan/trainers.py): DPO and reward put 2 sequences per sample through the model; the reward model's
-parameters are a sequence classifier's; `reference` is the reference model DPO and GRPO keep; `generation` is what
-GRPO's generation phase needs beyond the training phase's activations and logits.
+Model states equal DeepSpeed's `estimate_zero2/3_model_states_mem_needs` where those apply; stages 0-1, fp32 and
+NVMe follow the ZeRO papers. What its estimators leave out is under `buffers` (`buffer_items`). MoE counts every
+expert's states, and the routed experts' activations; LoRA counts frozen and trainable parameters apart; Ulysses
+divides the sequence-dependent terms by sp.size; bitsandbytes' quantized bases (trl_ds/plan/quantized.py) and the
+TRL trainers' extra terms (trl_ds/plan/trainers.py) have their own.
 """
 from dataclasses import dataclass, field, replace
 from typing import Dict
@@ -59,17 +40,11 @@ from trl_ds.plan.tensor_parallel import local_architecture
 GiB, MiB = 2 ** 30, 2 ** 20
 HOST_BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor, applied to host model states only
 LOAD_BYTES_PER_PARAM = 4  # without zero.Init every rank materialises the model in fp32 (DeepSpeed's assumption)
-# A guess, not measured here: the CUDA context, NCCL's buffers and kernels loaded outside torch's allocator, which
-# nvidia-smi shows and torch.cuda.memory_reserved does not (several hundred MB to a few GB: ../shared/MEMORY_MODEL.md)
-CUDA_CONTEXT_BYTES = 1 * GiB
-# Caching allocator: reserved above allocated. Measured on the H200 check (docs/gpu_check/results.json): peak reserved
-# over peak allocated 1.16-1.32 in all 7 runs, median 1.27 (the earlier 0.10 left the CPU-offload runs' reserved 2-3 %
-# above the whole estimate)
-FRAGMENTATION = 0.25
-CPU_RANK_BYTES = int(0.55 * GiB)  # measured: peak RSS of a tiny 2-rank CPU run is 509-580 MiB per rank
+CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context, NCCL buffers, kernels: outside torch's allocator, shown by nvidia-smi
+FRAGMENTATION = 0.25  # the caching allocator's reserved bytes above allocated (docs/gpu.md)
+CPU_RANK_BYTES = int(0.55 * GiB)  # peak RSS of one CPU rank process
 HOST_BYTES_PER_GPU_RANK = 2 * GiB  # host RSS of one GPU rank process (Python, torch, CUDA libraries)
 
-# The bytes each decoder layer saves, per family and kind of layer: trl_ds/plan/saved_activations.py (measured).
 # TRL's fused LM head (SFTTrainer): tiles of HEAD_TOKEN_TILE × HEAD_VOCAB_TILE logits, fp32 gradient accumulation.
 HEAD_TOKEN_TILE, HEAD_VOCAB_TILE = 4096, 32768  # trl/kernels/chunked_logprob.py, trl.trainer.utils
 HEAD_PEAK = {2: {"vocab_x_hidden": 6, "tokens_x_hidden": 6, "tokens": 24},
@@ -77,8 +52,7 @@ HEAD_PEAK = {2: {"vocab_x_hidden": 6, "tokens_x_hidden": 6, "tokens": 24},
 HEAD_CPU_TILE_TEMPORARIES = 29  # bytes per tile element of the torch fallback on CPU; Triton works in place
 HEAD_WEIGHT_GRAD = 4  # per vocab × hidden: the fp32 lm_head gradient, which a frozen lm_head (LoRA) never allocates
 
-# LoRA, measured the same way (scripts/study/measure_activations.py --lora; adapters in the training dtype, as DeepSpeed
-# casts every parameter). A frozen layer saves no inputs for weight gradients:
+# LoRA (adapters in the training dtype, as DeepSpeed casts every parameter): a frozen layer saves no weight-grad inputs
 LORA_FROZEN_LAYER_SAVED = {2: {"h": 8, "f": 6, "q": 4, "kv": 4, "heads": 4, "one": 8},
                            4: {"h": 8, "f": 12, "q": 8, "kv": 8, "heads": 4, "one": 8}}
 # Each targeted Linear(in, out) adds, in the training dtype, lora_A's input (in) and lora_A's output (r, for lora_B).
@@ -514,9 +488,8 @@ def device_buffers(s: Setup) -> Dict[str, int]:
     stage3_max_live_parameters of them (prefetches included), beyond the one module model_states counts: a module is
     released only when its next use is more than stage3_max_reuse_distance parameters away in the trace, so the
     last layers of the forward stay for the backward, and a tied embedding stays from the first layer to the LM head
-    (partitioned_param_coordinator.py __params_to_release, __all_gather_params_). At any world size; on one rank the
-    partition is the whole tensor and the gathered copy a second one. The H200 check measured ZeRO-3's peak 1.10x
-    (llama3.2-1b) and 1.06x (qwen2.5-0.5b) ZeRO-2's on one GPU, where an estimate without it said 1.00 and 0.98."""
+    (partitioned_param_coordinator.py __params_to_release). At any world size: on one rank the gathered copy is a
+    second one."""
     psi_t, w, n = s.trainable, s.width, s.world
     if s.stage == 0:
         return {}
