@@ -1,10 +1,9 @@
 """The one way trl_ds counts a model: transformers builds it from the config on the meta device (no memory, no
-weights, no download), and the parameters it holds are read off the modules, as DeepSpeed sees them. Imports torch
-(seconds), so params.py keeps each result by config (count_cache.py) and the presets' results ship with the package.
+weights, no download), and the parameters are read off the modules as DeepSpeed sees them. Imports torch, so
+params.py keeps each result by config (count_cache.py).
 
-An entry holds what the estimates read: the layout (every module's tensors, the embedding, the untied lm_head, each
-layer's routed experts), the config as transformers resolves it (its defaults filled in: what the activation model
-reads about a layer), and the first decoder layer's Linears by short name (what peft.target_modules names).
+An entry holds what the estimates read: every module's tensors, the embedding, the untied lm_head, each layer's
+routed experts, the config as transformers resolves it, and the first decoder layer's Linears by short name.
 """
 import json
 import re
