@@ -1,12 +1,9 @@
 """Where one rank's optimizer side lives, in bytes: the master weights and Adam's moments (`states`) and the
-optimizer's gradient partition (`master_grads`), by place (device | host | nvme). memory.py's model-state, after-step
-and NVMe terms read these instead of fixed fp32 figures; steptime.py reads the offloaded fraction.
+optimizer's gradient partition (`master_grads`), by place (device | host | nvme), for memory.py and steptime.py.
 
-Bytes per parameter come from precision_bytes.optimizer_bytes (DeepSpeed's bf16 options). A partial offload
-(offload.ratio, ZeRO-3 with the optimizer on the CPU) keeps the first sub-groups on the device: stage3.py
-`_create_fp32_partitions` puts their master partition and gradient on `subgroup_to_device[i]`, and steps them with a
-torch AdamW on the device (`backup_optimizer`), whose moments are allocated like the master weights; the rest are
-DeepSpeedCPUAdam's. So the device side counts device bytes per parameter, the offloaded side offloaded ones.
+Bytes per parameter come from precision_bytes.optimizer_bytes. A partial offload (offload.ratio, ZeRO-3 with the
+optimizer on the CPU) keeps the first sub-groups' master partition and gradient on the device and steps them there
+(stage3.py `_create_fp32_partitions`, `backup_optimizer`); the rest are DeepSpeedCPUAdam's.
 """
 from typing import Dict, Tuple
 
