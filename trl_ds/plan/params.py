@@ -1,13 +1,8 @@
 """Exact parameter counts of any causal LM transformers can build, from its config.json or a preset's dimensions.
 
-One way: transformers' own classes build the model on the meta device (trl_ds/plan/meta_count.py), and the count is
-kept by config (trl_ds/plan/count_cache.py): the presets' counts ship with the package, so they plan without torch;
-any other config imports torch on its first plan (seconds) and reads its count back on every later one.
-tests/unit/plan/test_params.py and test_model_families.py hold the counts to an instantiation of their own.
-LoRA adapters are counted apart (`count_lora`): PEFT's lora_A and lora_B of each targeted Linear.
-
-The activation model (trl_ds/plan/saved_activations.py) reads a layer through `config_dict` (the config as
-transformers resolves it, defaults filled in), `is_moe_layer`, `expert_width` and `shared_width`.
+transformers' own classes build the model on the meta device (meta_count.py), and the count is kept by config
+(count_cache.py), so the presets plan without torch. LoRA adapters are counted apart (`count_lora`). The activation
+model reads a layer through `config_dict`, `is_moe_layer`, `expert_width` and `shared_width`.
 """
 import json
 from dataclasses import dataclass, fields, replace
