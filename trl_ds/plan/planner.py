@@ -1,11 +1,8 @@
 """The planner: which ZeRO/offload/checkpointing/micro-batch configs fit, how fast, and which one to run.
 
-The grid varies ZeRO stage × offload × gradient checkpointing × micro-batch around a config. The model's config.json
-(or the preset) gives the architecture (trl_ds/config/model_source.py). No DeepSpeed, no weights, and no torch unless
-the family is counted on the meta device: the numbers come from trl_ds/plan/memory.py, and the estimated seconds per
-optimizer step (the rows' order, fitting rows first) from trl_ds/plan/steptime.py with the cluster.gpu hardware
-preset (or a `trl-ds calibrate` file). Which rows the launch accepts is the check's answer, passed in as `accepts`
-(trl_ds/check/plan_rows.py); the command is trl_ds/cli/plan.py.
+No DeepSpeed, no weights, and no torch unless the family is counted on the meta device: bytes come from
+trl_ds/plan/memory.py, seconds per step (the rows' order, fitting rows first) from trl_ds/plan/steptime.py. Which
+rows the launch accepts is the check's answer, passed in as `accepts` (trl_ds/check/plan_rows.py).
 """
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
