@@ -1,18 +1,10 @@
 """Optimizer-side bytes per trainable parameter under DeepSpeed's bf16 options, and where a partial optimizer offload
-(offload.ratio) puts them. Pure; optimizer_places.py reads these for the memory estimate, the step time and the
-ratio check (docs/deepspeed-keys.md).
+(offload.ratio) puts them. Pure; optimizer_places.py reads these (docs/deepspeed-keys.md).
 
-What DeepSpeed 0.19.8 allocates, per trainable parameter of a rank's partition:
-- master weights in `master_weights_and_grads_dtype`: bf16 with bf16_master_weights_and_grads, else fp32
-  (runtime/base_optimizer.py `_configure_master_weights`; stage_1_and_2.py `single_partition_of_fp32_groups`,
-  stage3.py `_create_fp32_partitions`);
-- the optimizer's gradient partition in that same dtype (stage_1_and_2.py `single_partition_of_fp32_groups[i].grad`,
-  stage3.py `fp32_partitioned_groups_flat[i].grad`);
-- Adam's two moments: offloaded, DeepSpeedCPUAdam keeps them in fp32 unless bf16_optimizer_states turns its
-  fp32_optimizer_states off (runtime/engine.py `get_optimizer_configuration`, ops/adam/cpu_adam.py `state_dtype`);
-  on the device the optimizer allocates them like the master weights (torch's `zeros_like(p)`).
-Without either option that is 4 + 4 + 8 = 16 B, the "12 B of master weights and Adam, 4 B of fp32 gradients" the
-estimate has always used.
+Per trainable parameter of a rank's partition DeepSpeed allocates master weights and the optimizer's gradient
+partition in `master_weights_and_grads_dtype` (bf16 with bf16_master_weights_and_grads, else fp32), and Adam's two
+moments in fp32 unless bf16_optimizer_states (offloaded: DeepSpeedCPUAdam's state_dtype; on the device like the
+master weights). Without either option: 4 + 4 + 8 = 16 B.
 """
 from dataclasses import dataclass
 from typing import Sequence, Tuple
