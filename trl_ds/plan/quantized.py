@@ -1,15 +1,11 @@
 """Bytes of a base model that bitsandbytes quantizes (peft=qlora; peft.load_in_8bit), as its code stores them.
 
-transformers replaces every nn.Linear of the decoder layers with bitsandbytes' Linear4bit/Linear8bitLt and keeps the
-embedding, the norms and the lm_head (quantizers/base.py get_keys_to_not_convert: the output embedding, tied and last
-modules) in the training dtype; biases stay in it too. Per quantized weight of n elements (bitsandbytes 0.50.2):
-- 4-bit (nn/modules.py Params4bit, functional.py quantize_4bit): the packed weight, n / 2 bytes whatever its storage
-  dtype (ZeRO-3 partitions it like any parameter), and its QuantState, an attribute that is no parameter and stays
-  whole on every rank: an fp32 absmax per block of 64 and the 16-value fp32 code; with double quantization
-  (compress_statistics) the absmax in uint8 instead, plus an fp32 absmax per 256 of those blocks, a 256-value fp32
-  code and the fp32 offset.
-- 8-bit (Int8Params, LLM.int8): the int8 weight, n bytes, and an fp32 scale per output row (SCB).
-Training dequantizes one weight at a time into the compute dtype (MatMul4Bit forward and backward).
+Every nn.Linear of the decoder layers becomes Linear4bit/Linear8bitLt; embeddings, norms, lm_head and biases stay in
+the training dtype. Per quantized weight of n elements:
+- 4-bit: the packed weight, n / 2 bytes (ZeRO-3 partitions it), and its QuantState, no parameter, whole on every
+  rank: an fp32 absmax per block of 64 and a 16-value code; double quantization stores the absmax in uint8 plus an
+  fp32 absmax per 256 blocks, a 256-value code and an offset.
+- 8-bit: the int8 weight, n bytes, and an fp32 scale per output row.
 """
 from typing import Tuple
 
