@@ -1,9 +1,7 @@
 """How long the whole run takes, and its GPU-hours: optimizer steps × the estimated seconds per step, × the GPUs.
 
-The steps are trainer.max_steps; for trainer.max_steps=-1, trainer.num_train_epochs passes over the training rows,
-counted as transformers counts them (trl_ds/config/training_steps.py); or, when the user names a number of training
-tokens (`trl-ds plan --tokens 2e9`), tokens / (samples per step × trainer.max_length), rounded up: every sample is
-charged its full max_length, as padded batches cost it.
+The steps are trainer.max_steps, else trainer.num_train_epochs over the training rows as transformers counts them
+(trl_ds/config/training_steps.py), or tokens / (samples per step × trainer.max_length) for `trl-ds plan --tokens`.
 """
 import math
 from dataclasses import dataclass
