@@ -1,15 +1,11 @@
-"""Bytes each decoder layer saves for backward, per model family, as scripts/study/measure_activations.py measured them.
+"""Bytes each decoder layer saves for backward, per model family (scripts/study/measure_activations.py).
 
-A layer saves `tokens · Σ c·x + Σ k·y` bytes: x are per-token features of its dimensions (hidden h, MLP width f,
-q = heads × head_dim, ...), y per-layer ones (Gemma's `1 + weight` norms save an fp32 copy of the weight per layer,
-grouped_mm saves one offset per expert). The coefficients c, k are exact integer fits, per family, per kind of layer
-(dense, moe; sliding for the layers whose sliding-window mask reaches SDPA) and per parameter width (2: bf16/fp16,
-4: fp32); tests/unit/plan/test_family_activations.py re-measures one shape of each and pins them.
-
-Conditions of the measurement (the training path trl_ds runs): transformers' default attention (SDPA where the model
-supports it, with a causal mask and no padding: no a·s² matrix; Gemma-2 only runs eager attention, for its logit
-soft-capping, which saves the a·s² scores), transformers' default experts implementation (grouped_mm), no dropout.
-A family not in COEFFICIENTS (the meta-device fallback, DeepSeek-V2) is charged Llama's: the planner says so.
+A layer saves `tokens · Σ c·x + Σ k·y` bytes: x per-token features of its dimensions (hidden h, MLP width f, q =
+heads × head_dim, ...), y per-layer ones (Gemma's fp32 norm weights, grouped_mm's expert offsets). The coefficients
+are exact integer fits per family, kind of layer (dense, moe, sliding) and parameter width (2 or 4), for
+transformers' default attention (SDPA, causal, no padding; Gemma-2's eager saves the a·s² scores) and experts
+implementation, no dropout; tests/unit/plan/test_family_activations.py re-measures them. A family not in
+COEFFICIENTS is charged Llama's: the planner says so.
 """
 from typing import Dict, List, Tuple
 
