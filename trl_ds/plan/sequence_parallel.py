@@ -1,10 +1,8 @@
-"""What Ulysses (sp=ulysses) adds to a step: the all-to-alls around each attention. Pure: an Architecture, sizes in,
-seconds out.
+"""What Ulysses (sp=ulysses) adds to a step: the all-to-alls around each attention. Pure: sizes in, seconds out.
 
-DeepSpeed's Ulysses (deepspeed/sequence/layer.py DistributedAttention, as accelerate's parallelism_config wires it)
-turns q, k and v from a rank's tokens × all heads into all tokens × its heads before attention, and the output back
-after it: four all-to-alls per layer in forward, the same four for the gradients in backward, and four more when
-checkpointing recomputes the forward. Each rank sends (sp - 1) / sp of its buffer.
+DeepSpeed's DistributedAttention turns q, k and v from a rank's tokens × all heads into all tokens × its heads and
+the output back: four all-to-alls per layer in forward, four in backward, four more when checkpointing recomputes.
+Each rank sends (sp - 1) / sp of its buffer.
 """
 from trl_ds.plan.params import Architecture
 
