@@ -1,70 +1,29 @@
 """Seconds per optimizer step of one training configuration, before launch: the planner's speed axis.
 
-Notation as in the memory estimate (trl_ds/plan/memory.py): Ψ parameters (Ψ_t trainable: LoRA's adapters under
-peft=lora, else Ψ), N ranks, w bytes per 16-bit (or fp32) parameter, A accumulation steps (micro-steps per
-optimizer step), T tokens per micro-step per rank (micro-batch × max_length / sp.size: Ulysses splits each sequence
-over sp.size ranks, which then read one sample together).
-Every rate comes from `Hardware` (presets in trl_ds/plan/hardware/, cluster.hardware.* overrides, or
-`trl-ds calibrate`).
-
-Terms per optimizer step, each in `StepTime.terms`:
-- compute: A × T × F / (peak × efficiency). F, FLOPs per token: 6 × matmul params (forward 2, backward 4; Kaplan et
-  al. 2020, "Scaling Laws", the 6N rule) + 12 × L × s × h for attention scores (Narayanan et al. 2021, "Efficient
-  Large-Scale Language Model Training", eq. 3); gradient checkpointing adds one forward (+2 and +4: same paper,
-  "activation recomputation"). The input embedding is a lookup, not a matmul, so untied embeddings are left out.
-  Frozen weights (LoRA's base) get no weight gradient: 4 × matmul params + 2 × trainable ones.
-- communication: the ZeRO paper's volumes (Rajbhandari et al. 2020, sec. 7): stage 0 all-reduces gradients once per
-  optimizer step (2Ψ); stage 3 all-gathers parameters in forward and backward and reduce-scatters gradients every
-  micro-step (3Ψ each). Stages 1-2 as DeepSpeed implements them, not the paper's Ψ reduce-scatter: the gradient
-  buckets are all-reduced (2Ψ; zero/stage_1_and_2.py average_tensor -> allreduce_and_scatter with
-  use_multi_rank_bucket_allreduce) before each rank keeps its partition, once per step in stage 1 and every
-  micro-step in stage 2, and the updated parameters are all-gathered once per step (Ψ). A ring moves (N-1)/N of
-  those bytes per rank (Patarasuk & Yuan 2009) over the per-device bandwidth, intra-node when the world fits one
-  node, else inter-node; each collective call costs a fixed latency (Hockney's
-  α-β model); ZeRO-3 issues three per gathered module per micro-step. Overlap: with overlap_comm DeepSpeed hides
-  stage 2's reductions behind backward and stage 3's prefetched gathers behind the whole micro-step, up to
-  comm_overlap of them (zero/stage_1_and_2.py IPG buckets, zero/partitioned_param_coordinator.py prefetch).
-  Gradients and updated parameters are Ψ_t (trainable); ZeRO-3's parameter gathers move all Ψ. AutoTP's all-reduces
-  (plan/tensor_parallel.py) and Ulysses' all-to-alls (plan/sequence_parallel.py) are added, unhidden.
-- optimizer: on the device, Adam streams 28 B per parameter of its partition (fp32 param, grad, two moments read;
-  param and moments written) over hbm_gbps; offloaded, DeepSpeedCPUAdam updates the node's partition (Ψ / nodes) at
-  cpu_adam_mparams_per_s (Ψ_t / nodes; ZeRO-Offload, Ren et al. 2021, sec. 4.2); a partial offload (offload.ratio)
-  is charged the offloaded share on the CPU and the rest on the device, one after the other.
-- offload: host<->device traffic over pcie_gbps (ZeRO-Offload: 16-bit gradients down every micro-step in stages 2-3,
-  once in stage 1, 16-bit parameters up once per step; offload.param adds a fetch per forward and per backward);
-  NVMe (ZeRO-Infinity, Rajbhandari et al. 2021): fp32 master and moments (12 B) read and written once per step,
-  16-bit parameters read per forward and backward, written after the step, over the node's NVMe bandwidth.
-- zero: DeepSpeed's ZeRO gradient path beyond its collectives, Ψ_t × zero{2,3}_ns_per_param per micro-step in
-  stages 2-3 (stage 1: once per step, at the accumulation boundary; stage 0: none). Stages 1-2
-  (zero/stage_1_and_2.py): setup_buckets allocates fresh reduce buckets every micro-step (released again in
-  independent_gradient_partition_epilogue), each gradient hook copies its gradient into one
-  (reduce_independent_p_g_buckets_and_remove_grads), allreduce_bucket flattens the bucket into another new tensor
-  and copy_grads_in_partition copies the rank's partition out: several passes over Ψ_t × w bytes, on CPU mostly
-  into pages touched for the first time. Stage 3 (zero/stage3.py, partitioned_param_coordinator.py): per-module
-  fetch/release bookkeeping, and gloo's reduce_scatter_tensor, which costs about an all-reduce (2Ψ, not the
-  ring's Ψ). On CPU most of it is the gradient hooks' bucket copy. The rate is measured (trl-ds calibrate); the GPU
-  presets' is 12 B per parameter (three read+write passes over 16-bit gradients) at HBM speed.
-  Stage 3 adds zero3_us_per_module per gathered module (gathered_modules) per micro-step, at any world size (one
-  rank too: DeepSpeed partitions and gathers with one rank as with many): each module's pre/post forward and
-  backward hooks fetch it (all_gather_coalesced into a fresh buffer, a fetch event waited on), release it
-  (partition(), trace and reuse-distance bookkeeping) and hand its gradients to the reduce path
-  (partitioned_param_coordinator.py fetch_sub_module/release_sub_module, stage3.py). Host-side work the GPU waits
-  for, so the GPU presets share one value: fitted on the H200 check (docs/gpu_check/results.json: ZeRO-3 minus
-  ZeRO-2 step time, 113 gathered tensors of llama3.2-1b and 169 of qwen2.5-0.5b, 1.48 and 1.22 ms each; least
-  squares 1.3 ms). The CPU presets leave it 0: their measured zero3_ns_per_param already holds it.
-- overhead: micro_step_overhead_ms per micro-step (Python, hooks, data loading; measured, not derived).
-- reference (DPO, KTO, GRPO / RLOO with beta != 0; trl_ds/plan/trainers.py): the reference log-probs' forward, 2 ×
-  matmul params + the attention forward per token, on every micro-step's tokens (DPO, KTO: inside the loss; GRPO,
-  RLOO: over the generation batch, the same tokens per step). With PEFT it is the policy with its adapter disabled.
-  Under ZeRO-3 it all-gathers the reference's (or the policy's) 16-bit parameters once more per micro-step, not
-  overlapped. KTO forwards its KL sequences too, through the policy and the reference: three such forwards per
-  micro-step (reference_forwards). precompute_ref_log_probs moves the reference's to one pass over the data before
-  training: 0 here (KTO's policy KL forward stays).
-- generation (GRPO, RLOO): each rank generates its generation batch once per steps_per_generation micro-steps: a prefill
-  (2 × matmul params per prompt token) and max_completion_length decode steps, each the larger of its FLOPs and
-  reading the 16-bit model and half the KV cache from memory (decoding is bandwidth-bound). Under ZeRO-3 with
-  ds3_gather_for_generation one all-gather of the whole model per generation; without it, every decode step's
-  forward gathers every module (its bytes and ZeRO-3's per-module cost), which is why TRL calls it slower.
+Notation as in trl_ds/plan/memory.py: Ψ parameters (Ψ_t trainable), N ranks, w bytes per parameter, A micro-steps
+per optimizer step, T tokens per micro-step per rank. Every rate comes from `Hardware` (presets in
+trl_ds/plan/hardware/, cluster.hardware.* overrides, or `trl-ds calibrate`). Terms per step, in `StepTime.terms`:
+- compute: A × T × F / (peak × efficiency); F = 6 × matmul params (Kaplan et al. 2020) + 12 × L × s × h of attention
+  (Narayanan et al. 2021, eq. 3), + one forward with checkpointing; frozen weights (LoRA's base) get no weight
+  gradient. The input embedding is a lookup, so untied embeddings are left out.
+- communication: the ZeRO paper's volumes (Rajbhandari et al. 2020, sec. 7) as DeepSpeed implements them: stage 0
+  all-reduces gradients once per step (2Ψ); stages 1-2 all-reduce the gradient buckets (2Ψ; once per step in stage 1,
+  every micro-step in stage 2) and all-gather the updated parameters (Ψ); stage 3 all-gathers parameters in forward
+  and backward and reduce-scatters gradients every micro-step (3Ψ). Rings move (N-1)/N per rank, each call costs a
+  fixed latency (α-β model), and overlap_comm hides up to comm_overlap of stage 2's reductions behind backward and of
+  stage 3's gathers behind the micro-step. AutoTP's all-reduces and Ulysses' all-to-alls are added, unhidden.
+- optimizer: Adam streams 28 B per parameter of its partition over hbm_gbps; offloaded, DeepSpeedCPUAdam steps Ψ_t /
+  nodes at cpu_adam_mparams_per_s (ZeRO-Offload, Ren et al. 2021); offload.ratio charges both shares in turn.
+- offload: host<->device traffic over pcie_gbps and ZeRO-Infinity's NVMe reads and writes.
+- zero: DeepSpeed's gradient path beyond its collectives (bucket copies, hooks), Ψ_t × zero{2,3}_ns_per_param per
+  micro-step (stage 1: per step); stage 3 adds zero3_us_per_module per gathered module per micro-step, at any world
+  size (its fetch/release hooks), host-side work the GPU waits for (docs/autofit.md).
+- overhead: micro_step_overhead_ms per micro-step.
+- reference (trl_ds/plan/trainers.py): the reference's no-grad forwards (KTO's KL sequences too), which under
+  ZeRO-3 gather the model once more each; precompute_ref_log_probs moves them before training.
+- generation (GRPO, RLOO): a prefill and max_completion_length decode steps per generation batch, each the larger of
+  its FLOPs and reading the model and half the KV cache; under ZeRO-3 one whole-model gather with
+  ds3_gather_for_generation, else every module gathered at every decode step.
 """
 import os
 from dataclasses import dataclass, fields
