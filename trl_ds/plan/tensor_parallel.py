@@ -1,16 +1,10 @@
 """What DeepSpeed AutoTP (tp=autotp) divides per rank: parameters (so their gradients and optimizer states), saved
 activations, and the all-reduces it adds to every layer. Pure: an Architecture and a tp size in, numbers out.
 
-AutoTP with trl_ds's presets (trl_ds/config/topology.py) replaces each decoder layer's attention and MLP linears:
-column-parallel q/k/v and gate/up (output features and their biases split), row-parallel o_proj and down_proj (input
-features split, bias whole, an all-reduce after). Embeddings, every norm (QK-norms too) and lm_head stay whole on
-every rank. Attention splits by key-value head groups, rank r holding kv // tp of them plus one while r < kv % tp;
-the MLP width splits near-evenly, f // tp plus one while r < f % tp (deepspeed/module_inject/tp_shard.py
-get_shard_size). Rank 0 holds the largest shard, so rank 0 is the one planned.
-
-A rank's decoder layer is then the layer of a model with rank 0's heads and MLP width and the same hidden size. Its
-parameters and its saved activations (q, k, v, attention, MLP intermediates: split; the hidden-size inputs,
-residuals and norm outputs: whole) are counted by the code that counts a whole model (`local_architecture`).
+AutoTP splits each decoder layer's q/k/v and gate/up by output features and o_proj/down_proj by input features (an
+all-reduce after each); embeddings, norms and lm_head stay whole. Heads split by key-value groups and the MLP width
+near-evenly, the first ranks taking one more (deepspeed/module_inject/tp_shard.py get_shard_size), so rank 0, the
+largest, is the one planned: a model with rank 0's heads and MLP width (`local_architecture`).
 """
 from dataclasses import replace
 
