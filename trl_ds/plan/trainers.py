@@ -1,41 +1,17 @@
 """What each TRL trainer holds beyond SFT's bill: the reference model, paired sequences, the reward head, GRPO's and
-RLOO's generation, KTO's KL sequences. trl_ds/plan/memory.py adds these terms to the estimate; each has its own
-column (and plan.json entry).
+RLOO's generation, KTO's KL sequences. trl_ds/plan/memory.py adds these terms to the estimate, each its own column.
 
-From the installed TRL (1.16) source, what really runs:
-- DPO (trl/trainer/dpo_trainer.py) builds a reference model from the policy's path unless the policy is a PEFT
-  model ("the adapter can be disabled to revert to the initial model") or precompute_ref_log_probs is set (then the
-  policy itself, wrapped in an inference engine, computes the reference log-probs once before training). GRPO
-  (grpo_trainer.py) builds one when beta != 0 and the model is not a PEFT model. KTO (kto_trainer.py) builds one
-  exactly as DPO does ("is_peft_model(self.model) or (args.precompute_ref_log_probs and not self.is_fsdp_enabled)":
-  none), RLOO (rloo_trainer.py) exactly as GRPO does (beta == 0.0 or a PEFT model: none; TRL's RLOO default beta is
-  0.05, so it keeps one unless told otherwise).
-- The reference goes through trl/models/utils.py prepare_deepspeed: "If ZeRO-3 is used, we shard both the active and
-  reference model. Otherwise ... initialized on each device with ZeRO disabled (stage 0)": a whole copy in the
-  policy's dtype on every rank below ZeRO-3, a ZeRO-3 partition (plus the parameters below the persistence
-  threshold, whole) under it. Its forward runs under no_grad, inside the loss after the policy's forward (DPO), so
-  under ZeRO-3 one gathered module of it is alive beside the policy's saved activations.
-- DPO and the reward trainer concatenate chosen and rejected along the batch: 2 × micro-batch sequences of up to
-  max_length tokens per micro-step.
-- KTO trains on unpaired examples: one prompt + completion sequence per example goes through the policy with
-  gradients. Unless loss_type is apo_zero_unpaired it also estimates a KL term from a "KL sequence" per example (the
-  prompt with another example's completion of the micro-batch): the policy forwards it under no_grad before its
-  training forward (_compute_kl_logps), the reference forwards it and the example after (_compute_loss). Nothing of a
-  no_grad forward is saved for backward, so activations are one sequence per example, as SFT's; the KL sequences
-  cost step time (reference_forwards), and the reference forwards sit beside the policy's saved activations as
-  DPO's does.
-- The reward model is AutoModelForSequenceClassification(num_labels=1): `score` (hidden × 1) instead of the
-  lm_head, counted by trl_ds.plan.params.count_classifier; its head's activations are the score's output and the
-  gradient of the last hidden states, not a vocabulary's logits.
-- GRPO generates per rank micro-batch × steps_per_generation completions at once (its generation batch), each up to
-  max_completion_length tokens after the prompt, with a KV cache; under ZeRO-3 with ds3_gather_for_generation (the
-  default) `deepspeed.zero.GatheredParameters(model.parameters())` gathers the whole 16-bit model on every rank
-  for the duration. Its training sequences are prompt + completion. Generation runs before the training forward, so
-  its bytes and the activations are never alive together: the estimate charges the larger of the two phases.
-  RLOOTrainer generates the same way (_generate_single_turn: unwrap_model_for_generation with
-  gather_deepspeed3_params=ds3_gather_for_generation; RLOOConfig derives steps_per_generation and
-  generation_batch_size as GRPOConfig does), trains on prompt + completion with the same fused head, and differs only
-  in its loss (a leave-one-out baseline, the KL as a reward penalty): the same bill as GRPO.
+As the installed TRL runs them (docs/planner.md cites the sources):
+- DPO and KTO build a reference model unless the policy is a PEFT model (its adapter disabled is the reference) or
+  precompute_ref_log_probs is set; GRPO and RLOO build one when beta != 0 and the policy is no PEFT model.
+  prepare_deepspeed makes it a whole copy in the policy's dtype on every rank below ZeRO-3, a ZeRO-3 partition under
+  it; its no-grad forward runs inside the loss, beside the policy's saved activations.
+- DPO and the reward trainer concatenate chosen and rejected: 2 × micro-batch sequences per micro-step.
+- KTO forwards a KL sequence per example (unless loss_type is apo_zero_unpaired) without gradients: step time only.
+- The reward model is a sequence classifier: `score` (hidden × 1) instead of the lm_head, and no vocabulary logits.
+- GRPO and RLOO generate micro-batch × steps_per_generation completions per rank at once with a KV cache (under
+  ZeRO-3 with ds3_gather_for_generation the whole 16-bit model gathered), then train on prompt + completion; the
+  two phases are never alive together, so the estimate charges the larger.
 """
 from typing import Dict, List, Tuple
 
