@@ -4,13 +4,14 @@ from typing import List
 
 from trl_ds.config.batch import Batch
 from trl_ds.config.values import elastic_min_nodes, sp_size, value
+from trl_ds.launch.launchers import launcher_of
 
 
 def check_rendezvous(cfg) -> List[str]:
     launcher, nodes = cfg.launcher, cfg.cluster.nodes
     c10d = value(launcher.rdzv_backend) == "c10d"
     problems = []
-    if c10d and value(launcher.name) == "deepspeed":
+    if c10d and not launcher_of(cfg).c10d:
         problems.append("launcher.rdzv_backend=c10d is torchrun's rendezvous; the deepspeed launcher has none. Use "
                         "launcher=torchrun, or drop launcher.rdzv_backend.")
     if launcher.last_call_s < 0:

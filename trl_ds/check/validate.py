@@ -37,9 +37,8 @@ from trl_ds.config.batch import Batch, resolve_batch
 from trl_ds.config.values import data_parallel_world, dtype, is_local_path, micro_batch, offloads, value
 from trl_ds.config.zero_offload import zero_offload_problems
 from trl_ds.errors import ConfigError
-from trl_ds.launch.deepspeed import check_deepspeed_launcher
-from trl_ds.launch.gpu_count import partition_gpu_problems, ranks_run_here
 from trl_ds.launch.hostfile import HOST_NAME
+from trl_ds.launch.launchers import launcher_checks, launcher_of, ranks_run_here
 from trl_ds.launch.script import ENV_NAME
 from trl_ds.launch.slurm import check_slurm
 from trl_ds.op_locks import clear_if_stale, cleared_line, lock_files
@@ -146,9 +145,6 @@ def check_launcher(cfg) -> List[str]:
     if not (HOST_NAME.match(c.master_addr) or IPV6.match(c.master_addr)):
         problems.append(f"cluster.master_addr={c.master_addr!r} is not a host name or address. Give node 0's "
                         f"name or address, e.g. cluster.master_addr=node-0 or cluster.master_addr=10.0.0.1.")
-    if c.hostfile and value(launcher.name) != "deepspeed":
-        problems.append(f"cluster.hostfile={c.hostfile} is read by the deepspeed launcher only (launcher="
-                        f"{value(launcher.name)} here). Use launcher=deepspeed, or cluster.hostfile=null.")
     return problems
 
 
@@ -269,7 +265,7 @@ def check_checkpoint(cfg) -> List[str]:
 def check_machine(cfg, run_dir: str) -> List[str]:
     """What this machine must have for a real launch. GPUs only where every rank runs here; elsewhere each node's
     launch.sh counts its own, and SLURM's partition is compared when SLURM answers."""
-    problems = partition_gpu_problems(cfg)
+    problems = launcher_of(cfg).partition_gpus(cfg)
     if value(cfg.cluster.device) == "cuda" and ranks_run_here(cfg):
         have = count_gpus()
         if have < cfg.cluster.gpus_per_node:
@@ -337,7 +333,7 @@ def count_gpus() -> int:
 
 RULES: List[Callable] = [
     check_secrets, check_checkpoint, check_zero, check_offload, check_cluster, check_precision, check_trainer,
-    check_model, check_launcher, check_zeropp, check_deepspeed_launcher, check_slurm, check_trainer_options,
+    check_model, check_launcher, check_zeropp, launcher_checks, check_slurm, check_trainer_options,
     check_peft, check_quantization, check_sequence_parallel, check_tensor_parallel, check_passthrough, check_eval,
     check_rendezvous, check_hardware_values,
     *DEEPSPEED_RULES,

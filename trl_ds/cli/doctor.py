@@ -18,8 +18,9 @@ from typing import Dict, List, Optional, Tuple
 from trl_ds.config.values import value
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.launch import launch_env, main_addr, placed_by_slurm, spawn_env, this_node_rank
-from trl_ds.launch.deepspeed import RUNNER_TOOLS, ssh_hosts
+from trl_ds.launch.deepspeed import RUNNER_TOOLS
 from trl_ds.launch.host_checks import PACKAGES, interface_names, probe
+from trl_ds.launch.launchers import launcher_of, ssh_hosts
 
 SHM_PER_RANK = 256 * 2**20  # bytes of /dev/shm a rank may use (NCCL buffers, DataLoader workers)
 SSH_TIMEOUT_S = 60
@@ -50,7 +51,7 @@ def check_hosts(cfg, env: Optional[Dict[str, str]] = None) -> List[str]:
                 views[rank] = (host, view)
     else:
         rank = this_node_rank(cfg)
-        check_port = rank == 0 and (c.nodes > 1 or value(cfg.launcher.name) == "deepspeed")
+        check_port = rank == 0 and (c.nodes > 1 or launcher_of(cfg).port_on_one_node)
         views = {rank: (socket.gethostname(), probe({**request, "check_port": check_port, "versions": False}))}
         problems = []
     for rank, (host, view) in sorted(views.items()):
@@ -145,7 +146,7 @@ def _version_problems(views: Dict[int, Tuple[str, dict]]) -> List[str]:
 
 def preflight(cfg) -> None:
     """Before a launch: raise ConfigError with every host problem (preflight.hosts=false skips the checks)."""
-    if cfg.preflight.hosts and value(cfg.launcher.name) != "slurm":
+    if cfg.preflight.hosts and not launcher_of(cfg).submits:  # a job's nodes are known once it runs
         problems = check_hosts(cfg)
         if problems:
             raise ConfigError(problems)

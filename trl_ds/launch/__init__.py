@@ -11,10 +11,8 @@ from typing import Dict, List
 from trl_ds.python_path import this_python_first
 from trl_ds.rundir.layout import JOINED_FILE, LAUNCH_SCRIPT, node_log_dir, write_text
 
-from .deepspeed import pdsh_hosts, ssh_hosts, uses_ssh
 from .failure import NodeView
-from .gpu_count import launch_script_checks_gpus
-from .launchers import launch_env, launcher_of
+from .launchers import launch_env, launch_script_checks_gpus, launcher_of, pdsh_hosts, ssh_hosts, uses_ssh
 from .script import render_launch_script
 from .slurm import main_addr_from_slurm, under_slurm_job
 from .torchrun import uses_c10d

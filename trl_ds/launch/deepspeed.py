@@ -39,8 +39,7 @@ def load_hosts(cfg) -> Tuple[List[Host], str, List[str]]:
 
 
 def check_deepspeed_launcher(cfg) -> List[str]:
-    if value(cfg.launcher.name) != "deepspeed":
-        return []
+    """launcher=deepspeed's settings (launchers.py runs it when this launcher is chosen)."""
     launcher = cfg.launcher
     problems = load_hosts(cfg)[2]
     runner = value(launcher.multinode_runner)
@@ -91,14 +90,13 @@ def build_deepspeed_commands(cfg, run_dir: str) -> List[List[str]]:
 
 
 def uses_ssh(cfg) -> bool:
-    """Node 0's runner starts the nodes over ssh (pdsh): the deepspeed launcher, several nodes, no launcher.no_ssh."""
-    return value(cfg.launcher.name) == "deepspeed" and cfg.cluster.nodes > 1 and not cfg.launcher.no_ssh
+    """With launcher=deepspeed: node 0's runner starts the nodes over ssh (pdsh), several nodes, no launcher.no_ssh.
+    (Whatever the launcher, ask launchers.uses_ssh.)"""
+    return cfg.cluster.nodes > 1 and not cfg.launcher.no_ssh
 
 
-def ssh_hosts(cfg) -> List[str]:
-    """The hosts node 0's runner starts over ssh, in node-rank order (the hostfile's, after include/exclude)."""
-    if not uses_ssh(cfg):
-        return []
+def selected_hosts(cfg) -> List[str]:
+    """The hostfile's hosts in node-rank order, after include/exclude."""
     hosts, origin, _ = load_hosts(cfg)
     return list(select_slots(hosts, cfg.launcher.include, cfg.launcher.exclude, origin)[0])
 
@@ -111,9 +109,12 @@ def env_file_values(cfg, env: Dict[str, str]) -> Dict[str, str]:
     return env
 
 
-def pdsh_hosts(cfg) -> List[str]:
-    """The hosts whose per-node launchers node 0 watches and stops (pdsh); MPI runners and srun do that themselves."""
-    return ssh_hosts(cfg) if value(cfg.launcher.multinode_runner) == "pdsh" else []
+def check_hostfile_unused(cfg) -> List[str]:
+    """cluster.hostfile given to another launcher (launchers.py runs it when this launcher is not chosen)."""
+    if not cfg.cluster.hostfile:
+        return []
+    return [f"cluster.hostfile={cfg.cluster.hostfile} is read by the deepspeed launcher only (launcher="
+            f"{value(cfg.launcher.name)} here). Use launcher=deepspeed, or cluster.hostfile=null."]
 
 
 # The command node 0 needs for each runner, and where it comes from.

@@ -7,7 +7,6 @@ launcher=slurm, where SLURM answers, the partition's GPUs (sinfo's GRES) are com
 import os
 import re
 import shutil
-import socket
 import subprocess
 from typing import List, Optional
 
@@ -18,29 +17,7 @@ SINFO_TIMEOUT_S = 10
 # configless node's copy fetched by its slurmd
 SLURM_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf", "/usr/local/etc/slurm.conf",
                "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
-
-
-def ranks_run_here(cfg) -> bool:
-    """Every rank starts on the machine that runs `python -m trl_ds`: one node, not submitted, not reached over ssh."""
-    name = value(cfg.launcher.name)
-    if name == "slurm" or cfg.cluster.nodes > 1:
-        return False  # submitted, or one node's share: that node's launch.sh counts its GPUs
-    if name == "deepspeed":
-        from .deepspeed import load_hosts
-
-        hosts = load_hosts(cfg)[0]
-        return all(h.name in LOCAL_HOSTS + (socket.gethostname(), socket.getfqdn()) for h in hosts)
-    return True
-
-
-def launch_script_checks_gpus(cfg) -> bool:
-    """launch.sh counts the GPUs of the node it runs on when that node starts ranks itself (not the deepspeed
-    runner's ssh launch, whose node 0 may be a head node without GPUs)."""
-    if value(cfg.cluster.device) != "cuda":
-        return False
-    return not (value(cfg.launcher.name) == "deepspeed" and cfg.cluster.nodes > 1 and not cfg.launcher.no_ssh)
 
 
 def node_gpu_check_lines(gpus_per_node: int, smi_limit_s: int = 10) -> List[str]:
@@ -79,8 +56,9 @@ def node_gpu_check_lines(gpus_per_node: int, smi_limit_s: int = 10) -> List[str]
 
 
 def partition_gpu_problems(cfg, env: Optional[dict] = None) -> List[str]:
-    """launcher=slurm on CUDA: refuse only when SLURM answers and no node of the partition has enough GPUs."""
-    if value(cfg.launcher.name) != "slurm" or value(cfg.cluster.device) != "cuda" or not shutil.which("sinfo"):
+    """launcher=slurm on CUDA (launchers.py asks it for that launcher only): refuse only when SLURM answers and no
+    node of the partition has enough GPUs."""
+    if value(cfg.cluster.device) != "cuda" or not shutil.which("sinfo"):
         return []
     if not slurm_configured(os.environ if env is None else env):
         return []  # sinfo would retry for 60 s before failing (a login node with SLURM's tools, not its config)

@@ -121,15 +121,30 @@ def srun_has_pyxis() -> Optional[bool]:
 
 def check_container(cfg) -> List[str]:
     s = cfg.launcher.slurm
-    problems = [f"launcher.slurm.container_mounts[{i}]={mount!r} is not HOST_PATH:CONTAINER_PATH[:FLAGS] with "
-                f"absolute paths and no comma. Write it as pyxis reads it, e.g. /data:/data:ro."
-                for i, mount in enumerate(s.container_mounts)
-                if "," in mount or len(mount.split(":")) not in (2, 3)
-                or not all(p.startswith("/") for p in mount.split(":")[:2])]
-    if (s.container_mounts or s.container_image) and value(cfg.launcher.name) != "slurm":
-        problems.append(f"launcher.slurm.container_image and container_mounts are read by launcher=slurm only "
-                        f"(launcher={value(cfg.launcher.name)} here). Use launcher=slurm, or drop them.")
-    elif s.container_image and s.submit and shutil.which("srun"):
+    return [f"launcher.slurm.container_mounts[{i}]={mount!r} is not HOST_PATH:CONTAINER_PATH[:FLAGS] with "
+            f"absolute paths and no comma. Write it as pyxis reads it, e.g. /data:/data:ro."
+            for i, mount in enumerate(s.container_mounts)
+            if "," in mount or len(mount.split(":")) not in (2, 3)
+            or not all(p.startswith("/") for p in mount.split(":")[:2])]
+
+
+def check_container_unused(cfg) -> List[str]:
+    """The container given to another launcher (launchers.py runs it when launcher=slurm is not chosen)."""
+    s = cfg.launcher.slurm
+    if not (s.container_mounts or s.container_image):
+        return []
+    return [f"launcher.slurm.container_image and container_mounts are read by launcher=slurm only "
+            f"(launcher={value(cfg.launcher.name)} here). Use launcher=slurm, or drop them."]
+
+
+def check_slurm_launcher(cfg) -> List[str]:
+    """launcher=slurm's own checks (launchers.py runs them when this launcher is chosen)."""
+    s = cfg.launcher.slurm
+    problems = []
+    if cfg.cluster.node_rank != 0:
+        problems.append(f"cluster.node_rank={cfg.cluster.node_rank} has no effect with launcher=slurm: the job "
+                        f"starts every node and each takes its rank from SLURM. Drop the override.")
+    if s.container_image and s.submit and shutil.which("srun"):
         has_pyxis = srun_has_pyxis()
         if has_pyxis is None:
             problems.append(f"launcher.slurm.container_image={s.container_image} needs the pyxis SPANK plugin, but "
@@ -144,11 +159,9 @@ def check_container(cfg) -> List[str]:
 
 
 def check_slurm(cfg) -> List[str]:
+    """launcher.slurm's values, whatever the launcher (launcher=slurm's own checks: check_slurm_launcher)."""
     s = cfg.launcher.slurm
     problems = []
-    if value(cfg.launcher.name) == "slurm" and cfg.cluster.node_rank != 0:
-        problems.append(f"cluster.node_rank={cfg.cluster.node_rank} has no effect with launcher=slurm: the job "
-                        f"starts every node and each takes its rank from SLURM. Drop the override.")
     if s.time is not None and not TIME.match(s.time):
         problems.append(f"launcher.slurm.time={s.time} is not a SLURM time. Use MM, HH:MM:SS or D-HH:MM:SS, "
                         f"e.g. launcher.slurm.time=02:00:00.")

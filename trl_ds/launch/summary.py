@@ -13,13 +13,13 @@ from trl_ds.config.topology import topology
 from trl_ds.config.training_steps import describe as describe_steps
 from trl_ds.config.training_steps import steps_per_epoch
 from trl_ds.config.values import dtype, offloads, sp_size, value, world_size
+from trl_ds.launch.launchers import launcher_of
 from trl_ds.launch.run import failed_rank_log, tail
 from trl_ds.launch.script import format_command
 from trl_ds.rundir.disk_space import remove_incomplete
 from trl_ds.rundir.layout import (
     MEMORY_DIR,
     OVERRIDES,
-    SBATCH_SCRIPT,
     SUMMARY,
     read_json,
     read_summary,
@@ -49,8 +49,9 @@ def print_dry_run(cfg, prepared) -> None:
     if epoch_end:
         print(f"  epoch end: {epoch_end}")
     print(f"  run dir: {prepared.run_dir}")
-    if value(cfg.launcher.name) == "slurm":
-        print(f"  submit: sbatch {os.path.join(prepared.run_dir, SBATCH_SCRIPT)}   (srun runs launch.sh on every node)")
+    hint = launcher_of(cfg).submit_hint
+    if hint:
+        print(f"  submit: {hint(prepared.run_dir)}")
     print("  launch commands (bash launch.sh NODE_RANK runs the same):")
     for rank, cmd in enumerate(prepared.node_commands):
         print(f"    node {rank}: {format_command(cmd)}")

@@ -8,7 +8,8 @@ import pytest
 import trl_ds.check.validate as validate_mod
 from trl_ds.check.validate import validate
 from trl_ds.errors import ConfigError
-from trl_ds.launch.gpu_count import gpu_count, gres_problems, node_gpu_check_lines, ranks_run_here, slurm_configured
+from trl_ds.launch.gpu_count import gpu_count, gres_problems, node_gpu_check_lines, slurm_configured
+from trl_ds.launch.launchers import ranks_run_here
 from trl_ds.launch.slurm import refusal_lines
 
 

@@ -7,9 +7,9 @@ from tests.conftest import REPO
 from trl_ds.check.validate import validate
 from trl_ds.errors import ConfigError
 from trl_ds.launch import build_commands, render_launch_files
-from trl_ds.launch.deepspeed import ssh_hosts
 from trl_ds.launch.failure import NodeView, describe, never_reached
 from trl_ds.launch.host_checks import interface_names
+from trl_ds.launch.launchers import ssh_hosts
 
 RUN = "/runs/r1"
 TWO_HOSTS = ["cluster=2x8", "launcher=deepspeed", "cluster.hostfile=hostfiles/2x8.txt"]

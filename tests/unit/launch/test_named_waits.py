@@ -40,7 +40,7 @@ def test_srun_help_that_hangs_is_named_in_the_container_check(tmp_path, monkeypa
     monkeypatch.setenv("PATH", sleeping(tmp_path, "srun"))
     cfg = compose_cfg(["launcher=slurm", "launcher.slurm.container_image=nvcr.io/nvidia/pytorch:24.05-py3"])
     started = time.monotonic()
-    assert slurm.check_container(cfg) == [
+    assert slurm.check_slurm_launcher(cfg) == [
         "launcher.slurm.container_image=nvcr.io/nvidia/pytorch:24.05-py3 needs the pyxis SPANK plugin, but srun "
         "--help did not answer within 1 s, so whether srun here has it is unknown. Check srun (its SPANK plugins, "
         "SLURM's config), or write the job without submitting it: launcher.slurm.submit=false."]

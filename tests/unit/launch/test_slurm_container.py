@@ -1,6 +1,7 @@
 """launcher=slurm with a container (pyxis/enroot): the srun line that uses it, and the mistakes refused by name."""
 import subprocess
 
+from trl_ds.launch.launchers import launcher_checks
 from trl_ds.launch.slurm import check_slurm, render_sbatch
 
 IMAGE = "nvcr.io#nvidia/pytorch:24.05-py3"
@@ -19,7 +20,7 @@ def test_srun_runs_every_node_in_the_image_with_the_run_dir_mounted(compose_cfg,
                     f'bash "$RUN_DIR/launch.sh" || STATUS=$?')
     (tmp_path / "sbatch.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "sbatch.sh")]).returncode == 0
-    assert check_slurm(cfg) == []  # submit=false: written here, checked where it is submitted
+    assert check_slurm(cfg) + launcher_checks(cfg) == []  # submit=false: written here, checked where it is submitted
 
 
 def test_without_an_image_the_srun_line_is_unchanged(compose_cfg, tmp_path):
@@ -36,6 +37,6 @@ def test_container_mistakes_are_named(compose_cfg):
         "launcher.slurm.container_mounts[1]='/a,/b:/c' is not HOST_PATH:CONTAINER_PATH[:FLAGS] with absolute paths "
         "and no comma. Write it as pyxis reads it, e.g. /data:/data:ro."]
     other = compose_cfg(["cluster=2x8", f"launcher.slurm.container_image='{IMAGE}'"])
-    assert check_slurm(other) == [
+    assert check_slurm(other) + launcher_checks(other) == [
         "launcher.slurm.container_image and container_mounts are read by launcher=slurm only (launcher=torchrun "
         "here). Use launcher=slurm, or drop them."]
