@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from trl_ds.check.imported import sources
 from trl_ds.check.plan_rows import RowCheck, config_problems
 from trl_ds.check.resolve import resolve
 from trl_ds.config.model_source import display_name
@@ -128,10 +129,19 @@ def counts_of(text: Optional[str]) -> Sequence[int]:
     return counts
 
 
+def resolved(overrides: Sequence[str]):
+    """A --need shape's config, as the run resolves it (the files users bring imported; auto left to the fit)."""
+    run = resolve(overrides, fit="off")
+    if run.problems:
+        raise ConfigError(run.problems)
+    return run.cfg
+
+
 def need_main(flags: Flags, overrides: List[str]) -> int:
     gpus, counts = flags.values["--gpus"], flags.values["--counts"]
+    files = resolve(overrides, fit="off")  # the keys the user's files set stay as they set them
     answer = need_mod.need(overrides, gpus.split(",") if gpus else need_mod.presets(), counts_of(counts),
-                           flags.tokens, row_check=RowCheck)
+                           flags.tokens, row_check=RowCheck, load=resolved, from_files=list(sources(files.lines)))
     if flags.has("--json"):
         print(json.dumps(need_mod.as_json(answer), indent=2))
     else:

@@ -2,13 +2,15 @@
 
 For every GPU preset trl_ds ships (trl_ds/plan/hardware/*.yaml with a memory_gb; --gpus names presets or hardware
 YAML files instead) × every GPU count (8 per node from 8 up) that the global batch divides over (the others are
-listed as skipped, with why), auto-fit (trl_ds/plan/autofit.py) finds the fastest
-configuration that fits, over the choices the command line leaves open: zero, offload, checkpointing and, with
-batch.global_size, the micro-batch. Host RAM per node (cluster.cpu_memory_gb, cluster=1x8's unless given) is part of
-"fits", as in every plan. The shapes that fit are sorted by the whole run's GPU-hours (trl_ds/plan/runtime.py; at
-one global batch, GPU-seconds per sample when the steps are not known before launch); the one with the least GPU
-memory in all (then the fewest GPUs) is marked as the smallest that fits. Each row's configuration is printed as
-the overrides that set it, and the whole command that launches it (planner.run_command).
+listed as skipped, with why), auto-fit (trl_ds/plan/autofit.py) finds the fastest configuration that fits, over the
+choices the command line and the files it names (deepspeed.from_file=, launcher.from_accelerate=,
+trainer.from_trl_config=, read by the one resolve the command passes in as `load`) leave open: zero, offload,
+checkpointing and, with batch.global_size, the micro-batch; a ZeRO-3 file plans ZeRO-3. Host RAM per node
+(cluster.cpu_memory_gb, cluster=1x8's unless given) is part of "fits", as in every plan. The shapes that fit are
+sorted by the whole run's GPU-hours (trl_ds/plan/runtime.py; at one global batch, GPU-seconds per sample when the
+steps are not known before launch); the one with the least GPU memory in all (then the fewest GPUs) is marked as the
+smallest that fits. Each row's configuration is printed as the overrides that set it, and the whole command that
+launches it (planner.run_command).
 """
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -23,12 +25,17 @@ from trl_ds.plan.runtime import RunTime, duration, run_time
 from trl_ds.plan.steptime import HARDWARE_DIR, read_preset
 
 RowCheckFactory = Optional[Callable[[object], Callable[[Setup], bool]]]
+# overrides -> the config the run launches (ConfigError where refused). compose reads the command line alone; the
+# command (trl_ds/cli/plan.py) passes the one resolve, which imports the files users bring (plan/ may not import it)
+Load = Callable[[Sequence[str]], object]
 
 COUNTS = (1, 8, 16, 32)
 PER_NODE = 8  # GPUs per node once a shape has 8 or more
 LEFT_OPEN = {"zero=": "zero=auto", "offload=": "offload=auto",
              "trainer.gradient_checkpointing=": "trainer.gradient_checkpointing=auto",
              "trainer.per_device_train_batch_size=": "trainer.per_device_train_batch_size=auto"}
+# a file's key that makes a LEFT_OPEN choice, as the command line's prefix for it (the others are their own)
+FILE_CHOICE = {"zero.stage": "zero=", "offload.optimizer": "offload=", "offload.param": "offload="}
 # the overrides (by prefix) that set each auto choice; others are their own prefix (tp, sp, trainer.*)
 CHOICE_KEYS = {"zero": ("zero=",), "offload": ("offload", "zero.sub_group_size="), OPT16: ("precision.",)}
 
@@ -73,8 +80,11 @@ def presets() -> List[str]:
     return [n for n in names if (read_preset(n).get("memory_gb") or 0) > 0]
 
 
-def shape_overrides(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: int) -> List[str]:
-    given = [o.lstrip("+") for o in overrides]
+def shape_overrides(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: int,
+                    from_files: Sequence[str] = ()) -> List[str]:
+    """from_files: the keys the user's files set (zero.stage, offload.optimizer, ...): a choice they make is the
+    user's as much as one on the command line, so it is not left open (a ZeRO-3 file plans ZeRO-3)."""
+    given = [o.lstrip("+") for o in overrides] + [FILE_CHOICE.get(key, f"{key}=") for key in from_files]
     cluster = [] if any(o.startswith("cluster=") for o in given) else ["cluster=1x8"]
     open_ = [auto for key, auto in LEFT_OPEN.items() if not any(o.startswith(key) for o in given)]
     if not any(o.startswith("batch.global_size=") for o in given):
@@ -85,10 +95,11 @@ def shape_overrides(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: 
 
 
 def fit_shape(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: int, tokens: Optional[float],
-              row_check: RowCheckFactory = None) -> Shape:
-    shape = Shape(gpu=gpu, memory_gb=memory_gb, gpus=gpus, overrides=shape_overrides(overrides, gpu, memory_gb, gpus))
+              row_check: RowCheckFactory = None, load: Load = compose, from_files: Sequence[str] = ()) -> Shape:
+    shape = Shape(gpu=gpu, memory_gb=memory_gb, gpus=gpus,
+                  overrides=shape_overrides(overrides, gpu, memory_gb, gpus, from_files))
     try:
-        cfg = compose(shape.overrides)
+        cfg = load(shape.overrides)
         ranked = candidates(cfg, accepts=row_check(cfg) if row_check else None)
     except ConfigError as err:
         shape.why_not = " / ".join(err.problems)
@@ -104,10 +115,14 @@ def fit_shape(overrides: Sequence[str], gpu: str, memory_gb: float, gpus: int, t
     return shape
 
 
-def usable_counts(overrides: Sequence[str], counts: Sequence[int]) -> Tuple[List[int], List[Tuple[int, str]]]:
+def usable_counts(overrides: Sequence[str], counts: Sequence[int], load: Load = compose
+                  ) -> Tuple[List[int], List[Tuple[int, str]]]:
     """(the counts the global batch divides over, (count, why) for each one it does not). Every shape trains at
     batch.global_size; ConfigError when it is unset or no count can hold it."""
-    global_size = compose(overrides).batch.global_size
+    try:  # a file's train_batch_size may set it
+        global_size = load(overrides).batch.global_size
+    except ConfigError:  # a refusal at the default cluster (a file's num_processes): each shape reports its own
+        global_size = compose(overrides).batch.global_size
     if not global_size:
         raise ConfigError(["trl-ds plan --need compares cluster shapes at one global batch: set batch.global_size "
                            "(e.g. batch.global_size=64)."])
@@ -130,12 +145,14 @@ class Answer:
 
 
 def need(overrides: Sequence[str], gpus: Sequence[str], counts: Sequence[int], tokens: Optional[float] = None,
-         row_check: RowCheckFactory = None) -> Answer:
+         row_check: RowCheckFactory = None, load: Load = compose, from_files: Sequence[str] = ()) -> Answer:
     """The shapes that fit and those that do not, over the counts that can hold the global batch. row_check(cfg): the
     launch's check of a shape's candidates (trl_ds/check/plan_rows.py RowCheck), so no shape is fitted with a config
-    it refuses."""
-    kept, skipped = usable_counts(overrides, counts)
-    shapes = [fit_shape(overrides, g, memory_of(g), n, tokens, row_check) for g in gpus for n in kept]
+    it refuses; load: each shape's overrides to its config (the command passes the one resolve: the user's files);
+    from_files: the keys those files set, which stay as the files set them."""
+    kept, skipped = usable_counts(overrides, counts, load)
+    shapes = [fit_shape(overrides, g, memory_of(g), n, tokens, row_check, load, from_files)
+              for g in gpus for n in kept]
     fitting = sorted((s for s in shapes if s.best), key=lambda s: (s.cost, s.gpus))
     if fitting:
         min(fitting, key=lambda s: (s.memory_gb * s.gpus, s.gpus)).smallest = True

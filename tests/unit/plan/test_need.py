@@ -15,10 +15,12 @@ hardware file, as a user would (--gpus FILE); its host is a DGX-2 node (1.5 TB o
 import json
 
 import pytest
+from conftest import REPO
 
 from trl_ds.cli.plan import main
 from trl_ds.plan.need import need
 
+IMPORTED = REPO / "tests" / "data" / "imported"
 # the tutorial's model: 50 layers x hidden 4096 x 32 heads (12 L h^2 = 10.1B in the layers), GPT-2's vocabulary
 GPT2_10B = {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 4096, "n_layer": 50, "n_head": 32,
             "n_positions": 1024}
@@ -131,3 +133,45 @@ def test_the_table_marks_the_smallest(capsys):
 def test_mistakes_are_one_line(args, message, capsys):
     assert main(["--need", *args]) == 2
     assert capsys.readouterr().err.strip() == f"trl-ds plan: {message}"
+
+
+def rows_launch_as_planned(rows):
+    """Each row's run line, composed as the launch composes it (its files read by the one resolve), is the row."""
+    from trl_ds.cli.plan import plan
+
+    for row in rows:
+        cfg, _, current, _ = plan(row["command"].split()[3:])
+        assert current.device_total == row["device_total_bytes"]
+        assert (cfg.cluster.gpus_per_node * cfg.cluster.nodes, cfg.cluster.gpu) == (row["gpus"], row["gpu"])
+        yield cfg, current.setup
+
+
+def test_a_zero3_deepspeed_file_plans_every_shape_at_zero3(capsys):
+    """#59: --need composed each shape without the files: a ZeRO-3 DeepSpeed JSON left zero open (or, refused by
+    the launch's check, nothing fitted anywhere). The file's stage, read from the file itself, is every row's."""
+    path = IMPORTED / "llamafactory_ds_z3_config.json"
+    stage = json.loads(path.read_text())["zero_optimization"]["stage"]
+    assert main(["--need", "--gpus", "h100-80gb", "--counts", "1,8", "model=llama3-8b", "batch.global_size=64",
+                 f"deepspeed.from_file={path}", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["not_fitting"] == [] and sorted(r["gpus"] for r in answer["fitting"]) == [1, 8]
+    for row in answer["fitting"]:
+        assert row["configuration"].startswith(f"zero=stage{stage} ")
+        assert not any(o.startswith("zero=") for o in row["overrides"])  # not a choice: the file made it
+        assert f"deepspeed.from_file={path}" in row["command"].split()
+    assert [setup.stage for _, setup in rows_launch_as_planned(answer["fitting"])] == [stage, stage]
+
+
+def test_an_accelerate_yaml_plans_its_stage_precision_and_processes(capsys):
+    """#59: trl's zero3.yaml (zero_stage 3, offload none, bf16, num_processes 8) under --need: the 8-GPU shape is
+    planned as the file says; one GPU is not its world, refused with the launch's own line."""
+    path = IMPORTED / "trl_accelerate_zero3.yaml"
+    assert main(["--need", "--gpus", "h100-80gb", "--counts", "1,8", "model=llama3-8b", "batch.global_size=64",
+                 f"launcher.from_accelerate={path}", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert [r["gpus"] for r in answer["fitting"]] == [8]
+    assert answer["fitting"][0]["configuration"].startswith("zero=stage3 offload=none ")
+    [(cfg, setup)] = rows_launch_as_planned(answer["fitting"])
+    assert (setup.stage, setup.optimizer_offload, setup.param_offload, setup.dtype) == (3, "none", "none", "bf16")
+    [misfit] = answer["not_fitting"]
+    assert misfit["gpus"] == 1 and "num_processes: 8 is not this cluster's world 1" in misfit["why_not"]
