@@ -1,10 +1,8 @@
 """Checkpoints that are complete or clearly not: write, then mark; resume from the newest one that verifies.
 
-No transformers import here: the launcher reads checkpoints before anything spawns. transformers writes
-`checkpoint-N/` (DeepSpeed's shards from every rank, trainer state, RNG states). Only after every rank has finished
-does rank 0 write the marker, atomically, listing every file and its size; a crash while saving leaves a checkpoint
-without a marker, which resume ignores and the next rotation deletes. A checkpoint whose files no longer match its
-marker (a truncated or deleted shard) is set aside under another name, never loaded and never rotated away.
+No transformers import: the launcher reads checkpoints before anything spawns. After every rank has saved
+`checkpoint-N/`, rank 0 writes the marker atomically, listing every file and its size; a checkpoint without one is
+ignored and rotated away, and one whose files no longer match it is set aside, never loaded nor rotated.
 """
 import json
 import os
