@@ -1,10 +1,6 @@
 """Disk space for a run dir: the estimate before launch, and one clear line when a write finds the disk full or
-read-only.
-
-A checkpoint holds DeepSpeed's model states (every parameter in the training dtype), its optimizer states (fp32
-master and two Adam moments: 12 B per trainable parameter) and transformers' model.safetensors (every parameter
-again); the final model is one more copy of the weights. keep_last complete checkpoints stay, and the next one is
-written before the oldest is rotated out: keep_last + 1 at the peak.
+read-only. A checkpoint holds DeepSpeed's model and optimizer states (12 B per trainable parameter) and
+model.safetensors; keep_last + 1 checkpoints exist at the peak (the next is written before the oldest goes).
 """
 import errno
 import os
