@@ -1,7 +1,5 @@
-"""Files for people who launch with their own tools: accelerate.yaml, and the "auto" flavour of ds_config.json.
-
-`accelerate launch --config_file accelerate.yaml` (and `trl <cmd> --config trainer.yaml`, which names it) starts the
-same DeepSpeed setup as trl_ds: the DeepSpeed JSON is referenced, not restated, so the two cannot disagree.
+"""Files for people who launch with their own tools: accelerate.yaml, and the "auto" flavour of ds_config.json. The
+DeepSpeed JSON is referenced, not restated, so `accelerate launch --config_file accelerate.yaml` cannot disagree.
 """
 import copy
 import os
