@@ -1,20 +1,13 @@
 """A launch's processes never outlive its launcher: the contract between the launching process and its ranks.
 
-torchrun starts each rank in a session of its own, so a SIGKILL to the `python -m trl_ds` launcher, or to its
-process group (a batch system, an OOM killer), reaches neither its ranks nor, when sent to the launcher alone, the
-node's launcher (torchrun, deepspeed) under it. Three things close that gap:
-
-- the node's launcher (and the universal conversion) are started with a parent-death signal (`die_with_parent`,
-  Linux's PR_SET_PDEATHSIG): SIGTERM when the launching process ends, which torchrun forwards to its ranks;
-- every rank watches the launching process's pid (passed in the environment, with its host and start time) and its
-  own parent, and ends itself within about a second of either ending (`watch_launcher`): this also covers torchrun
-  killed by the same SIGKILL as the launcher;
-- the node's launcher is started with LAUNCH_ID in its environment, and torchrun's ranks (and what they start)
-  inherit it, so the run dir's lock is stale only when none of them still lives (`launch_processes`), not merely
-  when the launcher's pid is gone. The launching process itself does not carry it, nor does a universal conversion
-  it runs before the ranks start (that one ends with it, by the parent-death signal).
-
-The launch id lives here (not in launch/) because both sides read it: launch/ sets it, worker/ watches it.
+torchrun starts each rank in a session of its own, so a SIGKILL to the launcher (or its process group) reaches
+neither its ranks nor the node's launcher. Three things close that gap:
+- the node's launcher (and the universal conversion) get a parent-death signal (`die_with_parent`, PR_SET_PDEATHSIG);
+- every rank watches the launching process (pid, host, start time in its environment) and its own parent, and ends
+  itself within about a second of either ending (`watch_launcher`);
+- the node's launcher carries LAUNCH_ID in its environment, which its ranks inherit, so the run dir's lock is stale
+  only when none of them still lives (`launch_processes`).
+The launch id lives here because both sides read it: launch/ sets it, worker/ watches it.
 """
 import os
 import signal
