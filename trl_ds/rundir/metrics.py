@@ -1,9 +1,8 @@
 """metrics.jsonl: one JSON row per logging step (rank 0 appends), readable whatever a kill did to it.
 
-A writer killed mid-row leaves a cut last line; the next launch repairs it before appending (a row glued onto a cut
-line by an older trl_ds is recovered from the glue). A resumed launch redoes the steps after its checkpoint: the
-killed launch's rows of those steps stay in the file, marked `"superseded": true`, and every reader skips them, so
-each step has one row and the run's figures (the summary's mean loss) cover the whole run, every launch of it.
+The next launch repairs a cut last line before appending. A resumed launch redoes the steps after its checkpoint:
+the killed launch's rows of those steps are marked `"superseded": true` and every reader skips them, so each step
+has one row.
 """
 import json
 import os
