@@ -1,9 +1,6 @@
-"""Which checkpoint a launch resumes from, made ready before any rank loads it, each decision said in one line.
-
-Newer checkpoints that fail verification are set aside; one written by another cluster shape (world size, ZeRO
-stage, ZeRO-3's optimizer sub-groups) is converted to DeepSpeed's universal format. The launcher does this before
-spawning (its lines reach the terminal) and rank 0 again at start (a no-op then; it does the work when launch.sh is
-run directly).
+"""Which checkpoint a launch resumes from, made ready before any rank loads it, each decision said in one line: newer
+ones that fail verification are set aside, one from another cluster shape is converted to the universal format. The
+launcher does this before spawning, and rank 0 again at start (the work when launch.sh is run directly).
 """
 from typing import List, Optional, Tuple
 
