@@ -1,8 +1,5 @@
-"""TRL trainer arguments, from the same resolved numbers as the DeepSpeed JSON.
-
-The dict is what `trainer.yaml` holds: TRL's own names, loadable by `trl <trainer> --config trainer.yaml` (which
-also picks up `accelerate_config`, so TRL's CLI launches with the same DeepSpeed setup). The worker parses the same
-file with the same TRL parser.
+"""TRL trainer arguments, from the same resolved numbers as the DeepSpeed JSON: what `trainer.yaml` holds, in TRL's
+own names, loadable by `trl <trainer> --config trainer.yaml` and parsed by the worker with the same TRL parser.
 """
 import os
 import re
