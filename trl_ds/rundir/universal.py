@@ -1,12 +1,8 @@
 """Resume on another cluster shape: a ZeRO checkpoint is partitioned by world size and stage (and at stage 3 by the
-optimizer's sub-groups), so one written by another shape is converted once to DeepSpeed's universal format, kept
-beside it, and loaded from there.
-
-The converted folder sits inside the checkpoint (`global_stepN_universal`, named by `latest_universal`, which is
-where DeepSpeed's `load_universal` looks), with its own completion marker listing every file and its size. A
-finished one that verifies is reused; anything else (a `.partial` folder a kill left at any moment, a folder without
-its marker, an empty or cut marker, a file that no longer matches it) is removed and the conversion redone from
-scratch. The conversion dies with the process that started it (a killed launcher leaves no converter writing).
+optimizer's sub-groups), so one written by another shape is converted once to DeepSpeed's universal format inside
+the checkpoint (`global_stepN_universal`, named by `latest_universal`), with its own completion marker. A finished
+one that verifies is reused; anything else (a `.partial` folder, no or a cut marker, a mismatching file) is removed
+and redone. The conversion dies with the process that started it.
 """
 import os
 import shutil
