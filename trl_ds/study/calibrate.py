@@ -2,14 +2,12 @@
 
     trl-ds calibrate --out hw.yaml && trl-ds plan cluster.gpu=$PWD/hw.yaml
 
-Measures, in a minute or so, on the device in use (cuda if present, else cpu with the cores shared by --ranks):
-matmul throughput, a small transformer's forward+backward at two micro-batch sizes (training efficiency and the
-fixed cost per micro-step), host memory copy (pinned host->device on cuda), the 2-rank all-reduce bandwidth and
-latency of the active backend (gloo on cpu, nccl on cuda; torch.distributed, 2 local processes), in the same
-processes what a DeepSpeed ZeRO-2 and ZeRO-3 micro-step costs per parameter beyond those collectives (a 3.2M-parameter
-Llama, a size the step-time study does not use), torch AdamW (the optimizer on the device) and the offload
-optimizer (torch's fused AdamW on every core; --deepspeed-adam times DeepSpeedCPUAdam), and NVMe write/read at
---nvme-path. Writes a hardware YAML in the format of trl_ds/plan/hardware/'s presets (cluster.gpu=<file> loads it).
+Measures on the device in use (cuda if present, else cpu with the cores shared by --ranks): matmul throughput, a
+small transformer's forward+backward at two micro-batch sizes (efficiency and fixed cost per micro-step), host copy
+bandwidth, the 2-rank all-reduce bandwidth and latency of the active backend, what a DeepSpeed ZeRO-2 and ZeRO-3
+micro-step costs per parameter beyond those collectives, torch AdamW on the device and the offload optimizer (fused
+AdamW on every core; --deepspeed-adam: DeepSpeedCPUAdam), and NVMe write/read at --nvme-path. Writes a hardware
+YAML in the format of trl_ds/plan/hardware/'s presets.
 """
 import contextlib
 import json
