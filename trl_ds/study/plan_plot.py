@@ -1,12 +1,9 @@
 """`trl-ds plan --plot FILE`: the plan's configurations as a picture (PNG, or SVG by the file's suffix).
 
-Top: each configuration's per-rank peak, stacked by the plan's components, against the GPU's memory
-(cluster.gpu_memory_gb). Bottom: its host RAM per node against cluster.cpu_memory_gb. The recommended configuration
-is marked. Bars follow the table's order (fitting rows first, fastest first), at most MAX_BARS of them; --fits
-keeps the fitting ones. With --need, one bar per shape that fits (its fastest configuration), each against its own
-GPU's memory. The target is checked before the plan is computed (plot_target): a folder gets plan.png inside it, a
-name without a suffix gets .png, and a missing folder or a format matplotlib cannot write is one line.
-matplotlib is an optional extra (pip install 'trl_ds[report]').
+Top: each configuration's per-rank peak, stacked by component, against the GPU's memory; bottom: its host RAM per
+node. Bars follow the table's order, at most MAX_BARS, the recommended one marked; --fits keeps the fitting ones;
+--need draws one bar per shape that fits. plot_target checks the target before the plan is computed (a folder gets
+plan.png, a bare name .png). matplotlib is an optional extra (pip install 'trl_ds[report]').
 """
 import importlib.util
 import os
