@@ -1,8 +1,7 @@
 """memory.png: estimated beside measured memory per rank for every point with figures, grouped by ZeRO stage.
 
-Top: the peak per rank; the estimate's bar stacked by its components, the measured bar by the counted model states
-and the rest of the measured peak above them. Bottom: the model states after an optimizer step, which the peak of a
-small model hides under the process overhead. matplotlib is an optional extra (pip install 'trl_ds[report]').
+Top: the peak per rank (estimate stacked by component, measured by model states and the rest). Bottom: the model
+states after an optimizer step. matplotlib is an optional extra (pip install 'trl_ds[report]').
 """
 from typing import List, Sequence
 
