@@ -1,13 +1,7 @@
 """One sweep point, read from its run dir into one flat row: its overrides, how it ended, and memory estimated
-(plan.json, made before launch) beside memory measured (memory/rank_K.json, counted after training).
-
-Like is compared with like:
-- model states (params, gradients, optimizer): the estimate's `after_step` bytes against the engine's tensors counted
-  after the last optimizer step, summed over the places they live (device, host, NVMe);
-- peak per rank: on CPU ranks the estimate of the rank's host RAM (its device terms plus its share of the offloaded
-  states) against peak RSS; on GPU ranks the device terms less the CUDA context (torch does not count it) against
-  torch's peak reserved bytes.
-Measured figures are the largest over ranks (the rank that decides whether a config fits).
+(plan.json) beside memory measured (memory/rank_K.json), like against like: the model states after the last
+optimizer step, summed over their places; the peak per rank (CPU: estimated host RAM against peak RSS; GPU: the
+device terms less the CUDA context against torch's peak reserved). Measured figures are the largest over ranks.
 """
 import glob
 import json
