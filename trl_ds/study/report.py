@@ -2,14 +2,10 @@
 
     python -m trl_ds -m zero=stage0,stage1,stage2,stage3 offload=none,cpu    # the sweep: one real run per point
     trl-ds report multirun/2026-12-02/10-00-00                    # its report, written into that folder
-    trl-ds report multirun/A multirun/B --out study/              # several sweeps in one table
-    trl-ds report outputs/2026-12-02/10-00-00 outputs/...         # plain run dirs
 
-Writes sweep.csv (one row per point, every figure in bytes), sweep.md (the readable table, sorted by measured peak)
-and memory.png (needs matplotlib: pip install 'trl_ds[report]'), and for one run dir its loss.png, into --out DIR, or
-the first sweep folder, or one run dir itself, or, for several plain run dirs, the folder holding them; prints the
-table. A point whose files are missing or half-written is reported as incomplete, naming the file; the others are
-reported as usual. The command's arguments are parsed in trl_ds/cli/commands.py.
+Writes sweep.csv (every figure in bytes), sweep.md (sorted by measured peak) and memory.png (needs matplotlib), and
+for one run dir its loss.png, into --out DIR, else the first sweep folder, the run dir, or the folder holding the run
+dirs; prints the table. A point with missing or half-written files is reported as incomplete, naming the file.
 """
 import importlib.util
 import os
