@@ -129,6 +129,23 @@ def cleared_line(lock: str) -> str:
     return f"trl_ds: removed {lock}: no process holds it (a process killed while loading the op left it)"
 
 
+def run_ops(offload_places, device: str) -> List[str]:
+    """The JIT ops a run's ranks load: cpu_adam for any offload, async_io for NVMe, DeepSpeed's CPU collectives.
+    offload_places: where the optimizer and the parameters go (config.values.offloads(cfg).values())."""
+    places = set(offload_places)
+    ops = (["cpu_adam"] if places != {"none"} else []) + (["async_io"] if "nvme" in places else [])
+    return ops + (["deepspeed_shm_comm"] if device == "cpu" else [])
+
+
+def clear_left_locks(offload_places, device: str) -> List[str]:
+    """Before a launch starts ranks: remove the locks a process killed while loading one of the run's ops left, each
+    named on stderr before anything spawns. One a live process holds stays: the ranks wait for it, with a limit."""
+    cleared = [lock for lock in lock_files(run_ops(offload_places, device)) if clear_if_stale(lock)]
+    for lock in cleared:
+        print(cleared_line(lock), file=sys.stderr, flush=True)
+    return cleared
+
+
 def wait_limit_s() -> float:
     """LIMIT_S, or $TRL_DS_OP_LOCK_LIMIT_S when set (read at each wait: a rank inherits it from its launcher)."""
     given = os.environ.get(LIMIT_ENV, "")

@@ -12,7 +12,7 @@ from conftest import run_waiting
 from lock_holder import FILE_BATON, SCRIPT, LockHolder, stale_lock
 
 from trl_ds import op_locks
-from trl_ds.check.validate import clear_op_locks
+from trl_ds.launch import clear_left_op_locks
 from trl_ds.launch.env_probe import lock_state
 from trl_ds.launch.failure import ranks_failure
 from trl_ds.launch.rank_exits import RankExit
@@ -123,7 +123,7 @@ def test_the_launch_preflight_removes_a_left_lock_and_keeps_a_held_one(tmp_path,
     stale_lock(left, cwd=tmp_path)
     holder = LockHolder(held, cwd=tmp_path)
     try:
-        clear_op_locks(compose_cfg(["zero=stage2", "offload=cpu"]))
+        clear_left_op_locks(compose_cfg(["zero=stage2", "offload=cpu"]))
         assert not left.exists() and held.exists()
         assert capsys.readouterr().err == (f"trl_ds: removed {left}: no process holds it (a process killed while "
                                            f"loading the op left it)\n")

@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -41,7 +40,6 @@ from trl_ds.launch.hostfile import HOST_NAME
 from trl_ds.launch.launchers import launcher_checks, launcher_of, ranks_run_here
 from trl_ds.launch.script import ENV_NAME
 from trl_ds.launch.slurm import check_slurm
-from trl_ds.op_locks import clear_if_stale, cleared_line, lock_files
 from trl_ds.rundir.deepspeed_config import optimizer_nvme_path
 from trl_ds.rundir.layout import nvme_path
 
@@ -280,19 +278,7 @@ def check_machine(cfg, run_dir: str) -> List[str]:
         paths.setdefault(optimizer_nvme_path(cfg, run_dir), key)
     for path, key in paths.items():
         problems += [p for p in check_nvme(path, key) if p not in problems]  # libaio's line once
-    clear_op_locks(cfg)
     return problems
-
-
-def clear_op_locks(cfg) -> None:
-    """A process killed while loading an op leaves torch's lock: removed here, named before anything spawns. One that
-    a live process holds is not a problem: the ranks wait for it, with a limit (trl_ds/op_locks.py)."""
-    where = offloads(cfg)
-    ops = (["cpu_adam"] if set(where.values()) != {"none"} else []) + (["async_io"] if "nvme" in where.values() else [])
-    ops += ["deepspeed_shm_comm"] if value(cfg.cluster.device) == "cpu" else []  # DeepSpeed's CPU collectives
-    for lock in lock_files(ops):
-        if clear_if_stale(lock):
-            print(cleared_line(lock), file=sys.stderr, flush=True)
 
 
 def check_nvme(path: str, key: str = "offload.nvme_path") -> List[str]:

@@ -8,6 +8,8 @@ hostfile or sbatch.sh) and `start` (run this node's share, or submit the job). l
 import os
 from typing import Dict, List
 
+from trl_ds.config.values import offloads, value
+from trl_ds.op_locks import clear_left_locks
 from trl_ds.python_path import this_python_first
 from trl_ds.rundir.layout import JOINED_FILE, LAUNCH_SCRIPT, node_log_dir, write_text
 
@@ -66,8 +68,15 @@ def summarizes_here(cfg) -> bool:
     return not launcher_of(cfg).submits and this_node_rank(cfg) == 0
 
 
+def clear_left_op_locks(cfg) -> List[str]:
+    """The op locks that killed loads left for this run's ops, removed at the launch edge (not while checking)."""
+    return clear_left_locks(offloads(cfg).values(), value(cfg.cluster.device))
+
+
 def start(cfg, node_commands: List[List[str]]) -> int:
+    """A real launch (never a dry run or a plan): this node's share, or the submitted job."""
     run_dir = node_commands[0][-1]
+    clear_left_op_locks(cfg)
     env = spawn_env()
     launcher = launcher_of(cfg)
     if launcher.submits:
