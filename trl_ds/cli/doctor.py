@@ -156,7 +156,11 @@ USAGE = """usage: trl-ds doctor [overrides]
 
 Check the hosts and their network as a launch with the same Hydra overrides would use them: master address, master
 port, *_SOCKET_IFNAME interfaces, /dev/shm, ssh/pdsh, and package versions across nodes. Exit code 2 lists every
-problem."""
+problem.
+
+The overrides are run's, with the keys that bring your own files (docs/interop.md): launcher.from_accelerate=FILE
+(an accelerate YAML's machines and addresses, as the run reads them), deepspeed.from_file=, trainer.from_trl_config=,
+script=."""
 
 
 def main(argv: Optional[List[str]] = None) -> int:
