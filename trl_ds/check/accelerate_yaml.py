@@ -1,9 +1,7 @@
 """launcher.from_accelerate=config.yaml: start from an `accelerate launch --config_file` YAML.
 
-accelerate reads it with commands/config/config_args.load_config_from_file and builds a DeepSpeedPlugin from its
-deepspeed_config keys (or from deepspeed_config_file, a DeepSpeed JSON imported as deepspeed.from_file does). Each key
-is mapped onto cluster, launcher, zero, offload and precision (check/imported.py prints each); the process count is
-the cluster's world, so a num_processes unlike it is refused with the numbers.
+Each key of it (and of its deepspeed_config_file, imported as deepspeed.from_file does) is mapped onto cluster,
+launcher, zero, offload and precision; a num_processes unlike the cluster's world is refused with the numbers.
 """
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
