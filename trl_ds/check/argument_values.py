@@ -1,14 +1,9 @@
 """Values of TRL and transformers arguments that have a closed set of choices (trainer.lr_scheduler_type,
 trainer.args.loss_type, ...), checked before launch against those libraries' own lists, naming the valid values.
 
-The lists are read from the installed sources with `ast`, like the argument names in trl_arguments.py: importing
-transformers or trl imports torch, seconds in the launching process. Where a field's choices come from, first match:
-- an enum in its annotation (`lr_scheduler_type: SchedulerType | str`): the enum's members, from transformers'
-  trainer_utils.py or training_args.py (SchedulerType, OptimizerNames, IntervalStrategy, SaveStrategy, HubStrategy);
-- its metadata's "choices" (TRL: SFTConfig.loss_type, ModelConfig.dtype, ...), what TRL's own argparse enforces;
-- its metadata's help, where it lists the values the trainer branches on and has no "choices" ("Possible values
-  are: `'sigmoid'`, ..." in DPOConfig.loss_type, "Supported values are 'grpo', ..." in GRPOConfig.loss_type).
-A field with none of these is left open.
+The lists are read from the installed sources with `ast` (importing them imports torch). A field's choices come
+from, first match: an enum in its annotation (SchedulerType, OptimizerNames, ...); its metadata's "choices"; the
+values its help lists ("Possible values are: ..."). A field with none of these is left open.
 """
 import ast
 import dataclasses
