@@ -1,10 +1,7 @@
 """The local data files a run reads (the train split, and the evaluation split when evaluating), read through before
 launch and in a dry run: a file that is not UTF-8, empty, without the columns the trainer needs, or with a bad
-record is named here, with its line or row and the fix, instead of in a rank's traceback from `datasets`.
-
-Which files a split loads is the worker's choice (config/data_files.py); how each file is read is data_readers.py.
-A path that does not exist here is skipped: check_local_files names it at launch, and a dry run may be written for
-another machine.
+record is named with its line or row and the fix, instead of in a rank's traceback. A path that does not exist here
+is skipped (check_local_files names it at launch; a dry run may be for another machine).
 """
 import os
 from typing import List, Optional, Sequence, Tuple
