@@ -1,17 +1,14 @@
-"""One local data file read through as datasets' builders read it (packaged_modules json, csv, parquet): the number of
-records, or the first problem that `datasets.load_dataset` or the trainer after it would fail on.
+"""One local data file read through as datasets' builders read it (json, csv, parquet): the number of records, or the
+first problem that `datasets.load_dataset` or the trainer after it would fail on.
 
-What the ranks accept is what passes: UTF-8 with or without a leading BOM (both builders drop it); JSON Lines, or one
-JSON array of objects (or of strings, which datasets makes a "text" column) under .json or .jsonl, blank lines
-skipped; CSV as pandas reads it (quoted fields across lines, blank lines skipped, its missing-value words such as NA
-read as null); Parquet. A record must be an object holding the column set its first record holds, non-null,
-non-empty and of one JSON type. Emptiness is the caller's for JSON (an empty shard beside others loads); a CSV
-without rows or a Parquet file without rows fails datasets' build on its own, so it is raised here.
+Accepted is what the ranks accept: UTF-8 with or without a BOM; JSON Lines or one JSON array of objects (or strings:
+a "text" column), blank lines skipped; CSV as pandas reads it (NA and the like read as null); Parquet. A record must
+hold its first record's column set, non-null, non-empty and of one JSON type. An empty JSON file is the caller's to
+judge (an empty shard beside others loads); a CSV or Parquet file without rows is raised here.
 
-Streaming, so memory stays flat on any size: JSON Lines go first through pyarrow's streaming JSON reader (datasets'
-own parser, in C++ on every core), and only a file it refuses or finds a hole in is read again line by line to name
-the line; CSV streams through the csv module; a JSON array is decoded element by element from the text; Parquet is
-read by its needed columns only. No torch, no datasets: both cost seconds to import.
+Streaming, so memory stays flat: JSON Lines through pyarrow's streaming reader, re-read line by line only to name a
+bad line; CSV through the csv module; a JSON array element by element; Parquet by its needed columns. No torch, no
+datasets.
 """
 import codecs
 import csv
