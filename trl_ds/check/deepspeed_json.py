@@ -1,10 +1,9 @@
 """deepspeed.from_file=ds_config.json: start from a DeepSpeed JSON as users keep them (full of "auto").
 
-Every key is mapped onto trl_ds's keys (check/imported.py prints each), and "auto" is resolved the way transformers'
-HfTrainerDeepSpeedConfig resolves it (integrations/deepspeed.py): the batch keys, clipping, the optimizer's
-parameters and fp16/bf16 come from the trainer's arguments, which trl_ds derives from the same keys; reduce_bucket_size
-is hidden², and at stage 3 stage3_prefetch_bucket_size int(0.9 · hidden²) and stage3_param_persistence_threshold
-10 · hidden. Keys trl_ds does not own pass through by DeepSpeed's own name (docs/deepspeed-keys.md).
+Every key is mapped onto trl_ds's keys, and "auto" is resolved as transformers' HfTrainerDeepSpeedConfig does: the
+batch keys, clipping, optimizer and fp16/bf16 from the trainer's arguments; reduce_bucket_size hidden², at stage 3
+stage3_prefetch_bucket_size int(0.9 · hidden²) and stage3_param_persistence_threshold 10 · hidden. Other keys pass
+through by DeepSpeed's own name (docs/deepspeed-keys.md).
 """
 import json
 from typing import Any, Dict, List, Sequence, Tuple
