@@ -1,9 +1,7 @@
 """Nothing silent: every key a user adds with Hydra's `+` lands in the file it belongs to or is refused here.
 
-Three kinds of key reach DeepSpeed by its own names: an undeclared `zero.NAME` (a zero_optimization key), an
-undeclared `offload.NAME` (an offload_optimizer / offload_param key) and `deepspeed.NAME` (any other top-level block).
-The group keys are checked at once by config/undeclared_keys.py (compose() runs it too); this module adds the
-deepspeed.* and zero.zenflow names. Keys trl_ds derives are refused, naming trl_ds's key.
+Undeclared `zero.NAME` and `offload.NAME` keys are checked by config/undeclared_keys.py; this module adds the
+deepspeed.* (any other top-level block) and zero.zenflow names. Keys trl_ds derives are refused, naming trl_ds's key.
 """
 import difflib
 from typing import Any, Dict, List
