@@ -1,11 +1,9 @@
 """DeepSpeed's own verdict on ds_config.json, in the launching process, before any rank starts.
 
-`deepspeed.runtime.config.DeepSpeedConfig` runs every pydantic class of the JSON (they forbid unknown fields) and
-DeepSpeed's cross-key assertions. It costs the deepspeed import (about 2 s), so it runs only when the config holds
-something beyond trl_ds's own keys (those are checked for every shipped combination by tests/configs). Its top-level
-keys are not a pydantic class: DeepSpeed reads the names it knows and ignores the rest, so the names it looks up are
-recorded (`judge`), and a deepspeed.NAME it never read is refused with the closest one it did. The top-level names
-are also shipped for the installed version (config/deepspeed_names.py), so a misspelt block is refused before this.
+`DeepSpeedConfig` runs every pydantic class of the JSON and DeepSpeed's cross-key assertions. It costs the deepspeed
+import, so it runs only when the config holds something beyond trl_ds's own keys. Top-level keys are no pydantic
+class: the names DeepSpeed looks up are recorded (`judge`), and a deepspeed.NAME it never read is refused with the
+closest one it did.
 """
 import difflib
 import functools
