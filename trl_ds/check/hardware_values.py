@@ -1,8 +1,5 @@
-"""Values that cannot describe the hardware: refused before anything is planned against them.
-
-A GPU cluster's cluster.gpu_memory_gb of 0 or less would make the planner judge its ranks against host RAM (as on
-CPU ranks, where 0 is the default's meaning) and recommend configurations for memory no GPU has; a host with no RAM
-makes every offload "fit" nowhere. No torch.
+"""Values that cannot describe the hardware: refused before anything is planned against them (a GPU cluster's
+cluster.gpu_memory_gb of 0 or less would be judged against host RAM; a host with no RAM fits nothing). No torch.
 """
 from typing import List
 
