@@ -1,13 +1,10 @@
 """A run dir holds one run's history: what it has trained decides what a new launch in it may do.
 
-- resume=never where checkpoints or metrics already are: refused, because a second history in the same folder would
-  mix metrics.jsonl, and rotation (newest `keep_last` by step) would delete the new run's checkpoints against the
-  old run's higher steps, after which resume=auto would continue the old run.
+- resume=never where checkpoints or metrics already are: refused (two histories would mix metrics.jsonl, and
+  rotation would delete the new run's checkpoints against the old run's higher steps).
 - The same command after the run completed: it says so and trains nothing (a raised trainer.max_steps continues).
-- trainer.max_steps below the newest complete checkpoint: refused with both numbers. Resuming would train past
-  max_steps (transformers resumes the step count), and rotation would then delete checkpoints up to that step.
-  Likewise trainer.num_train_epochs whose optimizer steps (counted as plan.json counts them) end before it.
-- A summary.json that a kill left empty or cut says nothing about the run: it is ignored (the launch rewrites it).
+- trainer.max_steps (or num_train_epochs' steps) below the newest complete checkpoint: refused with both numbers.
+- A summary.json that a kill left empty or cut is ignored (the launch rewrites it).
 """
 import os
 from typing import List, Optional
