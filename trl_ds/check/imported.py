@@ -1,11 +1,8 @@
-"""What the importers of files users bring share (a TRL recipe: trl_recipe.py; a DeepSpeed JSON: deepspeed_json.py;
-an accelerate YAML: accelerate_yaml.py): one shape for a mapping, one way to print it, one rule for "given on the
-command line".
+"""What the importers of files users bring share (trl_recipe.py, deepspeed_json.py, accelerate_yaml.py): one shape for
+a mapping, one way to print it, one rule for "given on the command line".
 
-Each importer turns its file into Mappings (the file's key and value, the trl_ds key and value it becomes) and notes
-(keys read but not mapped, with the reason); apply() sets every mapping the command line did not give by name.
-Choosing a group (trainer=sft, zero=stage3) is not giving its keys: only `trainer.learning_rate=...` given by name
-wins over a file's learning_rate.
+apply() sets every Mapping the command line did not give by name; choosing a group (trainer=sft) is not giving its
+keys, only `trainer.learning_rate=...` by name wins over a file's learning_rate.
 """
 import os
 from dataclasses import dataclass
