@@ -1,10 +1,6 @@
-"""peft.target_modules against the model the run trains (its decoder layer's modules, from its config.json), and
-the family's own default where trl_ds's does not apply.
-
-trl_ds's default targets are Llama's attention projections (q_proj, k_proj, v_proj, o_proj). A family without them
-(BLOOM's fused query_key_value, GPT-2's Conv1D c_attn) gets PEFT's own default for its model_type
-(peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, what LoraConfig(target_modules=None)
-picks), read from the installed source without importing PEFT (which imports torch).
+"""peft.target_modules against the model the run trains (its decoder layer's modules, from its config.json), and the
+family's own default where trl_ds's (Llama's q/k/v/o_proj) does not apply: PEFT's default for its model_type,
+read from the installed peft/utils/constants.py without importing PEFT (which imports torch).
 """
 import ast
 import functools
