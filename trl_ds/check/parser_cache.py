@@ -1,17 +1,11 @@
 """Parser verdicts that accepted, kept: the check runs the script up to its parser in a fresh interpreter that imports
-transformers and TRL (about 5 s here), which a relaunch of the same script with the same arguments need not pay again.
+transformers and TRL, which a relaunch of the same script with the same arguments need not pay again.
 
-A verdict is kept only when the parser accepted, keyed by everything that verdict reads:
-- the script's source, the .py files beside it and in the packages under its folder (what it can import from there);
-- the arguments it gets: trainer.yaml, ds_config.json and script_args (the run dir's path in them made neutral: a
-  relaunch into a new run dir reads the verdict back), and the world size (GRPO's and RLOO's batch arguments are
-  judged at it), from the folder it is launched from;
-- the Python, every installed distribution's name and version, and trl_ds's own check code;
-- the script's convention (script_convention=) and PYTHONPATH.
-Read back, a verdict also needs every file the check imported outside installed distributions (a helper module on
-PYTHONPATH, a package in development) as it was when kept; any change asks again.
-A script whose folder holds more than MAX_FILES .py files is never kept (fingerprinting it would cost more than it
-saves). What the key cannot see: other environment variables the parser reads.
+A verdict is kept only when the parser accepted, keyed by everything it reads: the script's source and the .py files
+it can import from its folder; its arguments (trainer.yaml, ds_config.json, script_args, with the run dir's path
+made neutral) and the world size; the Python, every installed distribution and trl_ds's check code; the script's
+convention and PYTHONPATH. Read back, every file the check imported outside installed distributions must be
+unchanged. A folder of more than MAX_FILES .py files is never kept. Not seen: other environment variables.
 """
 import hashlib
 import itertools
