@@ -1,8 +1,5 @@
-"""The planner's grid through the launch's own checks: a row stands for the user's config with the row's ZeRO stage,
-offload, ratio, micro-batch, checkpointing, tp and sp sizes and 16-bit options, and it is planned only when
-check/validate.py accepts that config. So
-neither `trl-ds plan`'s run: line, plan.json's recommendation nor a refusal's "smallest change" names a config the
-launch refuses (one source of truth: the rules themselves, not a copy of them in the planner).
+"""The planner's grid through the launch's own checks: a row stands for the user's config with the row's choices, and
+it is planned only when check/validate.py accepts that config, so nothing the planner names is refused at launch.
 """
 import copy
 from typing import Dict, List, Tuple
