@@ -2,12 +2,9 @@
 
     run = resolve(["model=llama3-8b", "deepspeed.from_file=ds_z3.json", "zero=auto"])
 
-`trl-ds run` / `python -m trl_ds`, its dry run, `trl-ds plan` (and --need's and --plot's rows), export, fit, doctor
-and each sweep point call it, so each of them sees the same run: relative model and data paths made absolute (the
-folder the user launched from, not the run dir), the files users bring imported (an accelerate YAML, a DeepSpeed
-JSON, a TRL recipe: each key set where the command line gives none by name, each mapping printed), ModelConfig's
-quantization fields mapped onto peft.*, and the `auto` choices replaced by auto-fit's winner. Nothing after it
-changes the config; the topology is built here once.
+Every command that takes overrides, and each sweep point, calls it: relative model and data paths made absolute,
+the files users bring imported (each mapping printed), ModelConfig's quantization fields mapped onto peft.*, and the
+`auto` choices replaced by auto-fit's winner. Nothing after it changes the config; the topology is built here once.
 """
 import copy
 import os
