@@ -1,8 +1,6 @@
 """May this launch write into an existing run dir? Only a relaunch of the same config (to resume, or a real launch
-after its own dry run); a run dir of another config is never overwritten.
-
-A config.yaml that a kill left empty or cut short names no config: this launch's replaces it, with one line saying
-so (the checkpoints' own files still have to load, which a launch of another model would not)."""
+after its own dry run); a config.yaml a kill left empty or cut is replaced, with one line saying so.
+"""
 import os
 import sys
 from typing import Dict, List
