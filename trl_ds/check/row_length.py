@@ -1,10 +1,8 @@
 """Rows far longer than trainer.max_length keeps, named before launch.
 
-TRL tokenizes each row whole and only then cuts it to max_length tokens, so a rank holds the whole row's text and
-tokens first: a 15 MB one-line row raised rank 0's peak from 590 MiB to 2,486 MiB. A warning, not a refusal: the
-run trains right on the rows as cut, and a corpus with a few long documents is common; the user learns the cost and
-which row pays it. Measured in bytes per line (JSON Lines, CSV) or per string value (Parquet); a JSON array's
-elements are not lines, so an array file is left out.
+TRL tokenizes each row whole before cutting it to max_length, so a rank holds the whole row's text and tokens
+first. A warning, not a refusal: the run trains right on the rows as cut. Measured in bytes per line (JSON Lines,
+CSV) or per string value (Parquet); a JSON array file is left out.
 """
 from typing import List, Optional, Tuple
 
