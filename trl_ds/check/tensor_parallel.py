@@ -1,19 +1,13 @@
 """tp=autotp (DeepSpeed AutoTP training), checked before launch: every combination DeepSpeed, transformers or
-accelerate refuses at run time, or that trl_ds has not trained, is a problem here with its fix.
-
-What each refusal rests on (installed deepspeed 0.19.8, transformers 5.24, accelerate 1.15):
-- ZeRO-3: transformers loads a ZeRO-3 model through `_apply_weight_conversions_to_state_dict`
-  (transformers/integrations/deepspeed.py), which raises NotImplementedError whenever
-  tensor_parallel.autotp_size > 1, for every model (tests/unit/plan/test_tensor_parallel_plan.py calls it).
-- heads: AutoTP splits attention by key-value head groups, rank r getting kv // tp (+1 while r < kv % tp)
-  (deepspeed/module_inject/tp_shard.py get_shard_size); an uneven split leaves ranks waiting for the largest shard,
-  and ranks beyond the kv head count hold no attention at all.
-- families: only those with an AutoTP preset in trl_ds/config/topology.py; transformers 5 keeps each MoE block's
-  experts as one fused 3D parameter, which no nn.Linear spec matches; OLMo-2's q_norm spans all heads; Phi-3 slices
-  its fused qkv at the whole model's width.
+accelerate refuses at run time, or that trl_ds has not trained, is a problem here with its fix:
+- ZeRO-3: transformers' ZeRO-3 load (`_apply_weight_conversions_to_state_dict`) raises NotImplementedError whenever
+  tensor_parallel.autotp_size > 1.
+- heads: AutoTP splits attention by key-value head groups (tp_shard.py get_shard_size); an uneven split leaves ranks
+  waiting for the largest shard, and ranks beyond the kv head count hold no attention at all.
+- families: only those with an AutoTP preset in trl_ds/config/topology.py (fused MoE experts, OLMo-2's q_norm and
+  Phi-3's fused qkv match no spec).
 - LoRA: PEFT wraps each target Linear (q_proj.base_layer), so the preset's patterns no longer match it.
-- versions: accelerate refuses AutoTP below deepspeed 0.16.4 (accelerator._prepare_deepspeed); trl_ds's layout
-  needs `preset_model` in DeepSpeed's TPTrainingConfig.
+- versions: accelerate refuses AutoTP below deepspeed 0.16.4; trl_ds's layout needs TPTrainingConfig.preset_model.
 """
 import functools
 import importlib.metadata
