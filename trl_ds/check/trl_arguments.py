@@ -1,8 +1,5 @@
 """TRL's and transformers' own arguments (trainer.args.NAME), checked before launch against the classes that
-`trl <cmd> --config` parses: the trainer's config class (SFTConfig, ...), its script arguments and ModelConfig.
-
-The fields are read from the installed sources with `ast`, not imported: importing trl imports torch, which costs
-seconds in the launching process that must answer a mistake at once.
+`trl <cmd> --config` parses, read from the installed sources with `ast` (importing trl imports torch).
 """
 import ast
 import difflib
