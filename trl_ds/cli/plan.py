@@ -16,7 +16,8 @@ which ZeRO/offload/checkpointing/micro-batch configs fit
 
 Flags, in any order, each checked before any work: --json, --fits, --tokens N, --plot FILE (a folder: FILE/plan.png;
 .png, .svg, .pdf, ...), --need with --gpus A,B and --counts 1,8,16,32. The files users bring are overrides here as on
-`trl-ds run`: deepspeed.from_file=, launcher.from_accelerate=, trainer.from_trl_config=, script= (docs/interop.md).
+`trl-ds run`: deepspeed.from_file=, launcher.from_accelerate=, trainer.from_trl_config=, script= (docs/interop.md);
+each key of those files and where it went is printed first, as the dry run prints them (--json: on stderr).
 Any override of the main app applies; the grid then varies ZeRO stage × offload × gradient checkpointing ×
 micro-batch around it, and with tp=auto / sp=auto / offload=auto the tp size, the sp size and the partial offload
 ratios too (each a column of the table where the rows differ in it). The config goes through the launch's own
@@ -31,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from trl_ds.check.imported import sources
 from trl_ds.check.plan_rows import RowCheck, config_problems
-from trl_ds.check.resolve import resolve
+from trl_ds.check.resolve import Run, resolve
 from trl_ds.config.model_source import display_name
 from trl_ds.errors import EXIT_USER_ERROR, ConfigError
 from trl_ds.plan import need as need_mod
@@ -85,10 +86,23 @@ def parse(args: Sequence[str]) -> Tuple[Flags, List[str]]:
 def plan(overrides: Sequence[str]):
     """(config, rows the launch accepts, the current config's estimate, step times); ConfigError where the launch
     would refuse the config itself."""
+    run, rows, current, times = plan_run(overrides)
+    return run.cfg, rows, current, times
+
+
+def plan_run(overrides: Sequence[str]) -> Tuple[Run, List[Estimate], Estimate, Times]:
+    """plan(), with the whole resolved run: its files' mapping lines are printed as the dry run prints them."""
     run = resolve(overrides, fit="keep")  # the run `python -m trl_ds OVERRIDES` launches: files, auto-fit
     if run.problems:
         raise ConfigError(run.problems)
-    return (run.cfg, *plan_config(run.cfg, setup_from_config(run.cfg), run.open_cfg))
+    return (run, *plan_config(run.cfg, setup_from_config(run.cfg), run.open_cfg))
+
+
+def print_files(run: Run, flags: Flags) -> None:
+    """Each key of the user's files and where it went, before the table, as `python -m trl_ds ... dry_run=true`
+    prints them; with --json on stderr, so stdout stays one JSON document."""
+    if run.text:
+        print(run.text, file=sys.stderr if flags.has("--json") else sys.stdout)
 
 
 def plan_config(cfg, base: Setup, open_cfg=None) -> Tuple[List[Estimate], Estimate, Times]:
@@ -140,6 +154,7 @@ def resolved(overrides: Sequence[str]):
 def need_main(flags: Flags, overrides: List[str]) -> int:
     gpus, counts = flags.values["--gpus"], flags.values["--counts"]
     files = resolve(overrides, fit="off")  # the keys the user's files set stay as they set them
+    print_files(files, flags)
     answer = need_mod.need(overrides, gpus.split(",") if gpus else need_mod.presets(), counts_of(counts),
                            flags.tokens, row_check=RowCheck, load=resolved, from_files=list(sources(files.lines)))
     if flags.has("--json"):
@@ -156,8 +171,9 @@ def need_main(flags: Flags, overrides: List[str]) -> int:
 
 def table_main(flags: Flags, overrides: List[str]) -> int:
     """The table (or JSON) and the whole run's time; with --plot, the picture of the rows shown too."""
-    cfg, rows, current, times = plan(overrides)
-    rows = by_time(rows, times)
+    run, rows, current, times = plan_run(overrides)
+    cfg, rows = run.cfg, by_time(rows, times)
+    print_files(run, flags)
     names = (cfg.cluster.name, display_name(cfg.model))
     best = recommend(rows, times)
     runs = whole_runs(cfg, [("current", current), ("recommended", best)], times, flags.tokens)

@@ -157,3 +157,24 @@ def test_a_refusals_smallest_change_under_a_file_wins_over_it(tmp_path):
     assert change and all(not o.startswith(("zero=", "offload=")) for o in change), change
     again = build(compose(overrides + change), str(tmp_path / "b"), launching=False, command_line=overrides + change)
     assert again.memory_warning is None, again.memory_warning
+
+
+@pytest.mark.parametrize("flags", [[], ["--need", "--gpus", "h100-80gb", "--counts", "8", "batch.global_size=64"]],
+                         ids=["table", "need"])
+@pytest.mark.parametrize("given", [f"deepspeed.from_file={IMPORTED / 'axolotl_zero3.json'}",
+                                   f"launcher.from_accelerate={IMPORTED / 'trl_accelerate_zero3.yaml'}",
+                                   "trainer.from_trl_config=recipe"], ids=["deepspeed", "accelerate", "recipe"])
+def test_plan_prints_the_files_mapping_lines_as_the_dry_run(tmp_path, capsys, given, flags):
+    """#59: the plan read the user's files without a word; the dry run prints each key and where it went. The plan
+    prints the same lines, before its table; with --json on stderr, so stdout stays one JSON document."""
+    (tmp_path / "recipe").write_text(RECIPE)
+    overrides = [given.replace("=recipe", f"={tmp_path / 'recipe'}"), "model=llama3-8b", "cluster=1x8"]
+    dry = build(compose(overrides), str(tmp_path / "dry"), launching=False, command_line=overrides).recipe_text
+    assert dry and dry.startswith("trl_ds: ") and " -> " in dry  # the case this test is about: a file was mapped
+    assert plan_main([*flags, *overrides]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(dry + "\n") and not out[len(dry) + 1:].startswith(" ")  # the lines, whole, then the table
+    assert plan_main([*flags, *overrides, "--json"]) == 0
+    printed = capsys.readouterr()
+    assert printed.err == dry + "\n"
+    json.loads(printed.out)
