@@ -1,13 +1,9 @@
 """Every `trl-ds` command, in the order `trl-ds --help` lists them (TRL's trl/cli/commands pattern).
 
-A command is an object with `register(subparsers)`, which adds its argparse parser, and `run(args)`, which does the
-work and returns the exit code. Only the command that runs is registered (cli/main.py), and what it needs is imported
-inside its `register` and `run`, so `trl-ds --help` is instant and `trl-ds plan` never imports torch. Adding a
-command is one entry in COMMANDS.
-
-Commands that read Hydra overrides (run, plan, doctor), or keep their parser in their own module of trl_ds/cli/ (fit,
-watch, export), are `Forwarded`: everything after the name goes to that module's `main(argv)`. The libraries behind
-the others (study/report.py, launch/env.py, study/calibrate.py, study/equivalence.py, launch/build_ops.py) take
+A command has `register(subparsers)`, which adds its argparse parser, and `run(args)`, which returns the exit code.
+Only the command that runs is registered, and what it needs is imported inside, so `trl-ds --help` is instant and
+`trl-ds plan` never imports torch. Commands that read Hydra overrides or keep their parser in their own cli module
+are `Forwarded`: everything after the name goes to that module's `main(argv)`. The libraries behind the others take
 plain values and never read argv.
 """
 import argparse
