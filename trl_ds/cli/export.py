@@ -3,11 +3,9 @@
 Writes ds_config.json, trainer.yaml and accelerate.yaml into DIR for people who keep their own scripts:
 
     trl-ds export --dir my_setup zero=stage3 cluster=1x8 model.name_or_path=Qwen/Qwen2.5-0.5B
-    trl sft --config my_setup/trainer.yaml              # TRL's CLI, launched with my_setup/accelerate.yaml
     accelerate launch --config_file my_setup/accelerate.yaml my_train.py
 
-`--auto` writes the "auto" flavour of ds_config.json that Hugging Face's Trainer fills from its own arguments
-(batch sizes, learning rate, betas, clipping, precision), for scripts that set those themselves.
+`--auto` writes the "auto" flavour of ds_config.json that Hugging Face's Trainer fills from its own arguments.
 """
 import argparse
 import os
