@@ -2,16 +2,12 @@
 that really trains on this node's GPU, measured in one start-up, beside the planner's answer.
 
     trl-ds fit model=llama3.2-1b cluster=1x1 cluster.gpu_memory_gb=24 zero=stage2 precision=bf16
-    trl-ds fit model.name_or_path=/models/qwen2.5-0.5b cluster=1x1 cluster.gpu_memory_gb=16 zero=stage3 offload=cpu
 
-Same overrides as `trl-ds run`, for one rank (cluster=1x1): the planner's largest micro-batch that fits is where the
-search starts; one process builds the run's trainer and DeepSpeed engine once and tries each micro-batch for a few
-real steps (trl_ds/worker/fit.py). cluster.gpu_memory_gb below the GPU's memory caps the rank there, so a 24 GiB
-answer can be had on an 80 GiB card. The run dir (default outputs/fit/<time>) keeps fit.json: every trial, the
-measured and planned largest micro-batch, and the peak reserved memory over the estimate at the measured one.
-
-A command of its own, not `trl-ds plan --measure`: plan answers in a fraction of a second without torch on any
-machine; this one needs the GPU node, minutes and the whole training stack.
+Same overrides as `trl-ds run`, for one rank: the search starts at the planner's largest micro-batch that fits, in
+one process that builds the trainer and engine once (trl_ds/worker/fit.py). cluster.gpu_memory_gb below the GPU's
+memory caps the rank there. The run dir (default outputs/fit/<time>) keeps fit.json: every trial, the measured and
+planned largest micro-batch, and the peak reserved memory over the estimate. A command of its own, not a plan
+option: plan answers in a fraction of a second without torch; this needs the GPU node and minutes.
 """
 import argparse
 import os
