@@ -1,8 +1,7 @@
 """The one composition of a run's config: conf/ (YAML presets) merged into the typed schema, with overrides.
 
-`trl-ds run` (and `python -m trl_ds`) composes through `@hydra.main` on CONFIG_DIR, because Hydra's main also makes
-the run dir and runs sweeps (-m); every other entry point (plan, export, check-equivalence, the tests) calls
-`compose`, which reads the same CONFIG_DIR with the same schema and makes nothing on disk.
+`trl-ds run` composes through `@hydra.main` on CONFIG_DIR (which also makes the run dir and runs sweeps); every other
+entry point calls `compose`, with the same CONFIG_DIR and schema, making nothing on disk.
 """
 import copy
 import functools
