@@ -1,10 +1,7 @@
 """DeepSpeed's own key names for the blocks trl_ds lets a user extend (zero_optimization, its offload blocks, zenflow,
-bf16), read from the installed DeepSpeed's pydantic classes with `ast`, not imported.
-
-Importing any deepspeed module runs deepspeed/__init__.py (torch included, about 2 s); a misspelt key must be
-refused at once, so the names come from the source files. DeepSpeed's classes accept a field by its name or by its
-alias (populate_by_name); both are listed. Values are checked by the classes themselves before launch
-(trl_ds/check/deepspeed_keys.py), only when the config holds something beyond trl_ds's own keys.
+bf16), read from the installed DeepSpeed's pydantic classes with `ast`: importing deepspeed imports torch, and a
+misspelt key must be refused at once. A field counts by its name and by its alias; values are checked by the
+classes themselves before launch (trl_ds/check/deepspeed_keys.py).
 """
 import ast
 import functools
