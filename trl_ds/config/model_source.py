@@ -1,10 +1,8 @@
 """Where a model's architecture comes from: the config.json of `model.config_path`, of the folder or hub id in
-`model.name_or_path`, or the preset's dimensions (the tiny model built in code, and a preset's own hub id, which
-`model.dimensions_of` names: tests hold each preset to that model's config).
+`model.name_or_path`, or the preset's dimensions (`model.dimensions_of` names the hub model they spell out).
 
-A hub id's config.json is read from the local Hugging Face cache (HF_HUB_CACHE / HF_HOME, as huggingface_hub
-resolves them), which works with HF_HUB_OFFLINE=1; otherwise only config.json is downloaded, once one quick connect
-says the Hub can be reached (offline, the answer comes at once, not after the client's retries). Plain JSON: no torch.
+A hub id's config.json is read from the local Hugging Face cache (works with HF_HUB_OFFLINE=1); otherwise only
+config.json is downloaded, once one quick connect says the Hub can be reached. Plain JSON: no torch.
 """
 import json
 import os
