@@ -1,8 +1,6 @@
 """A base model quantized by bitsandbytes under LoRA (QLoRA): what peft.* asks for, and TRL's ModelConfig fields
-(trainer.args or a `trl <cmd> --config` recipe) moved onto those keys.
-
-peft=qlora is LoRA over a base loaded in 4 bits; peft=lora peft.load_in_8bit=true over an 8-bit one (LLM.int8). The
-keys keep transformers' BitsAndBytesConfig names; TRL's ModelConfig spells two of them its own way.
+(trainer.args or a recipe) moved onto those keys. peft=qlora is LoRA over a 4-bit base; peft.load_in_8bit=true an
+8-bit one. The keys keep BitsAndBytesConfig's names.
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 
