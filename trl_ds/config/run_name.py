@@ -1,8 +1,5 @@
-"""The default run dir's name: one of its own for every command, however fast commands follow each other.
-
-`outputs/2026-12-04/13-41-18.123-7f3a`: date, time to the millisecond (names sort by start time), then a short
-random part, so two commands started in the same millisecond (a loop over configs, two terminals) still get two run
-dirs. Resuming stays explicit: name the run dir with hydra.run.dir.
+"""The default run dir's name, one of its own for every command: `outputs/2026-12-04/13-41-18.123-7f3a`, the time to
+the millisecond (names sort by start time) and a short random part. Resuming stays explicit: hydra.run.dir.
 """
 import secrets
 from datetime import datetime
