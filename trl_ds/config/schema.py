@@ -101,8 +101,8 @@ class TensorParallelName(str, Enum):
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    # Hub id or local folder (save_pretrained); null builds the tiny model in code. Its config.json is the
-    # architecture everywhere, unless it is `dimensions_of` (the model whose dimensions a preset spells out below).
+    # Hub id or local folder; null builds the tiny model in code. Its config.json is the architecture, unless it is
+    # `dimensions_of` (the model whose dimensions a preset spells out below).
     name_or_path: Optional[str] = None
     dimensions_of: Optional[str] = None
     # Architecture, so parameter counts are exact without a download (transformers' config names).
@@ -139,21 +139,17 @@ class ZeroConfig:
     stage3_max_reuse_distance: int = 1_000_000_000  # elements
     stage3_gather_16bit_weights_on_model_save: bool = True
     sub_group_size: int = 1_000_000_000  # elements per optimizer sub-group (stage 3)
-    # ZeRO++ (stage 3, GPUs): hierarchical partitioning with a secondary partition of cluster.gpus_per_node ranks,
-    # quantized weights and gradients (DeepSpeed's zero_hpz_partition_size, zero_quantized_*).
-    zeropp: bool = False
-    # ZeRO++ part by part (stage 3, GPUs; zeropp=true turns on the first three): a secondary copy of the weights
-    # partitioned over this many ranks inside a node (hpZ; 1: off), all-gathers in int8 (qwZ), gradients reduced in
-    # int4 (qgZ), frozen weights kept quantized (LoRA bases).
+    zeropp: bool = False  # ZeRO++ (stage 3, GPUs): hpZ over cluster.gpus_per_node ranks, qwZ and qgZ
+    # ZeRO++ part by part (stage 3, GPUs): hpZ's secondary partition size (1: off), int8 gathers, int4 reductions,
+    # frozen weights kept quantized
     zero_hpz_partition_size: int = 1
     zero_quantized_weights: bool = False
     zero_quantized_gradients: bool = False
     zero_quantized_nontrainable_weights: bool = False
-    # ZenFlow (needs offload.optimizer=cpu): DeepSpeed's ZenFlowConfig by its own names, e.g.
-    # zero.zenflow={topk_ratio:0.1,update_interval:4}; {} takes DeepSpeed's defaults; null: off.
+    # ZenFlow (offload.optimizer=cpu): DeepSpeed's ZenFlowConfig, e.g. zero.zenflow={topk_ratio:0.1}; {}: defaults
     zenflow: Any = None
-    # Any other zero_optimization key by DeepSpeed's own name (+zero.allgather_partitions=false) is written into
-    # ds_config.json and checked by DeepSpeed's DeepSpeedZeroConfig before launch (docs/deepspeed-keys.md).
+    # Any other zero_optimization key by DeepSpeed's own name (+zero.allgather_partitions=false) goes into
+    # ds_config.json, checked by DeepSpeed before launch (docs/deepspeed-keys.md).
 
 
 @dataclass
@@ -172,20 +168,16 @@ class OffloadConfig:
     param: OffloadDevice = OffloadDevice.none  # needs zero stage 3
     auto: bool = False  # offload=auto: trl_ds.plan.autofit sets optimizer and param to the fastest that fits
     pin_memory: bool = True
-    # Folder for NVMe swap files; null means <run dir>/nvme.
-    nvme_path: Optional[str] = None
-    # The optimizer's own NVMe folder where it differs from the parameters' (accelerate's offload_optimizer_nvme_path,
-    # a DeepSpeed JSON's offload_optimizer.nvme_path); null: nvme_path.
+    nvme_path: Optional[str] = None  # folder for NVMe swap files; null: <run dir>/nvme
+    # The optimizer's own NVMe folder (accelerate's offload_optimizer_nvme_path); null: nvme_path
     optimizer_nvme_path: Optional[str] = None
     keep_nvme_files: bool = False  # NVMe swap files are deleted when the run ends unless this is true
     buffer_count: int = 5  # parameter swap buffers (optimizer uses 4)
     buffer_size: int = 100_000_000  # elements per parameter swap buffer
     max_in_cpu: int = 1_000_000_000  # elements of parameters kept in CPU memory
-    # Fraction of the optimizer's sub-groups offloaded (DeepSpeed's offload_optimizer.ratio, zero=stage3 with
-    # offload.optimizer=cpu): the rest stay on the device. Split by sub-group (zero.sub_group_size elements each).
+    # Fraction of the optimizer's sub-groups offloaded (zero=stage3, offload.optimizer=cpu); the rest stay on device
     ratio: float = 1.0
-    # Any other offload_optimizer / offload_param key by DeepSpeed's own name (+offload.pipeline_read=true) goes
-    # into each offload block in use that DeepSpeed's class accepts it in.
+    # Any other offload block key by DeepSpeed's own name (+offload.pipeline_read=true) goes into the blocks in use.
     aio: AioConfig = field(default_factory=AioConfig)
 
 
@@ -205,12 +197,10 @@ class HardwareConfig:
     nvme_write_gbps: Optional[float] = None  # GB/s per node at offload.nvme_path
     cpu_adam_mparams_per_s: Optional[float] = None  # million parameters/s per node, DeepSpeedCPUAdam (offload)
     micro_step_overhead_ms: Optional[float] = None  # milliseconds of framework time per micro-step (Python, hooks)
-    # ns per trainable parameter per micro-step of DeepSpeed's ZeRO-2 / ZeRO-3 gradient path beyond its collectives
-    # (bucket copies, hooks, bookkeeping; steptime.zero_seconds)
+    # ns per trainable parameter per micro-step of ZeRO-2 / ZeRO-3's gradient path beyond its collectives
     zero2_ns_per_param: Optional[float] = None
     zero3_ns_per_param: Optional[float] = None
-    # microseconds per ZeRO-3 gathered module per micro-step, at any world size (fetch/release hooks; GPU presets)
-    zero3_us_per_module: Optional[float] = None
+    zero3_us_per_module: Optional[float] = None  # microseconds per ZeRO-3 gathered module per micro-step
 
 
 @dataclass
@@ -224,15 +214,11 @@ class ClusterConfig:
     node_rank: int = 0  # which node this launch starts
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
-    # DeepSpeed hostfile (`HOST slots=N` lines, e.g. hostfiles/2x8.txt) for launcher=deepspeed; null: generated
-    # from nodes × gpus_per_node (localhost, or node-0..node-N-1). Relative paths are from the launch folder.
+    # DeepSpeed hostfile (`HOST slots=N` lines) for launcher=deepspeed; null: generated from nodes × gpus_per_node
     hostfile: Optional[str] = None
-    # Network environment for every rank, exported by launch.sh on each node, e.g. NCCL_SOCKET_IFNAME=ib0,
-    # GLOO_SOCKET_IFNAME=eth0, NCCL_IB_HCA=mlx5, NCCL_DEBUG=WARN.
+    # Network environment for every rank, exported by launch.sh on each node, e.g. NCCL_SOCKET_IFNAME=ib0
     env: Dict[str, str] = field(default_factory=dict)
-    # Step-time hardware: a preset of trl_ds/plan/hardware/ (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l4-24gb,
-    # rtx4090-24gb, cpu, calibrated-cpu) or a hardware YAML file (trl-ds calibrate writes one); cluster.hardware.*
-    # overrides its numbers.
+    # Step-time hardware: a preset of trl_ds/plan/hardware/ or a hardware YAML file (trl-ds calibrate writes one)
     gpu: str = "cpu"
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
 
@@ -269,19 +255,16 @@ class TrainerConfig:
     dataloader_num_workers: int = 0
     # Drop each epoch's last, partial global batch (dataset rows not a multiple of the global batch; see the plan)
     dataloader_drop_last: bool = False
-    # An integration transformers knows (none, tensorboard, wandb, mlflow, ...) or a list of them; its package must be
-    # installed.
+    # An integration transformers knows (none, tensorboard, wandb, ...) or a list; its package must be installed
     report_to: Any = "none"
-    # Options of one trainer only (TRL's names); setting one for another trainer is an error before launch.
+    # Options of one trainer only (TRL's names); set for another trainer, an error before launch.
     # dpo, kto: how far the policy may move from the reference; grpo, rloo: KL coefficient, 0: no reference model
-    # (grpo preset: 0.0, rloo preset: 0.05, TRL's defaults)
     beta: float = 0.1
     num_generations: int = 4  # grpo, rloo: completions per prompt; the global batch must be a multiple of it
     max_completion_length: int = 8  # grpo, rloo: tokens generated per completion
     temperature: float = 1.0  # grpo, rloo: sampling temperature of the generations
     reward_funcs: List[str] = field(default_factory=list)  # grpo, rloo: reward functions by dotted path (pkg.module.fn)
-    # Any other argument of the trainer's TRL config class by its own name (+trainer.args.packing=true), checked
-    # against that class before launch; arguments trl_ds sets are refused there, naming the trl_ds key.
+    # Any other argument of the trainer's TRL config class (+trainer.args.packing=true), checked before launch
     args: Dict[str, Any] = field(default_factory=dict)
     from_trl_config: Optional[str] = None  # a `trl <cmd> --config` YAML: its arguments mapped onto trl_ds's keys
 
@@ -295,15 +278,13 @@ class PeftConfig:
     lora_alpha: int = 16  # scaling: the adapter's update is multiplied by lora_alpha / r
     lora_dropout: float = 0.05
     target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    # A frozen base quantized by bitsandbytes (BitsAndBytesConfig's names; peft=qlora sets load_in_4bit): its Linear
-    # layers in 4 bits (or 8, LLM.int8, with peft=lora), the embedding, norms and lm_head in the training dtype.
+    # A frozen base quantized by bitsandbytes (BitsAndBytesConfig's names; peft=qlora sets load_in_4bit)
     load_in_4bit: bool = False
     load_in_8bit: bool = False
     bnb_4bit_quant_type: QuantType = QuantType.nf4
     bnb_4bit_use_double_quant: bool = False  # quantize the per-block scales too (8-bit, one fp32 per 256 blocks)
     bnb_4bit_compute_dtype: Optional[str] = None  # null: the training dtype (TRL's ModelConfig ties them)
-    # The dtype the packed 4-bit weights are stored in; null: the training dtype, so ZeRO-3 partitions them with
-    # the other parameters (float32, bfloat16, float16 or uint8: bitsandbytes' own default)
+    # The packed 4-bit weights' dtype (float32, bfloat16, float16, uint8); null: the training dtype (ZeRO-3 needs it)
     bnb_4bit_quant_storage: Optional[str] = None
 
 
@@ -345,9 +326,8 @@ class PrecisionConfig:
     loss_scale_window: int = 1000
     hysteresis: int = 2
     min_loss_scale: int = 1
-    # bf16 only, ZeRO 1-3 (DeepSpeed's bf16 block): master weights and their gradients in bf16 (2+2 B instead of
-    # 4+4 per parameter; needs offload.optimizer=cpu unless bf16_optimizer_states), and Adam's moments in bf16 too
-    # (4 B instead of 8; needs bf16_master_weights_and_grads).
+    # bf16, ZeRO 1-3 (DeepSpeed's bf16 block): master weights and gradients in bf16 (offload.optimizer=cpu unless
+    # bf16_optimizer_states), and Adam's moments in bf16 (needs bf16_master_weights_and_grads)
     bf16_master_weights_and_grads: bool = False
     bf16_optimizer_states: bool = False
     # true: auto-fit and the plan grid try the two options above (fp32, bf16 master, both bf16) where bf16 is in force
@@ -366,10 +346,8 @@ class SlurmConfig:
     submit: bool = True  # false: write sbatch.sh only (submit later with: sbatch <run dir>/sbatch.sh)
     # --requeue: a preempted or requeued job runs again and resumes from the run dir's newest complete checkpoint
     requeue: bool = True
-    # pyxis/enroot: every node's task runs in this image (a .sqsh path, or e.g. 'nvcr.io#nvidia/pytorch:24.05-py3',
-    # quoted on the command line: Hydra reads # otherwise),
-    # which must hold trl_ds and its packages; the run dir is mounted at its own path, plus container_mounts
-    # ("/host/path:/container/path[:ro]" each). null: no container.
+    # pyxis/enroot image for every node's task (a .sqsh path, or 'nvcr.io#nvidia/pytorch:24.05-py3' quoted), holding
+    # trl_ds; the run dir is mounted at its own path, plus container_mounts ("/host:/container[:ro]"). null: none
     container_image: Optional[str] = None
     container_mounts: List[str] = field(default_factory=list)
 
@@ -384,8 +362,7 @@ class LauncherConfig:
     max_restarts: int = 0  # torchrun restarts of a failed node's ranks before the launch fails
     # torchrun (and launcher=slurm, which runs it): static, or c10d (any start order; see launch/torchrun.py).
     rdzv_backend: RdzvBackend = RdzvBackend.static
-    # c10d only: start once this many nodes are there (--nnodes MIN:MAX); fewer ranks accumulate more steps, so the
-    # global batch stays batch.global_size. null: every node (cluster.nodes).
+    # c10d only: start once this many nodes are there (--nnodes MIN:MAX); fewer ranks accumulate more. null: all
     min_nodes: Optional[int] = None
     last_call_s: int = 30  # c10d: once min_nodes are there, how long to wait for more before starting
     # Live progress on the launching terminal: one line redrawn in place on a TTY, else a line every this many seconds.
@@ -394,15 +371,12 @@ class LauncherConfig:
     no_ssh: bool = False
     # launcher=deepspeed across nodes over ssh: pdsh, or an MPI launcher / srun that starts every rank itself
     multinode_runner: MultinodeRunner = MultinodeRunner.pdsh
-    # Extra arguments for that runner (DeepSpeed's --launcher_args), e.g. "--allow-run-as-root --mca
-    # btl_tcp_if_include eth1" for Open MPI (DeepSpeed adds btl_tcp_if_include eth0 unless given).
+    # Extra arguments for that runner (DeepSpeed's --launcher_args), e.g. "--allow-run-as-root" for Open MPI
     launcher_args: str = ""
     include: str = ""  # launcher=deepspeed --include, e.g. "node-0@node-1:0,1" (hosts, optionally their slots)
     exclude: str = ""  # launcher=deepspeed --exclude, same syntax
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
-    # an `accelerate launch --config_file` YAML (distributed_type DEEPSPEED): mapped onto cluster, launcher, zero,
-    # offload and precision (trl_ds/check/accelerate_yaml.py)
-    from_accelerate: Optional[str] = None
+    from_accelerate: Optional[str] = None  # an `accelerate launch --config_file` YAML (check/accelerate_yaml.py)
 
 
 @dataclass
@@ -426,9 +400,8 @@ class RunConfig:
     sp: SequenceParallelConfig = MISSING
     tp: TensorParallelConfig = field(default_factory=TensorParallelConfig)  # run dirs written before tp load too
     batch: BatchConfig = field(default_factory=BatchConfig)
-    # Any other top-level block of ds_config.json by DeepSpeed's own name (+deepspeed.wall_clock_breakdown=true,
-    # +deepspeed.flops_profiler.enabled=true), checked by DeepSpeed's own config before launch; the keys trl_ds
-    # derives (batch sizes, zero_optimization, optimizer, bf16/fp16) are refused there, naming trl_ds's key.
+    # Any other top-level block of ds_config.json by DeepSpeed's own name (+deepspeed.wall_clock_breakdown=true),
+    # checked by DeepSpeed before launch; keys trl_ds derives are refused, naming trl_ds's key.
     deepspeed: Dict[str, Any] = field(default_factory=dict)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     seed: int = 42
@@ -437,8 +410,7 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     # auto: continue from the run dir's newest complete checkpoint if there is one; never: start over
     resume: str = "auto"
-    # A user's training script run on every rank instead of trl_ds's worker: a .py file or an importable module
-    # (trl.scripts.sft), with its own arguments (docs/scripts.md "Your own script").
+    # A user's training script run on every rank instead of trl_ds's worker (docs/scripts.md)
     script: Optional[str] = None
     script_args: List[str] = field(default_factory=list)
     # What the script's parser takes: auto (found from its code), trl, hf, hf_file or none (docs/scripts.md)
