@@ -1,12 +1,8 @@
-"""What `script=` names: a Python file, a folder or package with __main__.py, or an importable module (what `python`
-takes), its source file, and the parser convention it follows.
+"""What `script=` names: a Python file, a folder or package with __main__.py, or an importable module, its source file,
+and the parser convention it follows, which decides what the script receives (trl_ds/worker/script_argv.py).
 
-The convention decides what the script receives on each rank (trl_ds/worker/script_argv.py): a TrlParser script reads
-`--config FILE`, an HfArgumentParser script takes training arguments as flags (or, where it only parses a file or a
-dict, trl_ds's training arguments under its own), any other script only its own script_args. `script_convention=`
-states it; `auto` finds it from what the code calls (its syntax tree, not its words: a comment decides nothing),
-following the script's imports into the modules it imports from its folder or from PYTHONPATH. Nothing of the script
-runs to find it.
+`script_convention=` states it; `auto` finds it from what the code calls (its syntax tree, not its words), following
+its imports into modules of its folder or PYTHONPATH. Nothing of the script runs to find it.
 """
 import ast
 import importlib.util
