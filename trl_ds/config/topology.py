@@ -1,8 +1,6 @@
-"""The parallel dimensions of a run, in one object: nodes × ranks per node = world = dp × tp × sp.
-
-Sequence-parallel ranks (Ulysses) share a sample and split its tokens; tensor-parallel ranks (AutoTP) share a sample
-and split each layer's linear weights. Only the data-parallel ranks, world / (tp × sp), read different samples, so
-they alone multiply the global batch; ZeRO shards states over them too.
+"""The parallel dimensions of a run, in one object: nodes × ranks per node = world = dp × tp × sp. Sequence- and
+tensor-parallel ranks share a sample; only the data-parallel ranks, world / (tp × sp), read different samples, so
+they alone multiply the global batch, and ZeRO shards states over them.
 """
 from dataclasses import dataclass
 from typing import Optional
@@ -49,13 +47,9 @@ def _value(x):
     return getattr(x, "value", x)
 
 
-# tp=autotp: the DeepSpeed AutoTP preset (deepspeed/module_inject/autotp_config.py AutoTPPresets) whose layer specs
-# split each supported family. A preset is a partition_config, which DeepSpeed applies instead of the model's Hugging
-# Face tp_plan: that plan also splits lm_head by vocabulary, and TRL's fused LM head (SFTTrainer's loss) reads
-# lm_head.weight directly, so each rank's loss would be a softmax over its own half of the vocabulary. Under a preset
-# the embeddings, norms and lm_head stay whole. Families absent here are refused (trl_ds/check/tensor_parallel.py).
-# phi3 is not among them: DeepSpeed has a phi3 preset, but transformers' Phi3Attention slices its fused qkv_proj
-# output at the whole model's num_attention_heads × head_dim (modeling_phi3.py), which a rank's shard does not hold.
+# tp=autotp: DeepSpeed's AutoTP preset for each supported family, applied instead of the model's tp_plan (which
+# splits lm_head by vocabulary, under TRL's fused head that reads lm_head.weight). Others are refused
+# (check/tensor_parallel.py); phi3 too: its attention slices the fused qkv at the whole model's width.
 AUTOTP_PRESETS = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "llama", "gemma": "llama",
                   "gemma2": "llama", "gemma3_text": "llama"}
 
