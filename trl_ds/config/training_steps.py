@@ -1,8 +1,6 @@
 """How many optimizer steps a run takes, known before launch: trainer.max_steps, or for trainer.max_steps=-1
-trainer.num_train_epochs passes over the training rows, counted as transformers' Trainer counts them.
-
-Each rank reads ceil(ceil(rows / micro) / data-parallel world) batches per epoch (accelerate shards whole batches
-and pads the last round), and an optimizer step takes `accumulation` of them, the last one of an epoch fewer.
+trainer.num_train_epochs passes over the training rows, counted as transformers' Trainer counts them: each rank
+reads ceil(ceil(rows / micro) / data-parallel world) batches per epoch, and a step takes `accumulation` of them.
 """
 import csv
 import json
