@@ -48,10 +48,6 @@ def offloads(cfg) -> dict:
     return {"optimizer": value(cfg.offload.optimizer), "param": value(cfg.offload.param)}
 
 
-def uses_nvme(cfg) -> bool:
-    return "nvme" in offloads(cfg).values()
-
-
 def is_local_path(name: str) -> bool:
     """A model or dataset name that must exist here rather than on the hub."""
     return name.startswith(("/", "./", "../", "~")) or name.endswith(LOCAL_DATA_SUFFIXES) or os.path.exists(name)
