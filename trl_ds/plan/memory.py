@@ -333,10 +333,8 @@ def estimate(s: Setup) -> Estimate:
 
 
 def quantized_load_excess(s: Setup, training: int) -> int:
-    """transformers loads a quantized model without zero.Init (modeling_utils.py: `needs_zero3_init =
-    is_deepspeed_zero3_enabled() and not _is_quantized`), so under ZeRO-3 every rank holds the whole quantized model
-    until DeepSpeed's engine partitions it: a peak above the training step's (with its overhead) when the model is
-    the larger. Large weight tensors allocated once: the context or process, no fragmentation margin."""
+    """transformers loads a quantized model without zero.Init, so under ZeRO-3 every rank holds the whole quantized
+    model until the engine partitions it: a peak above the training step's when the model is the larger."""
     if not s.quant_bits or s.stage != 3:
         return 0
     fixed = CPU_RANK_BYTES if s.device == "cpu" else CUDA_CONTEXT_BYTES
@@ -346,13 +344,9 @@ def quantized_load_excess(s: Setup, training: int) -> int:
 def model_states(s: Setup):
     """Peak per-rank model states on the device, and the per-rank bytes DeepSpeed keeps off it (cpu or nvme).
 
-    Mixed precision: 2 B params + 2 B grads + 12 B fp32 master and Adam per parameter, partitioned by stage (ZeRO
-    paper, arXiv 1910.02054); ZeRO-3 adds the largest module gathered with its gradient (2 × width × L_max). The 4 B
-    fp32 gradient partition DeepSpeed's estimators count all the time exists only during the optimizer step, one
-    sub-group at a time (moments.step_transient, which estimate() adds), unless an offload keeps it. fp32 training
-    uses 4 B for the "16-bit" terms. Parameters count Ψ (all of them); gradients and optimizer states Ψ_t (the
-    trainable ones: LoRA's adapters). The 12 B and 4 B are the default of optimizer_places, which follows the bf16
-    options and splits them by offload.ratio.
+    2 B params + 2 B grads + optimizer_places' bytes per parameter, partitioned by stage (ZeRO paper); ZeRO-3 adds the
+    largest module gathered with its gradient. The fp32 gradient partition exists only during the step
+    (moments.step_transient) unless an offload keeps it. Parameters count Ψ, gradients and optimizer states Ψ_t.
     """
     psi_t, n, w, l_max = s.trainable, s.world, s.width, s.counts.largest_module
     offload_opt, params_whole = s.optimizer_offload != "none", s.param_bytes + s.quant_constants
@@ -396,11 +390,8 @@ def host_model_states(s: Setup, per_rank_host: int) -> int:
 
 
 def quantized_load_host(s: Setup) -> int:
-    """Per node, a base bitsandbytes quantizes at load, at every stage: transformers builds it on the meta device
-    (modeling_utils.py get_init_context), bitsandbytes' quantizer maps it whole onto the rank's GPU
-    (quantizer_bnb_4bit.py / _8bit.py update_device_map), and convert_and_load_state_dict_in_model reads the
-    checkpoint's mmapped tensors one at a time, with no thread pool while quantizing on the fly, each moved to the GPU
-    and quantized there: one tensor in host RAM per rank, at most the largest module's."""
+    """Per node, a base bitsandbytes quantizes at load, at every stage: transformers reads the checkpoint one tensor
+    at a time and quantizes each on the GPU, so at most the largest module's is in host RAM per rank."""
     return LOAD_BYTES_PER_PARAM * s.counts.largest_module * s.gpus_per_node
 
 
@@ -484,12 +475,8 @@ def fused_head_peak(tokens: int, vocab: int, hidden: int, width: int, on_cpu: bo
 def device_buffers(s: Setup) -> Dict[str, int]:
     """Per-rank device bytes DeepSpeed's estimators leave out, by name (gradient buffers hold trainable ones only).
 
-    ZeRO-3's live_params: gathered parameters stay on the rank beside their partitions, up to
-    stage3_max_live_parameters of them (prefetches included), beyond the one module model_states counts: a module is
-    released only when its next use is more than stage3_max_reuse_distance parameters away in the trace, so the
-    last layers of the forward stay for the backward, and a tied embedding stays from the first layer to the LM head
-    (partitioned_param_coordinator.py __params_to_release). At any world size: on one rank the gathered copy is a
-    second one."""
+    ZeRO-3's live_params: gathered parameters stay beside their partitions, up to stage3_max_live_parameters, until
+    their next use is beyond stage3_max_reuse_distance (partitioned_param_coordinator.py __params_to_release)."""
     psi_t, w, n = s.trainable, s.width, s.world
     if s.stage == 0:
         return {}
@@ -528,14 +515,8 @@ def overhead(s: Setup, allocated: int) -> int:
 
 
 def after_step(s: Setup) -> Dict[str, Dict[str, int]]:
-    """Bytes the engine's tensors hold per rank after an optimizer step, by kind and place (device|host|nvme).
-
-    params: the parameters or their ZeRO-3 partitions, plus ZeRO-3's persistent small params kept whole.
-    gradients: persistent gradient partitions (ZeRO-3's flat buffer; the pinned fp32 gradients of CPU offload).
-    optimizer: fp32 master partitions and Adam's two moments.
-    Params count every parameter; gradients and optimizer the trainable ones. The optimizer side's bytes and places
-    are optimizer_places' (bf16 options, offload.ratio).
-    """
+    """Bytes the engine's tensors hold per rank after an optimizer step, by kind and place (device|host|nvme):
+    params (partitions and ZeRO-3's persistent ones), kept gradient partitions, optimizer_places' states."""
     psi_t, n, w = s.trainable, s.world, s.width
     opt_place, param_place = PLACE[s.optimizer_offload], PLACE[s.param_offload]
     grad_place = "device" if s.optimizer_offload == "none" else "host"
