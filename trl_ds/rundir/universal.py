@@ -99,13 +99,9 @@ def _read(path: str) -> Optional[str]:
 
 
 def loadable_by_zero3(folder: str) -> None:
-    """A universal folder converted from a stage 0-2 checkpoint, made loadable by a ZeRO-3 engine too.
-
-    DeepSpeed's stage-3 universal load (stage3.py load_hp_checkpoint_state_from_checkpoint_dir_stage3) reads two
-    things a stage-2 source does not write: the model-state file under ZeRO-3's name, and in zero/optimizer_state.pt
-    the torch optimizer's state dict, for Adam's step count and the hyperparameters of its param group. Both are
-    added from what the conversion wrote: the same model-state file, and the step every parameter's step.pt holds.
-    """
+    """A universal folder converted from a stage 0-2 checkpoint, made loadable by a ZeRO-3 engine too: DeepSpeed's
+    stage-3 load also reads the model-state file under ZeRO-3's name and the torch optimizer's state dict (Adam's
+    step, its param group), both added from what the conversion wrote."""
     import torch
 
     if not os.path.exists(os.path.join(folder, ZERO3_MODEL_STATES)):
