@@ -1,7 +1,5 @@
 """The built-in tiny datasets (one shape per trainer) and their word-level vocabulary, and loading of user datasets.
-
-The tiny data is arithmetic in words ("what is three plus four ? seven"), deterministic and learnable, so the loss
-falls within a few steps. It needs no download and no torch.
+The tiny data is arithmetic in words ("what is three plus four ? seven"): deterministic, learnable, no download.
 """
 import json
 import os
@@ -110,13 +108,9 @@ def load_split(name: str, split: str):
 
 def whole_global_batches(trainer, world: int):
     """The train split cut to whole global batches when trainer.dataloader_drop_last=true, so every optimizer step of
-    an epoch sees one whole global batch whatever the shape (ranks × micro × accumulation).
-
-    Each rank's dataloader drops only its own last partial micro-batch; under accumulation the last window of an epoch
-    still steps with fewer micro-batches, a smaller global batch that differs by shape. Cutting the rows before the
-    dataloader is built removes the partial window itself. The rows left out are the split's last ones (after the
-    trainer's tokenising, so packed sequences count as rows), the same rows every epoch. GRPO is left as it is: its
-    sampler already draws whole generation batches of prompts; so is RLOO, whose sampler is GRPO's."""
+    an epoch sees one whole global batch whatever the shape (a dataloader drops only its own partial micro-batch, not
+    accumulation's partial window). The split's last rows go, after tokenising. GRPO's and RLOO's sampler already
+    draws whole generation batches."""
     args, data = trainer.args, trainer.train_dataset
     generating = type(trainer).__name__ in ("GRPOTrainer", "RLOOTrainer")
     if not args.dataloader_drop_last or generating or not hasattr(data, "select"):
