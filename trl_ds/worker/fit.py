@@ -1,15 +1,11 @@
 """`python -m trl_ds.worker.fit <run dir> --start M [--limit L] [--steps S]`: the largest micro-batch that trains.
 
 One rank, one process, one engine: the run dir's TRL trainer and DeepSpeed engine are built once, then each
-micro-batch is tried for S real training steps (TRL's own training_step: its loss, DeepSpeed's backward and step).
-An out-of-memory error is caught and its memory released (gc, torch.cuda.empty_cache, and under ZeRO-3 the gathered
-parameters) before the next size. The search starts at the planner's answer M, doubles until a size runs out of
-memory (or reaches L), then bisects between the largest size that trained and the smallest that did not; the
-largest that trained is tried once more last, so its peak is measured after every other size.
-
-fit.json in the run dir is rewritten after every trial. A process that ends mid-search (an engine that an
-out-of-memory error left unusable, a killed job) is started again on the same run dir and continues from it
-(trl_ds/cli/fit.py does). `trl-ds fit` is the command; this module is what its rank runs.
+micro-batch is tried for S real training steps. An out-of-memory error is caught and its memory released before
+the next size. The search starts at the planner's answer M, doubles until a size runs out of memory (or reaches L),
+then bisects; the largest that trained is tried once more last, so its peak is measured after every other size.
+fit.json is rewritten after every trial, so a process that ends mid-search is started again on the same run dir
+and continues (trl_ds/cli/fit.py).
 """
 import argparse
 import gc
