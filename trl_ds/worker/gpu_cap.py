@@ -1,13 +1,9 @@
 """A smaller GPU on a bigger one: cluster.gpu_memory_gb below the device's memory caps each rank at that size.
 
-The planner judges every run against cluster.gpu_memory_gb, so a rank given more than that would let a plan that
-only fits an 80 GiB card pass on a 24 GiB rehearsal. torch's caching allocator refuses (torch.cuda.OutOfMemoryError)
-any allocation that would take its reserved bytes past fraction × the device's total, so the rank sees the smaller
-GPU. Memory outside the allocator (the CUDA context, NCCL's own buffers) is not counted, as the estimate does not
-count it either.
-
-A value above the device's memory is a mistake the node sees first (the command may be typed on a login node): the
-rank stops with one line before any weight is loaded.
+The planner judges every run against cluster.gpu_memory_gb, so the rank must not get more: torch's caching
+allocator refuses any allocation past fraction × the device's total (memory outside it, such as the CUDA context, is
+not counted, as the estimate does not count it). A value above the device's memory stops the rank with one line
+before any weight is loaded.
 """
 import sys
 from typing import NamedTuple, Optional
