@@ -1,8 +1,5 @@
-"""What each rank really holds, measured the same way the estimate is made.
-
-Model-state bytes are counted exactly from the engine's own tensors (parameters or their ZeRO-3 partitions,
-gradients, the optimizer's fp32 partitions and its state), each storage once, split by the device it lives on.
-Peak RSS (CPU) and peak allocated/reserved (GPU) give the process-level picture.
+"""What each rank really holds, measured the same way the estimate is made: model-state bytes counted from the engine's
+own tensors, each storage once, by device; peak RSS (CPU) and peak allocated/reserved (GPU) for the process.
 """
 import json
 import os
