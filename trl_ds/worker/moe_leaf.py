@@ -1,9 +1,8 @@
 """Mixture-of-experts blocks as ZeRO-3 leaf modules, on each rank before the engine exists.
 
-ZeRO-3 gathers a module's parameters in that module's forward hook. In an MoE block a rank whose tokens skip an
-expert would skip that expert's hook while another rank waits in its all-gather: the step hangs or crawls. A leaf
-module (deepspeed.utils.set_z3_leaf_modules) is gathered whole, router and every expert, by one hook. DeepSpeed's
-own zero_optimization.leaf_module default covers Mixtral, Qwen2-MoE and Qwen3-MoE; MOE_BLOCKS adds the others.
+ZeRO-3 gathers a module's parameters in its forward hook, so a rank whose tokens skip an expert would skip its hook
+while another waits in its all-gather. A leaf module (deepspeed.utils.set_z3_leaf_modules) is gathered whole by one
+hook. DeepSpeed's default covers Mixtral, Qwen2-MoE and Qwen3-MoE; MOE_BLOCKS adds the others.
 """
 from typing import List
 
