@@ -1,10 +1,8 @@
 """After a ZeRO-3 engine loads a universal checkpoint, each optimizer sub-group gets its own Adam step count.
 
-DeepSpeed 0.19.8's stage-3 universal load (stage3.py load_hp_checkpoint_state_from_checkpoint_dir_stage3) gives every
-sub-group the same `step` object, read once from the checkpoint. torch's AdamW (the optimizer DeepSpeed builds on CPU
-ranks) increments `state["step"]` in place, so with n sub-groups per rank the shared count advanced n times per
-optimizer step after a converted resume, and the bias correction went wrong from the first update on (the losses
-parted from the uninterrupted run's at the second step after the resume, by 0.025 at the third, with ten sub-groups).
+DeepSpeed's stage-3 universal load gives every sub-group the same `step` object; torch's AdamW increments it in
+place, so with n sub-groups it advanced n times per optimizer step and the bias correction went wrong after a
+converted resume.
 """
 import torch
 from transformers import TrainerCallback
