@@ -1,10 +1,9 @@
 """Every patch trl_ds makes to transformers' and TRL's classes, in one place, each applied only where the installed
-version is the one it was written against (WRITTEN_FOR; pyproject pins the same minor versions): another version is
-refused in one line before anything is patched. torch's op loader is patched in trl_ds/op_locks.py, guarded alike.
+version is the one it was written against (WRITTEN_FOR): another version is refused in one line before anything is
+patched. torch's op loader is patched in trl_ds/op_locks.py, guarded alike.
 
-On a rank running a user's script: TrainingArguments.__post_init__ (use_configured_state), Trainer.__init__ and
-Trainer.train (the recording callbacks, resume, the record), HfArgumentParser.parse_dict for a script that parses only
-its own file. In the parser check (worker/script.py --check): every HfArgumentParser and TrlParser entry and
+On a rank running a user's script: TrainingArguments.__post_init__, Trainer.__init__ and Trainer.train (recording,
+resume), HfArgumentParser.parse_dict. In the parser check: every HfArgumentParser and TrlParser entry and
 Trainer.__init__ stop the script once it parsed, and TrainingArguments.world_size is the launch's.
 """
 import dataclasses
