@@ -1,6 +1,4 @@
-"""Built-in reward functions for GRPO and RLOO, called as TRL's GRPOTrainer and RLOOTrainer call any reward function.
-
-`arithmetic_reward` scores completions of the tiny arithmetic prompts (`trl_ds.worker.data.tiny_prompt_examples`)
+"""Built-in reward functions for GRPO and RLOO: `arithmetic_reward` scores completions of the tiny arithmetic prompts
 against their `answer` column, which both trainers pass as a keyword argument.
 """
 from typing import List
