@@ -1,14 +1,12 @@
 """What a user's script receives on each rank: the run dir's configuration by the convention its parser follows.
 
-- TrlParser script (TRL's sft.py, dpo.py, ...): `--config <run dir>/script_config.yaml`, trainer.yaml with its "./"
-  paths made absolute (the script runs from the user's folder, not the run dir) and without `accelerate_config`
-  (TRL's CLI reads it to launch; a TrlParser with fail_with_unknown_args=True would refuse it).
-- HfArgumentParser script: trainer.yaml's transformers TrainingArguments as `--name value` flags (TRL-only names such
-  as model_name_or_path or max_length are not TrainingArguments fields, and its parser would refuse them).
-- HfArgumentParser script that parses only its own file or dict (parse_yaml_file, ...): its script_args, and the
-  same TrainingArguments under its own values (worker/script.py under_its_own_values).
+- TrlParser script: `--config <run dir>/script_config.yaml`, trainer.yaml with its "./" paths made absolute and
+  without `accelerate_config` (a TrlParser with fail_with_unknown_args=True would refuse it).
+- HfArgumentParser script: trainer.yaml's TrainingArguments fields as `--name value` flags.
+- HfArgumentParser script that parses only its own file or dict: its script_args, the TrainingArguments applied under
+  its own values (worker/script.py under_its_own_values).
 - Any other script: nothing but its own script_args.
-Its own script_args come last, so they override what trl_ds passes (argparse keeps the last value).
+Its own script_args come last, so they override what trl_ds passes.
 """
 import dataclasses
 import json
