@@ -1,9 +1,7 @@
 """What the parser check (worker/script.py --check) sees in the arguments a script's parser returned, before any rank:
-the DeepSpeed config its TrainingArguments name, and transformers' own DeepSpeed mismatch check on them
-(HfTrainerDeepSpeedConfig.trainer_config_process collects what trainer_config_finalize raises on every rank, after
-spawn: "Please correct the following DeepSpeed config values that mismatch TrainingArguments values").
-
-Each problem is one line, REFUSAL-prefixed on stderr, naming the argument and the fix; check/script.py prints them.
+the DeepSpeed config its TrainingArguments name, and transformers' own DeepSpeed mismatch check on them (what
+trainer_config_finalize would raise on every rank after spawn). Each problem is one REFUSAL-prefixed line on stderr,
+naming the argument and the fix; check/script.py prints them.
 """
 import os
 import re
