@@ -1,8 +1,7 @@
-"""DeepSpeed's CPU all-reduce (the deepspeed_shm_comm op, used when every rank is on one host) gives each rank a
-shared-memory buffer, /dev/shm/deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>, and never
-unlinks it: 66 MB of memory per rank per run, kept until reboot (6 GB had piled up on the machine that runs the
-tests). Each rank unlinks its own at exit; the peers have mapped it since the process group started, and a mapping
-outlives its name."""
+"""DeepSpeed's CPU all-reduce (deepspeed_shm_comm, every rank on one host) gives each rank a shared-memory buffer,
+/dev/shm/deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>, and never unlinks it, so it stays
+until reboot. Each rank unlinks its own at exit; the peers' mappings outlive the name.
+"""
 import atexit
 import os
 
