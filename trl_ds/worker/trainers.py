@@ -1,8 +1,6 @@
-"""Per-trainer construction on each rank: TRL's own parser reads trainer.yaml, then the model, data and trainer.
-
-The parser is the one behind `trl <cmd>` (trl.scripts.<cmd>.make_parser), so the run dir's trainer.yaml means the
-same thing to TRL's CLI and to this worker. The trainer arguments, holding the DeepSpeed config, exist before any
-model is loaded, so under ZeRO-3 transformers loads it partitioned.
+"""Per-trainer construction on each rank: TRL's own parser (the one behind `trl <cmd>`) reads trainer.yaml, then the
+model, data and trainer. The trainer arguments, holding the DeepSpeed config, exist before any model is loaded, so
+under ZeRO-3 transformers loads it partitioned.
 """
 import importlib
 import os
@@ -45,10 +43,7 @@ def build_trainer(cfg, run_dir: str, callbacks: List, load_universal: bool = Fal
 def parse_trainer_yaml(cfg, run_dir: str, load_universal: bool = False):
     """(script args, trainer config, model config) as `trl <cmd> --config trainer.yaml` builds them, plus what only a
     rank of this run knows: the DeepSpeed dict, the configured accelerate state, with Ulysses its groups, and the
-    accumulation for the ranks that joined.
-
-    trainer.yaml's paths are relative to the run dir (TRL's CLI runs there); a rank may run anywhere, so they are
-    resolved against the run dir this rank was given."""
+    accumulation for the ranks that joined. trainer.yaml's paths are resolved against the run dir."""
     with open(os.path.join(run_dir, TRAINER_YAML)) as f:
         args = yaml.safe_load(f)
     args.pop("accelerate_config")  # read by `trl <cmd>` to launch; this rank is already launched
