@@ -1,14 +1,8 @@
-"""A rank keeps out the packages and modules its run never uses, before transformers and DeepSpeed are imported.
-
-- peft imports bitsandbytes whenever it is installed (with a warning about a missing `kernels` package), although
-  only a quantized base (peft=qlora, or peft.load_in_8bit) uses it.
-- DeepSpeed's engine imports its Muon optimizer module at start only to ask whether the optimizer is one
-  (zero/utils.py, stage_1_and_2.py, stage3.py, bf16_optimizer.py); importing it wraps Muon's kernels in
-  torch.compile, whose first call imports TorchInductor. A run whose ds_config.json names another optimizer gets a
-  stand-in module whose class no optimizer is an instance of.
-
-Both bring in TorchInductor, so either alone saves little; together a rank's start falls from 7.1 to 5.7 s of CPU
-here (scripts/bench_rank_start.py, which times nothing kept out, bitsandbytes alone, and both).
+"""A rank keeps out the packages and modules its run never uses, before transformers and DeepSpeed are imported:
+bitsandbytes, which peft imports whenever it is installed although only a quantized base uses it; and DeepSpeed's
+Muon optimizer module, which the engine imports only to ask whether the optimizer is one, and which wraps its
+kernels in torch.compile (TorchInductor). A run whose ds_config.json names another optimizer gets a stand-in module.
+Both bring in TorchInductor, so they go together (scripts/bench/bench_rank_start.py times it).
 """
 import json
 import os
