@@ -1,19 +1,21 @@
 """The one recorder of every trainer of a run, trl_ds's worker's and a user's script's (recording_callbacks):
 metrics.jsonl rows (rank 0), checkpoint markers, each rank's live peak memory (progress/rank_K.json), token counts,
-and summary.json's figures (rank 0, at the end)."""
+and at the end of each train() memory/rank_K.json (every rank) and summary.json (rank 0): EndOfTrain."""
 import json
 import os
+import shutil
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from transformers import TrainerCallback
 
 from trl_ds.config.topology import topology
 from trl_ds.rundir.checkpoint import mark_complete, rotate
-from trl_ds.rundir.layout import MEMORY_DIR, METRICS, PROGRESS_DIR, write_json
+from trl_ds.rundir.layout import MEMORY_DIR, METRICS, PROGRESS_DIR, SUMMARY, write_json
 from trl_ds.rundir.lifeline import LAUNCH_ID
 from trl_ds.rundir.metrics import mean_loss, prepare_for_resume, read_rows
 from trl_ds.rundir.universal import sub_groups
+from trl_ds.worker.engine_check import write_rank_memory
 from trl_ds.worker.measure import peak_memory
 from trl_ds.worker.moe_leaf import leaf_module_names
 from trl_ds.worker.trainers import count_parameters
@@ -174,10 +176,67 @@ class MarkComplete(TrainerCallback):
         dist.barrier()
 
 
-def recording_callbacks(cfg, run_dir: str, state, trainer) -> list:
+class EndOfTrain(TrainerCallback):
+    """The one writer of the end-of-train files: when train() ends (after its last step and transformers' train
+    metrics, before the caller saves the model, which under ZeRO-3 gathers weights), memory/rank_K.json on every rank,
+    with the engine comparison, then summary.json on rank 0. ended(): what the caller adds to the summary (a script's
+    name and trainer count), asked on every rank."""
+
+    def __init__(self, cfg, run_dir: str, state, trainer, ended: Callable[[], dict] = dict):
+        self.cfg, self.run_dir, self.state, self.trainer, self.ended = cfg, run_dir, state, trainer, ended
+        self.started, self.resumed = None, False
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.time()  # after the engine is built and a checkpoint loaded
+        self.resumed = state.global_step > 0  # a resumed run's state comes from its checkpoint
+
+    def on_train_end(self, args, state, control, **kwargs):
+        wall = time.time() - self.started
+        extra = self.ended()
+        found = write_rank_memory(self.trainer, self.cfg, self.run_dir, self.state.process_index)
+        if not self.state.is_main_process:
+            return
+        summary = summarize(self.run_dir, self.trainer, train_metrics(state.log_history), wall, self.state,
+                            resumed=self.resumed)
+        ds = getattr(args, "hf_deepspeed_config", None)
+        swap = nvme_swap_folder(ds.config) if ds else None
+        if swap:
+            summary["nvme_swap_bytes"] = folder_bytes(swap)
+        write_json(os.path.join(self.run_dir, SUMMARY), {**summary, **extra, "engine_differences": found})
+
+
+def train_metrics(log_history) -> dict:
+    """The metrics train() returns (train_loss, train_samples_per_second, ...): transformers logs them, into
+    log_history, just before on_train_end."""
+    return next((e for e in reversed(log_history) if "train_runtime" in e), {})
+
+
+def nvme_swap_folder(ds_config: dict):
+    """Where DeepSpeed swapped to NVMe (it writes under <nvme_path>/zero_stage_3), or None."""
+    zero = ds_config.get("zero_optimization", {})
+    for block in (zero.get("offload_param"), zero.get("offload_optimizer")):
+        if block and block.get("device") == "nvme":
+            return os.path.join(block["nvme_path"], "zero_stage_3")
+    return None
+
+
+def folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
+
+
+def remove_nvme_swap(cfg, trainer, state) -> None:
+    """Once every rank is done with it: the NVMe swap folder, unless offload.keep_nvme_files asks to keep it."""
+    ds = getattr(trainer.args, "hf_deepspeed_config", None)
+    swap = nvme_swap_folder(ds.config) if ds else None
+    if swap and not cfg.offload.keep_nvme_files and state.is_local_main_process:
+        shutil.rmtree(swap, ignore_errors=True)
+
+
+def recording_callbacks(cfg, run_dir: str, state, trainer, ended: Callable[[], dict] = dict) -> list:
     """The one recorder of every trainer of a run (the worker's, and each one a user's script builds:
     worker/script_hooks.py): metrics.jsonl (sp × tp ranks share each sample), checkpoint markers, live memory, token
-    counts."""
+    counts, and the end-of-train memory and summary files (ended: the caller's additions to the summary)."""
     return [MetricsLogger(os.path.join(run_dir, METRICS), topology(cfg).shares_samples),
             MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage, sub_groups(cfg)),
-            LiveMemory(run_dir, state.process_index), TokenCount(trainer)]
+            LiveMemory(run_dir, state.process_index), TokenCount(trainer),
+            EndOfTrain(cfg, run_dir, state, trainer, ended)]

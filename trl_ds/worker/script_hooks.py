@@ -3,17 +3,13 @@ install_recording) call.
 
 - Trainer.__init__: every Trainer the script builds (SFTTrainer, DPOTrainer, ... are Trainers) gets the worker's
   recording callbacks (metrics.jsonl, progress/rank_K.json, checkpoint markers);
-- Trainer.train: each finished train() writes memory/rank_K.json (with the engine comparison) and, on rank 0,
-  summary.json, exactly as the worker does. A train() called without resume_from_checkpoint resumes, with
-  resume=auto, from the newest complete checkpoint in its output_dir, as the worker does: a relaunch of a killed run
-  continues it without the script asking.
+- Trainer.train: each train() ends by writing memory/rank_K.json (with the engine comparison) and, on rank 0,
+  summary.json, through the worker's own callback (records.EndOfTrain), with the script's name and trainer count.
+  A train() called without resume_from_checkpoint resumes, with resume=auto, from the newest complete checkpoint
+  in its output_dir, as the worker does: a relaunch of a killed run continues it without the script asking.
 """
-import os
-
-from trl_ds.rundir.layout import SUMMARY, write_json
-from trl_ds.worker.engine_check import write_rank_memory
 from trl_ds.worker.own_steps import OwnAdamSteps
-from trl_ds.worker.records import recording_callbacks, summarize
+from trl_ds.worker.records import recording_callbacks
 
 
 class Recorder:
@@ -25,7 +21,12 @@ class Recorder:
 
     def callbacks(self, trainer):
         """The worker's callbacks (worker/train.py adds the same), for one Trainer of the script."""
-        return recording_callbacks(self.cfg, self.run_dir, self.state, trainer)
+        return recording_callbacks(self.cfg, self.run_dir, self.state, trainer, ended=self.ended)
+
+    def ended(self) -> dict:
+        """A train() ended (every rank): what its summary adds to the worker's."""
+        self.trained += 1
+        return {"script": self.cfg.script, "trainers_trained": self.trained}
 
     def resume_point(self, trainer):
         """The checkpoint a train() without resume_from_checkpoint continues from (the worker's choice, in the
@@ -44,14 +45,7 @@ class Recorder:
         return chosen
 
     def record(self, trainer, result, wall: float, resumed: bool) -> None:
-        """After train() returns: before the script saves (a ZeRO-3 save gathers weights) or ends the process group."""
-        state = self.state
-        self.trained += 1
-        found = write_rank_memory(trainer, self.cfg, self.run_dir, state.process_index)
-        if state.is_main_process:
-            summary = summarize(self.run_dir, trainer, result.metrics, wall, state, resumed=resumed)
-            write_json(os.path.join(self.run_dir, SUMMARY), {**summary, "script": self.cfg.script,
-                                                             "trainers_trained": self.trained,
-                                                             "engine_differences": found})
+        """Called by the Trainer.train wrap (worker/patches.py) after train() returns. Nothing is left to do: the
+        files were written by the callback's on_train_end. (The call goes when patches.py's owner drops it.)"""
 
 

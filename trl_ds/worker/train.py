@@ -1,14 +1,13 @@
 """The per-rank worker: `python -m trl_ds.worker.train <run dir>`, started by torchrun or the deepspeed launcher.
 
-It reads only the run dir (Hydra never runs here), trains with TRL + DeepSpeed, and writes metrics.jsonl (rank 0),
-memory/rank_K.json (every rank) and summary.json (rank 0).
+It reads only the run dir (Hydra never runs here), trains with TRL + DeepSpeed, and records through the same
+callbacks as a user's script (worker/records.py): metrics.jsonl (rank 0), memory/rank_K.json (every rank) and
+summary.json (rank 0).
 """
 # ruff: noqa: E402  (the rank keeps out unused packages before transformers is imported)
 import glob
 import os
-import shutil
 import sys
-import time
 from contextlib import contextmanager
 
 from trl_ds.worker.unused_packages import keep_out_unused_packages
@@ -19,22 +18,15 @@ if __name__ == "__main__":
 
 from trl_ds.rundir.checkpoint import checkpoints, latest_complete, step_of
 from trl_ds.rundir.disk_space import full_disk_line, is_disk_full
-from trl_ds.rundir.layout import (
-    CHECKPOINT_DIR,
-    FINAL_MODEL_DIR,
-    SUMMARY,
-    load_run_config,
-    write_json,
-)
+from trl_ds.rundir.layout import CHECKPOINT_DIR, FINAL_MODEL_DIR, load_run_config
 from trl_ds.rundir.lifeline import watch_launcher
 from trl_ds.rundir.resume import prepare_resume
 from trl_ds.rundir.universal import shape_change, sub_groups
 from trl_ds.short_lived import skip_final_collection
 from trl_ds.worker.bootstrap import start_rank
 from trl_ds.worker.data import whole_global_batches
-from trl_ds.worker.engine_check import write_rank_memory
 from trl_ds.worker.own_steps import OwnAdamSteps
-from trl_ds.worker.records import recording_callbacks, summarize
+from trl_ds.worker.records import recording_callbacks, remove_nvme_swap
 
 PROBE_FILE = "probe_logits.pt"  # in final_model/: input ids and the engine's logits
 
@@ -72,24 +64,12 @@ def train(run_dir: str) -> int:
         trainer.add_callback(callback)
     if universal and cfg.zero.stage == 3:  # DeepSpeed's stage-3 universal load shares one step among sub-groups
         trainer.add_callback(OwnAdamSteps())
-    started = time.time()
-    result = trainer.train(resume_from_checkpoint=literal_path(resume_from, run_dir))
-    wall = time.time() - started
-    # after the last step, before saving gathers weights; with what differs between the engine and the run dir
-    found = write_rank_memory(trainer, cfg, run_dir, state.process_index)
+    # train() ends by writing memory/rank_K.json and summary.json (records.EndOfTrain), before saving gathers weights
+    trainer.train(resume_from_checkpoint=literal_path(resume_from, run_dir))
     if cfg.save_final_model:
         save_final_model(trainer, run_dir, state)
     state.wait_for_everyone()
-    swap = nvme_swap_folder(trainer.args.hf_deepspeed_config.config)
-    if state.is_main_process:
-        summary = summarize(run_dir, trainer, result.metrics, wall, state, resumed=resume_from is not None)
-        if swap:
-            summary["nvme_swap_bytes"] = folder_bytes(swap)
-        summary["engine_differences"] = found
-        write_json(os.path.join(run_dir, SUMMARY), summary)
-    state.wait_for_everyone()
-    if swap and not cfg.offload.keep_nvme_files and state.is_local_main_process:
-        shutil.rmtree(swap, ignore_errors=True)
+    remove_nvme_swap(cfg, trainer, state)
     return 0
 
 
@@ -113,19 +93,6 @@ def save_final_model(trainer, run_dir: str, state) -> None:
         if is_disk_full(err):
             raise DiskFullError(full_disk_line(folder, run_dir, err)) from None
         raise
-
-
-def nvme_swap_folder(ds_config: dict):
-    """Where DeepSpeed swapped to NVMe (it writes under <nvme_path>/zero_stage_3), or None."""
-    zero = ds_config.get("zero_optimization", {})
-    for block in (zero.get("offload_param"), zero.get("offload_optimizer")):
-        if block and block.get("device") == "nvme":
-            return os.path.join(block["nvme_path"], "zero_stage_3")
-    return None
-
-
-def folder_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
 
 
 def choose_resume(cfg, output_dir: str, state):
