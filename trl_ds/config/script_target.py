@@ -43,8 +43,7 @@ def is_file_target(target: str) -> bool:
 
 
 def module_source(name: str) -> Optional[str]:
-    """The module's source file as the import system finds it (its parent packages are imported; it is not), or None
-    when it does not import. A package means its __main__ module, as `python -m` runs it."""
+    """The module's source file as the import system finds it (a package: its __main__), or None."""
     try:
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations is not None:
@@ -63,8 +62,7 @@ def source_file(target: str) -> Optional[str]:
 
 
 def convention(cfg, path: Optional[str] = None) -> Convention:
-    """The script's convention: script_convention= where stated, else found from its code (path: the source to read,
-    by default the script's own)."""
+    """script_convention= where stated, else found from the code at path (default: the script's)."""
     stated = str(cfg.get("script_convention") or AUTO)
     if stated != AUTO:
         return Convention(stated, None, True, [])
@@ -113,8 +111,7 @@ def _called_names(tree: ast.AST) -> Set[str]:
 
 
 def _modules(path: str) -> Iterator:
-    """(file, syntax tree) of the script and of each module it imports that lies in its folder or on PYTHONPATH
-    (installed packages are not followed: their parsers are the libraries', not the script's)."""
+    """(file, syntax tree) of the script and of the modules it imports from its folder or PYTHONPATH."""
     roots = [os.path.dirname(os.path.abspath(path))] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                                                          if p]
     seen, todo = set(), [os.path.abspath(path)]
@@ -171,8 +168,7 @@ def _module_file(base: str, dotted: str) -> Optional[str]:
 
 
 def own_modules(modules) -> List[str]:
-    """The source files of the imported modules that no installed distribution or the standard library holds: the
-    script's own (beside it, on PYTHONPATH, a development checkout)."""
+    """The imported modules' source files outside installed distributions: the script's own."""
     files = {getattr(m, "__file__", None) for m in list(modules.values())}
     return sorted(os.path.abspath(f) for f in files if f and f.endswith(".py") and not _installed(f))
 
@@ -180,21 +176,3 @@ def own_modules(modules) -> List[str]:
 def _installed(path: str) -> bool:
     return "site-packages" in path.split(os.sep) or "dist-packages" in path.split(os.sep) or \
         os.path.abspath(path).startswith(os.path.abspath(sys.prefix) + os.sep + "lib")
-
-
-def parser_kind(source: str) -> str:
-    """The convention of one source text (no imports followed)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return NO_PARSER
-    names = _called_names(tree)
-    if "TrlParser" in names:
-        return TRL_PARSER
-    if "HfArgumentParser" in names:
-        return HF_FILE_PARSER if ARGV_ENTRY not in names and names & set(FILE_ENTRIES) else HF_PARSER
-    return NO_PARSER
-
-
-def read_parser_kind(path: str) -> str:
-    return find_convention(path).kind

@@ -8,7 +8,7 @@ import yaml
 from conftest import run_app
 
 from trl_ds.check.script import check_script
-from trl_ds.config.script_target import HF_PARSER, NO_PARSER, TRL_PARSER, parser_kind, read_parser_kind, source_file
+from trl_ds.config.script_target import HF_PARSER, NO_PARSER, TRL_PARSER, find_convention, source_file
 from trl_ds.launch.deepspeed import build_deepspeed_commands
 from trl_ds.launch.torchrun import build_node_commands
 from trl_ds.worker.patches import with_configured_state
@@ -53,13 +53,14 @@ def test_script_args_need_a_script(compose_cfg):
         "script=trl.scripts.sft), or drop script_args."]
 
 
-def test_the_parser_convention_is_read_from_the_source():
+def test_the_parser_convention_is_read_from_the_source(tmp_path):
     import trl.scripts.sft
 
     assert source_file("trl.scripts.sft") == trl.scripts.sft.__file__  # the installed file, found without running
-    assert read_parser_kind(trl.scripts.sft.__file__) == TRL_PARSER
-    assert parser_kind("from transformers import HfArgumentParser\n") == HF_PARSER
-    assert parser_kind("import argparse\n") == NO_PARSER
+    assert find_convention(trl.scripts.sft.__file__).kind == TRL_PARSER
+    for source, kind in (("from transformers import HfArgumentParser\n", HF_PARSER), ("import argparse\n", NO_PARSER)):
+        (tmp_path / "train.py").write_text(source)
+        assert find_convention(str(tmp_path / "train.py")).kind == kind
 
 
 def test_each_rank_runs_the_bootstrap_with_every_launcher(compose_cfg):
