@@ -76,8 +76,7 @@ def _precision(given: Any, mappings: List[Mapping], problems: List[str]) -> None
 
 
 def _deepspeed(block: Dict[str, Any], folder: str, hidden, multinode: bool, json_file: Optional[str] = None):
-    """json_file: a deepspeed.from_file given beside the YAML, which holds the DeepSpeed settings as accelerate's own
-    deepspeed_config_file would: the YAML's DeepSpeed keys (and its JSON) give way to it, in one printed line."""
+    """json_file: a deepspeed.from_file beside the YAML, which wins over its DeepSpeed keys (one line says so)."""
     mappings, notes, problems = [], [], []
     if json_file:
         given = [k for k in block if k in DEEPSPEED and k != "deepspeed_hostfile" or k == "deepspeed_config_file"]
