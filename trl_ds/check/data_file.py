@@ -13,8 +13,7 @@ from trl_ds.config.values import LOCAL_DATA_SUFFIXES, is_local_path, value
 
 
 def local_reads(cfg) -> List[Tuple[str, str, str, str]]:
-    """(key, name, path, split) of each local split the run reads: the train split and, when evaluating, the
-    evaluation split. The built-in data, a hub name and a missing path (named by check_local_files) are left out."""
+    """(key, name, path, split) of each local split the run reads that exists here (train, and eval when on)."""
     t = cfg.trainer
     reads = [("trainer.dataset_name", t.dataset_name, t.dataset_train_split)]
     if value(t.eval_strategy) != "no":  # the worker's evaluation data (rundir/trainer_config.py eval_dataset_path)
@@ -68,8 +67,7 @@ def split_members(path: str, split: str, files: Sequence[str]) -> List[str]:
 
 def split_problem(path: str, split: str, column_sets: ColumnSets, files: Sequence[str],
                   judged: Sequence[str]) -> Optional[Tuple[str, DataProblem]]:
-    """(the file, its first problem), or None when the split's files are good. JSON files without a record are a
-    problem only when every file of the split is (datasets loads an empty shard beside others)."""
+    """(file, first problem) or None; empty JSON files are one only when all of the split's are."""
     rows = {}
     for file in files:
         try:
@@ -87,8 +85,7 @@ def split_problem(path: str, split: str, column_sets: ColumnSets, files: Sequenc
 
 
 def first_bad_record(path: str, column_sets: ColumnSets, split: str = "train") -> Optional[str]:
-    """'line N <why>' (in a folder: '<file> line N <why>') for the first bad record of the split's data files; None
-    when all are good or the first problem is not a record's."""
+    """'line N <why>' ('<file> line N <why>' in a folder) of the split's first bad record, or None."""
     files = data_files(path, split)
     problem = split_problem(path, split, column_sets, files, split_members(path, split, files))
     if problem is None or not isinstance(problem[1], BadRecord):
