@@ -144,8 +144,7 @@ def _json(path: str) -> Iterator[Record]:
 
 
 def utf8_lines(path: str, newline: Optional[str] = None) -> Iterator[Tuple[int, str]]:
-    """(line number, text), a leading BOM dropped; NotUtf8 names the first line that is not UTF-8, found by a second,
-    binary read (decoding on the way, in C, is the fast path)."""
+    """(line number, text), a leading BOM dropped; NotUtf8 names the first line that is not UTF-8."""
     try:
         with open(path, encoding="utf-8-sig", newline=newline) as f:
             yield from enumerate(f, 1)
@@ -209,8 +208,7 @@ def _reason(err: ValueError) -> str:
 
 
 def _csv(path: str) -> Iterator[Record]:
-    """Rows as dicts; a row with more fields than the header is what pandas (datasets' csv reader) refuses, and a
-    file without a header or without rows fails datasets' build."""
+    """Rows as dicts; too many fields, no header or no rows fail datasets' build."""
     reader = csv.reader(text for _, text in utf8_lines(path, newline=""))
     header = next((row for row in reader if row), None)  # pandas skips blank lines before the header too
     if not header:
