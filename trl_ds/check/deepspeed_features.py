@@ -25,8 +25,7 @@ def check_offload_ratio(cfg) -> List[str]:
 
 
 def _coarse_split(cfg) -> List[str]:
-    """DeepSpeed splits by whole sub-groups (stage3.py: sub-group i is offloaded when i >= int((1 - ratio) * n)), so
-    with few sub-groups per rank the offloaded share can be far from the ratio (one sub-group: all of it)."""
+    """DeepSpeed offloads whole sub-groups, so with few per rank the share can be far from the ratio."""
     from trl_ds.errors import ConfigError
     from trl_ds.plan.memory import setup_from_config
     from trl_ds.plan.optimizer_places import auto_sub_group_size, offloaded_fraction
