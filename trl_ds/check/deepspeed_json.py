@@ -114,10 +114,9 @@ def _batch_key(imp: Importer, key: str, given: Any) -> None:
 
 
 def derived_micro(ds: Dict[str, Any], world: int) -> Tuple[List[Mapping], List[str]]:
-    """A file that gives train_batch_size and leaves train_micro_batch_size_per_gpu out (not "auto", which
-    transformers fills from the trainer's arguments): DeepSpeed derives the micro-batch, train_batch_size /
-    (gradient_accumulation_steps, 1 when absent, × world) (runtime/config.py _set_batch_related_parameters);
-    so does trl_ds, or says why it cannot (DeepSpeedExamples' ZenFlow zf_config.json)."""
+    """A file that gives train_batch_size and leaves train_micro_batch_size_per_gpu out (not "auto"): DeepSpeed
+    derives the micro-batch, train_batch_size / (gradient_accumulation_steps or 1 × world); so does trl_ds, or says
+    why it cannot."""
     tbs, acc = number(ds.get("train_batch_size")), number(ds.get("gradient_accumulation_steps", 1))
     if "train_micro_batch_size_per_gpu" in ds or not isinstance(tbs, int) or not isinstance(acc, int) or acc < 1:
         return [], []
@@ -131,8 +130,7 @@ def derived_micro(ds: Dict[str, Any], world: int) -> Tuple[List[Mapping], List[s
 
 
 def batch_problem(ds: Dict[str, Any], world: int) -> List[str]:
-    """All three batch numbers fixed: DeepSpeed asserts global = micro × accumulation × world, and the world is the
-    cluster's; say so before launch with the numbers (validate() checks the other cases against the world)."""
+    """All three batch numbers fixed: global = micro × accumulation × the cluster's world, or refused."""
     tbs, micro, acc = (number(ds.get(k)) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
                                                    "gradient_accumulation_steps"))
     if not all(isinstance(v, int) for v in (tbs, micro, acc)) or tbs == micro * acc * world:
@@ -188,8 +186,7 @@ def _optimizer(imp: Importer, block: Dict[str, Any]) -> None:
 
 
 def _scheduler(imp: Importer, block: Dict[str, Any]) -> None:
-    """trl_ds writes no scheduler block: transformers then builds lr_scheduler_type's scheduler (same curve for
-    the linear-warmup schedules below)."""
+    """No scheduler block: transformers builds lr_scheduler_type's (same curve for linear warmup)."""
     kind, params = block.get("type", ""), block.get("params", {})
     schedule = {"WarmupLR": "constant_with_warmup", "WarmupDecayLR": "linear", "WarmupCosineLR": "cosine"}
     if kind not in schedule:
