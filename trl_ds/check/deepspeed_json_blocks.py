@@ -1,7 +1,5 @@
-"""deepspeed.from_file: the blocks of a DeepSpeed JSON that choose a parallelism or a number format (LLaMA-Factory's
-AutoTP, ALST and fp8 examples), mapped onto trl_ds's tp / sp / precision groups or refused with the reason.
-
-imp is deepspeed_json.Importer (map / note / refuse).
+"""deepspeed.from_file: the blocks of a DeepSpeed JSON that choose a parallelism or a number format (AutoTP, ALST,
+fp8), mapped onto trl_ds's tp / sp / precision groups or refused with the reason. imp is deepspeed_json.Importer.
 """
 from typing import Any, Dict
 
