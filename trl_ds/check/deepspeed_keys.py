@@ -29,8 +29,7 @@ DERIVED_TOP = {
     "aio": "offload.aio.NAME (block_size, queue_depth, intra_op_parallelism, single_submit, overlap_events)",
 }
 def check_deepspeed_block(cfg) -> List[str]:
-    """deepspeed.NAME: the keys trl_ds derives are refused here, and (for the DeepSpeed version they were recorded
-    from) names DeepSpeed never reads; nested names and values go to DeepSpeed's verdict."""
+    """deepspeed.NAME: keys trl_ds derives, and names DeepSpeed never reads, are refused."""
     given = dict(cfg.deepspeed or {})
     known = top_level_names()
     problems = []
