@@ -46,8 +46,7 @@ class _Keys:
 
 
 class _Recording(dict):
-    """A block of the JSON noting every dotted name DeepSpeed looks up (get, [], in, keys()); nested blocks too,
-    since DeepSpeed's non-pydantic blocks (flops_profiler, ...) also ignore names they do not read."""
+    """A block of the JSON noting every dotted name DeepSpeed looks up in it (nested blocks too)."""
 
     def __init__(self, data: dict, path: str = "", read: Optional[dict] = None):
         # one record shared by every block; a dict keeps the order, so an error can name the last name read
@@ -79,8 +78,7 @@ class _Recording(dict):
 
 
 def _read_key_by_key(name: str, read: dict) -> bool:
-    """DeepSpeed looked names up in this name's block one by one (a top-level name always is). A block it looked
-    nothing up in went whole to a pydantic class, which refuses unknown names itself."""
+    """DeepSpeed looked names up in this block one by one (else a pydantic class took it whole)."""
     block = name.rpartition(".")[0]
     return not block or any(r.startswith(f"{block}.") for r in read)
 
@@ -116,8 +114,7 @@ def deepspeed_verdict(cfg, ds_config: dict, world: int) -> List[str]:
 
 @functools.lru_cache(maxsize=1)
 def top_level_reads() -> frozenset:
-    """The top-level names DeepSpeed's DeepSpeedConfig looks up (of a config it accepts): a name outside them in a
-    file users bring is never read by DeepSpeed (check/deepspeed_json.py notes it)."""
+    """The top-level names DeepSpeedConfig looks up; others in a file users bring are never read."""
     read = judge({"train_batch_size": 1, "train_micro_batch_size_per_gpu": 1}, 1)[1]
     return frozenset(k for k in read if "." not in k)
 
