@@ -77,8 +77,7 @@ def check_max_steps(cfg, newest_dir: Optional[str]) -> List[str]:
 
 
 def check_epochs(cfg, newest_dir: Optional[str], batch: Optional[Batch]) -> List[str]:
-    """trainer.num_train_epochs (trainer.max_steps=-1) whose optimizer steps end before the newest complete
-    checkpoint: refused with the numbers, as a lowered trainer.max_steps is."""
+    """trainer.num_train_epochs whose steps end before the newest complete checkpoint: refused."""
     if cfg.trainer.max_steps > 0 or batch is None or not newest_dir:
         return []
     training = training_steps(cfg, batch)
