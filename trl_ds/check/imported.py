@@ -125,8 +125,7 @@ def apply(cfg, where: str, mappings: Sequence[Mapping], notes: Sequence[str],
 
 
 def _set(cfg, key: str, value: Any) -> None:
-    """cfg.key = value; a key the schema does not declare (a DeepSpeed key by name) is added, as Hydra's `+` adds
-    it: the parent node must be opened too, a typed node keeps its own flag."""
+    """cfg.key = value; an undeclared key is added as Hydra's `+` adds it (its parent node opened)."""
     parent = OmegaConf.select(cfg, key.rsplit(".", 1)[0]) if "." in key else cfg
     with open_dict(cfg), open_dict(parent if OmegaConf.is_config(parent) else cfg):
         OmegaConf.update(cfg, key, value, merge=False)
