@@ -37,8 +37,7 @@ def model_label(model_cfg) -> str:
 
 
 def family_targets(cfg, command_line: Sequence[str]) -> Optional[str]:
-    """Set PEFT's default targets for the model's family where trl_ds's default names none of its modules and the
-    command line gives no peft.target_modules; the printed line, or None."""
+    """PEFT's default targets for the family where trl_ds's name none of its modules; the line, or None."""
     if value(cfg.peft.name) == "none" or given_by_name("peft.target_modules", given_keys(command_line)):
         return None
     if list(cfg.peft.target_modules) != PeftConfig().target_modules:
@@ -57,8 +56,7 @@ def family_targets(cfg, command_line: Sequence[str]) -> Optional[str]:
 
 
 def target_problems(cfg) -> List[str]:
-    """Each named target must be a module of the model's decoder layer (a Linear, or transformers' Conv1D, which
-    PEFT adapts too)."""
+    """Each named target must be a Linear (or Conv1D) of the model's decoder layer."""
     p = cfg.peft
     if value(p.name) == "none":
         return []
