@@ -34,8 +34,7 @@ def accepted_before(key: Optional[str]) -> bool:
 
 
 def remember_accepted(key: Optional[str], script: str, imported: List[str]) -> None:
-    """imported: the files the check imported outside installed distributions (helper modules beside the script or
-    on PYTHONPATH, a development checkout), whose contents a later launch must find unchanged."""
+    """imported: files the check imported outside installed distributions, to be found unchanged later."""
     if key:
         write_entry(entry_path(KIND, key), {"key": key, "script": script,
                                             "imported": {path: _digest([path]) for path in imported}})
