@@ -69,8 +69,7 @@ def resolve(overrides: Sequence[str] = (), cfg=None, fit: str = "raise") -> Run:
 
 
 def import_files(cfg, command_line: Sequence[str]):
-    """The files users bring (an accelerate YAML, a DeepSpeed JSON, a TRL recipe), each key set where the command
-    line gives none by name: (the printed mapping lines, problems)."""
+    """The files users bring, each key set where the command line gives none: (lines, problems)."""
     lines, problems = [], []
     for importer in (apply_accelerate, apply_deepspeed_json, apply_recipe):
         found, refused = importer(cfg, command_line)
@@ -79,8 +78,7 @@ def import_files(cfg, command_line: Sequence[str]):
 
 
 def absolute_local_paths(cfg) -> None:
-    """A relative model or dataset path means the folder the user launched from, not the run dir the ranks run in
-    (nor wherever launch.sh is run later): made absolute, before the checks and the run dir's files."""
+    """Relative model and dataset paths made absolute from the folder the user launched from."""
     if cfg.get("script") and is_file_target(cfg.script):
         cfg.script = os.path.abspath(os.path.expanduser(cfg.script))
     for group, key in LOCAL_PATH_KEYS:
