@@ -1,7 +1,5 @@
-"""What each trainer, LoRA and Ulysses need, checked in the launching process before any rank starts.
-
-Pure rules take the config and return problems; the `*_here` rules look at this machine (dataset files, importable
-reward functions, installed loggers) and run for real launches only. No torch.
+"""What each trainer, LoRA and Ulysses need, checked in the launching process before any rank starts. Pure rules take
+the config and return problems; the `*_here` rules look at this machine and run for real launches only. No torch.
 """
 import dataclasses
 import importlib
@@ -110,8 +108,7 @@ def check_passthrough(cfg) -> List[str]:
 
 
 def eval_notes(cfg) -> List[str]:
-    """Evaluation sizes set while evaluation is off (open-r1's recipes keep per_device_eval_batch_size with
-    eval_strategy no): TRL takes and ignores them, so they are printed, not refused."""
+    """Evaluation sizes set while evaluation is off: TRL ignores them, so they are printed, not refused."""
     t = cfg.trainer
     if value(t.eval_strategy) != "no":
         return []
@@ -229,8 +226,7 @@ def _heads_divide(model, size: int) -> List[str]:
 
 
 def check_trainer_here(cfg) -> List[str]:
-    """Needs this machine must meet for a real launch: evaluation data, reward functions, loggers (the data files'
-    columns are check/data_file.py's, in dry runs too)."""
+    """What this machine must have for a real launch: evaluation data, reward functions, loggers."""
     problems = check_eval_here(cfg)
     if value(cfg.trainer.name) in GENERATING:
         problems += [p for path in cfg.trainer.reward_funcs for p in [reward_function_problem(path)] if p]
