@@ -15,28 +15,15 @@ from trl_ds.config.values import value
 
 # Each trainer's parser, as trl/scripts/<cmd>.py make_parser builds it (DatasetMixtureConfig is left out: trl_ds
 # loads the data itself).
-PARSER_CLASSES = {
-    "sft": ("ScriptArguments", "SFTConfig", "ModelConfig"),
-    "dpo": ("ScriptArguments", "DPOConfig", "ModelConfig"),
-    "reward": ("ScriptArguments", "RewardConfig", "ModelConfig"),
-    "grpo": ("GRPOScriptArguments", "GRPOConfig", "ModelConfig"),
-    "kto": ("ScriptArguments", "KTOConfig", "ModelConfig"),
-    "rloo": ("RLOOScriptArguments", "RLOOConfig", "ModelConfig"),
-}
-CLASS_FILES = {
-    "TrainingArguments": ("transformers", "training_args.py"),
-    "_BaseConfig": ("trl", "trainer/base_config.py"),
-    "SFTConfig": ("trl", "trainer/sft_config.py"),
-    "DPOConfig": ("trl", "trainer/dpo_config.py"),
-    "RewardConfig": ("trl", "trainer/reward_config.py"),
-    "GRPOConfig": ("trl", "trainer/grpo_config.py"),
-    "KTOConfig": ("trl", "trainer/kto_config.py"),
-    "RLOOConfig": ("trl", "trainer/rloo_config.py"),
-    "ScriptArguments": ("trl", "scripts/utils.py"),
-    "GRPOScriptArguments": ("trl", "scripts/grpo.py"),
-    "RLOOScriptArguments": ("trl", "scripts/rloo.py"),
-    "ModelConfig": ("trl", "trainer/model_config.py"),
-}
+PREFIX = {"sft": "SFT", "dpo": "DPO", "reward": "Reward", "grpo": "GRPO", "kto": "KTO", "rloo": "RLOO"}
+OWN_SCRIPT_ARGUMENTS = ("grpo", "rloo")  # trl/scripts/<cmd>.py declares <Prefix>ScriptArguments
+PARSER_CLASSES = {t: (f"{p}ScriptArguments" if t in OWN_SCRIPT_ARGUMENTS else "ScriptArguments", f"{p}Config",
+                      "ModelConfig") for t, p in PREFIX.items()}
+CLASS_FILES = {"TrainingArguments": ("transformers", "training_args.py"),
+               "_BaseConfig": ("trl", "trainer/base_config.py"), "ModelConfig": ("trl", "trainer/model_config.py"),
+               "ScriptArguments": ("trl", "scripts/utils.py"),
+               **{f"{p}Config": ("trl", f"trainer/{t}_config.py") for t, p in PREFIX.items()},
+               **{f"{PREFIX[t]}ScriptArguments": ("trl", f"scripts/{t}.py") for t in OWN_SCRIPT_ARGUMENTS}}
 PLAIN_TYPES = {"bool": (bool,), "int": (int,), "float": (float, int), "str": (str,), "dict": (dict,),
                "list": (list,), "None": (type(None),)}
 
