@@ -1,8 +1,6 @@
-"""trainer.from_trl_config=recipe.yaml: start from a `trl <cmd> --config` YAML.
-
-What trl_ds owns is mapped onto its keys (each mapping printed), the rest goes to trainer.args and through the same
-check as arguments given by name; what cannot be honoured is refused with the reason. Keys given by name on the
-command line win over the recipe's (check/imported.py).
+"""trainer.from_trl_config=recipe.yaml: start from a `trl <cmd> --config` YAML. What trl_ds owns is mapped onto its
+keys (each mapping printed), the rest goes to trainer.args and the same check as arguments given by name; what
+cannot be honoured is refused with the reason. Keys given by name on the command line win (check/imported.py).
 """
 import dataclasses
 from typing import Any, Dict, List, Sequence, Tuple
@@ -117,8 +115,7 @@ def _save(name: str, given: Any, recipe: Dict[str, Any]):
 
 
 def as_parsed(m: Mapping, trainer: str) -> Mapping:
-    """A single value for a list argument (DPO's loss_type: apo_zero) becomes the one-item list TrlParser makes of
-    it (argparse's nargs="+" field); every other value as written."""
+    """A single value for a list argument becomes the one-item list TrlParser makes of it."""
     if not m.key.startswith("trainer.args.") or isinstance(m.value, (list, dict)) or m.value is None:
         return m
     field = trainer_fields(trainer).get(m.key[len("trainer.args."):])
