@@ -2,8 +2,6 @@
 
     trl-ds run zero=stage3 cluster=1x8           # = python -m trl_ds zero=stage3 cluster=1x8
     trl-ds plan model=llama3-70b cluster=1x8     # every command takes the same Hydra overrides as run
-    trl-ds report multirun/2026-12-02/10-00-00
-    trl-ds plan --help                           # each command's own options
 """
 import argparse
 import difflib
