@@ -208,8 +208,7 @@ GRAMMAR_CHARS = "[]{}(),='\""  # for the message: what Hydra reads as lists, dic
 
 
 def name_too_long(args: Sequence[str]) -> Optional[str]:
-    """A run dir with a name the file system cannot hold (Hydra would fail creating it, with a traceback), or one
-    Hydra would misread (a bracket outside quotes)."""
+    """A run dir name the file system cannot hold, or one Hydra would misread (a bracket outside quotes)."""
     for arg in args:
         key = next((k for k in RUN_DIR_KEYS if arg.lstrip("+").startswith(k)), None)
         if key is None:
@@ -231,8 +230,7 @@ def name_too_long(args: Sequence[str]) -> Optional[str]:
 
 
 def _hydra_value(arg: str) -> Optional[str]:
-    """The path Hydra's own override parser reads from `arg` (quotes and escapes undone, ${...} kept); None when it
-    refuses the override or would read a sweep (a comma), a list or a dict."""
+    """The path Hydra's override parser reads from `arg`; None for a refused, sweep, list or dict value."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -255,8 +253,7 @@ def _name_max(path: str) -> int:
 
 
 def _skip_mode_probe() -> None:
-    """Hydra 1.3 composes the whole config once just to read `hydra.mode`, which trl_ds never sets in config; without
-    that probe Hydra takes the mode from --multirun alone. One compose less: about 0.1 s of every dry run."""
+    """Hydra 1.3 composes the whole config once just to read `hydra.mode`, which trl_ds never sets: one compose less."""
     from hydra._internal.hydra import Hydra
 
     Hydra.get_mode = lambda self, config_name, overrides: None
