@@ -1,13 +1,10 @@
 """`trl-ds watch RUN_DIR [--every S]`: attach to a run dir, running or finished, here or on a shared filesystem;
 show its state and progress until it ends; exit with the run's own status.
 
-    trl-ds watch outputs/2026-12-04/10-00-00-ab12      # from another terminal, or after a SLURM submit
-
-A finished run prints its summary and exits at once: 0 completed, 1 failed, 128+signal stopped, 2 skipped.
-A launch is running while its launcher holds the run dir's lock (launch.lock: pid and host), or, for launcher=slurm,
-while its job is in SLURM's queue. A summary.json written by another launch than the latest one that started its
-ranks (rundir/layout.py summary_is_latest) is an earlier launch's: the latest ended without one (killed), and watch
-says so instead of the old outcome.
+A finished run prints its summary and exits at once: 0 completed, 1 failed, 128+signal stopped, 2 skipped. A launch
+is running while its launcher holds the run dir's lock, or, for launcher=slurm, while its job is queued. A
+summary.json of an earlier launch than the latest (rundir/layout.py summary_is_latest) means the latest ended
+without one (killed), and watch says so.
 """
 import argparse
 import os
@@ -54,8 +51,7 @@ class SqueueNoAnswer(Exception):
 
 
 def slurm_job_running(job_id: str) -> bool:
-    """The job is pending or running in SLURM's queue (squeue lists a job for a while after it ends, as COMPLETED
-    or FAILED)."""
+    """The job is pending or running in SLURM's queue (not merely listed after it ended)."""
     try:
         out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
                              timeout=SQUEUE_TIMEOUT_S)
@@ -84,10 +80,8 @@ def running_since(run_dir: str, job: Optional[str]) -> Optional[float]:
 
 
 def lock_since(run_dir: str) -> Optional[float]:
-    """When the running launch took the run dir's lock; None when no launch is running.
-
-    A lock held on another host cannot be checked from here: it counts as running until a summary newer than the
-    lock appears (a shared filesystem)."""
+    """When the running launch took the run dir's lock; None when none runs. A lock held on another host counts as
+    running until a summary newer than the lock appears (a shared filesystem)."""
     from trl_ds.launch.run_dir_lock import lock_path, read_holder, stale_reason
 
     path = lock_path(run_dir, 0)
@@ -169,8 +163,7 @@ def ended_without_summary(run_dir: str, earlier: str = "") -> int:
 
 
 def finished(run_dir: str) -> int:
-    """The outcome of the latest launch from its summary.json; a summary of an earlier launch, or one a kill cut
-    short, is said to be so, in one line."""
+    """The latest launch's outcome from summary.json; an earlier launch's or a cut one is said to be so."""
     from trl_ds.launch.summary import print_outcome
     from trl_ds.rundir.layout import load_run_config
 
