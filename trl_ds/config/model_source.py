@@ -120,8 +120,7 @@ PROBE_SECONDS = 3.0
 
 
 def hub_unreachable() -> Optional[str]:
-    """Why the Hub (HF_ENDPOINT, or the HTTPS proxy that reaches it) cannot be reached, or None: one TCP connect, so
-    a machine without network is answered at once instead of after huggingface_hub's five retries (about 23 s)."""
+    """Why the Hub (HF_ENDPOINT, or its HTTPS proxy) cannot be reached, or None: one TCP connect, not five retries."""
     import socket
     from urllib.parse import urlparse
 
