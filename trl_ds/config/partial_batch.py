@@ -45,8 +45,7 @@ def boundary_steps(rows: int, global_batch: int, steps: int) -> List[int]:
 
 def explain_divergence(step_deviation: List[float], by_point: dict, rows: Optional[int], global_batch: int,
                        rtol: float) -> Optional[str]:
-    """Why losses parted, when they part at the first step that holds an epoch's partial batch. by_point: name ->
-    per-step relative deviation from the first point."""
+    """Why losses parted at an epoch's partial batch; by_point: name -> per-step deviation from the first."""
     first_bad = next((i + 1 for i, dev in enumerate(step_deviation) if dev > rtol), None)
     left = leftover(rows, global_batch)
     if first_bad is None or not left or first_bad not in boundary_steps(rows, global_batch, len(step_deviation)):
