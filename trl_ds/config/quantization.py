@@ -39,8 +39,7 @@ def quant_storage(cfg) -> str:
 
 
 def model_config_fields(cfg) -> Dict[str, object]:
-    """The quantization as TRL's ModelConfig names it, for trainer.yaml (`trl <cmd> --config` builds the same
-    BitsAndBytesConfig from it, its compute dtype being ModelConfig.dtype)."""
+    """The quantization as TRL's ModelConfig names it, for trainer.yaml."""
     bits, p = quantized_bits(cfg), cfg.peft
     if bits == 8:
         return {"load_in_8bit": True, "dtype": training_dtype_name(cfg)}
@@ -52,8 +51,7 @@ def model_config_fields(cfg) -> Dict[str, object]:
 
 
 def map_model_config_fields(cfg, command_line: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """Move ModelConfig's quantization fields out of trainer.args onto peft.* (a peft key given on the command line
-    wins): (the printed lines, one per field; problems)."""
+    """ModelConfig's quantization fields in trainer.args moved onto peft.*: (lines, problems)."""
     args = cfg.trainer.args or {}
     given = {o.lstrip("+~").split("=", 1)[0] for o in command_line}
     lines, problems = [], []
