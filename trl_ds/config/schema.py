@@ -183,8 +183,7 @@ class OffloadConfig:
 
 @dataclass
 class HardwareConfig:
-    """Speeds the step-time model (trl_ds/plan/steptime.py) uses; null takes the number from the `cluster.gpu` preset.
-    Every field can be overridden: cluster.hardware.inter_node_gbps=25."""
+    """Speeds of the step-time model; null takes the `cluster.gpu` preset's (cluster.hardware.NAME=...)."""
     peak_tflops: Optional[float] = None  # TFLOP/s per device, dense, in the training dtype (bf16; fp32 on CPU)
     efficiency: Optional[float] = None  # fraction of peak_tflops a training step's matmuls reach (0..1)
     hbm_gbps: Optional[float] = None  # GB/s (1e9 B/s) of device memory; on CPU: what torch's AdamW reaches
@@ -271,8 +270,7 @@ class TrainerConfig:
 
 @dataclass
 class PeftConfig:
-    """peft=lora: train low-rank adapters only; the base weights stay frozen (PEFT's LoraConfig names). peft=qlora:
-    the same over a 4-bit base (trl_ds/config/quantization.py)."""
+    """peft=lora: train low-rank adapters only (LoraConfig's names); peft=qlora: over a 4-bit base."""
     name: PeftName = PeftName.none
     r: int = 8  # adapter rank
     lora_alpha: int = 16  # scaling: the adapter's update is multiplied by lora_alpha / r
