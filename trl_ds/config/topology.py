@@ -21,8 +21,7 @@ class Topology:
 
     @property
     def data_parallel(self) -> int:
-        """Ranks that read different samples; at least 1 (sizes that do not divide the world are ConfigErrors
-        elsewhere)."""
+        """Ranks that read different samples; at least 1."""
         return max(self.world // self.shares_samples, 1)
 
     @property
