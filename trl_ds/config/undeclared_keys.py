@@ -1,9 +1,6 @@
 """Nothing silent: a key added with Hydra's `+` to any group of the schema is refused with the closest real name,
-unless it is a DeepSpeed key by DeepSpeed's own name under zero.* or offload.* (written into ds_config.json). A key
-given without the `+` is read as if it had one (as_added), so both spellings get the same answer.
-
-Run by compose() (every entry point but `trl-ds run`) and by validate() (which `trl-ds run` reaches through Hydra's
-main). Names only, read from the schema and from DeepSpeed's source (config/deepspeed_names.py): no deepspeed import.
+unless it is a DeepSpeed key by DeepSpeed's own name under zero.* or offload.*. A key given without the `+` is read
+as if it had one (as_added). Run by compose() and by validate(); names only, no deepspeed import.
 """
 import dataclasses
 import difflib
@@ -26,10 +23,9 @@ _PLAIN_KEY = re.compile(r"[A-Za-z_][\w-]*(\.[\w-]+)*")  # no package (@), no gro
 
 
 def as_added(overrides: Sequence[str]) -> List[str]:
-    """Hydra refuses `key=value` for a key the schema lacks with "To append to your config use +key=value", the wrong
-    fix for a misspelling. Such an override is passed on as `+key=value` (`++` inside a free-form map, where a
-    preset may hold the key), so check_undeclared_keys answers it with the real name, and a DeepSpeed or TRL name
-    under zero.*, offload.*, deepspeed.* or trainer.args.* is read alike with or without its `+`."""
+    """Hydra refuses `key=value` for a key the schema lacks with "use +key=value", the wrong fix for a misspelling:
+    such an override is passed on as `+key=value` (`++` inside a free-form map), so check_undeclared_keys answers it
+    with the real name, and a DeepSpeed or TRL name is read alike with or without its `+`."""
     return [_as_added(o) for o in overrides]
 
 
