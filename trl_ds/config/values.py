@@ -91,8 +91,7 @@ def schema_type(path: str):
 
 
 def undeclared(cfg, group: str) -> dict:
-    """Keys a user added to a group with Hydra's `+` that the schema does not declare, as plain values (zero.* and
-    offload.* pass DeepSpeed's own names through this way; trl_ds/check/deepspeed_keys.py refuses the rest)."""
+    """Keys added to a group with `+` that the schema lacks, as plain values (DeepSpeed's own names)."""
     import dataclasses
 
     from omegaconf import OmegaConf
