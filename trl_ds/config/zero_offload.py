@@ -3,8 +3,7 @@ from typing import List
 
 
 def zero_offload_problems(stage: int, optimizer: str, param: str) -> List[str]:
-    """Offloading the optimizer needs ZeRO >= 1; parameters and NVMe need ZeRO-3 (DeepSpeed silently ignores a
-    parameter offload below stage 3). One message per problem, with the fix."""
+    """Optimizer offload needs ZeRO >= 1; parameter and NVMe offload ZeRO-3. One message each, with the fix."""
     problems = []
     if param != "none" and stage != 3:
         problems.append(f"offload.param={param} needs zero=stage3 (got zero.stage={stage}); DeepSpeed would "
