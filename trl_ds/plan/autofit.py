@@ -68,8 +68,7 @@ def check_micro_auto(cfg) -> None:
 
 def candidates(cfg, auto: Optional[List[str]] = None, accepts: Optional[Callable[[Setup], bool]] = None
                ) -> List[Candidate]:
-    """Every valid combination the `auto` choices allow (and `accepts`, the launch's check, accepts), fastest (per
-    sample) first, those that fit before the rest."""
+    """Every combination the `auto` choices allow and `accepts` accepts, fitting first, fastest first."""
     auto = auto_choices(cfg) if auto is None else auto
     hw, out = hardware_from_config(cfg), []
     for base in bases(cfg):  # one per tp × sp pair and 16-bit option tried, else the config's own
@@ -185,8 +184,7 @@ def render(ranked: List[Candidate], winner: Candidate, reason: str) -> str:
 
 
 def trainer_hint(ranked: List[Candidate]) -> str:
-    """A trainer setting with which some candidate fits (they change what the trainer holds, so auto-fit names them
-    rather than choosing them: trl_ds/plan/trainers.py fixes)."""
+    """A trainer setting with which some candidate fits: named, not chosen (it changes what is trained)."""
     if not ranked:
         return ""
     for overrides, changes in trainers.fixes(ranked[0].estimate.setup):
