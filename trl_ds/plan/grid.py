@@ -1,8 +1,6 @@
-"""The grid of training configurations: ZeRO stage × offload × micro-batch × gradient checkpointing, and the
-partial offload ratios (offload=auto).
-
-The planner tabulates all of it; auto-fit searches the part its `auto` choices leave open. Both skip what the
-checks would reject (config/zero_offload.py).
+"""The grid of training configurations: ZeRO stage × offload × micro-batch × gradient checkpointing, and the partial
+offload ratios (offload=auto). The planner tabulates it, auto-fit searches what its `auto` choices leave open; both
+skip what the checks would reject (config/zero_offload.py).
 """
 from dataclasses import replace
 from typing import Iterable, Iterator, List, Optional
