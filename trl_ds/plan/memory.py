@@ -396,8 +396,7 @@ def quantized_load_host(s: Setup) -> int:
 
 
 def nvme_bytes(s: Setup) -> int:
-    """ZeRO-Infinity swap files per node: 16-bit params (all) and/or master + Adam state (12 B per trainable
-    parameter in fp32; optimizer_places' bytes under the bf16 options)."""
+    """ZeRO-Infinity swap files per node: 16-bit params and/or optimizer_places' NVMe states."""
     params = s.param_bytes if s.param_offload == "nvme" else 0
     optimizer = optimizer_places(s)["states"].get("nvme", 0) * s.world  # per rank, so × the ranks
     reference = trainers.reference_places(s).get("nvme", 0) * s.gpus_per_node  # per rank, in its own swap files
@@ -441,16 +440,14 @@ def activations(s: Setup) -> int:
 
 
 def dequantized_weight(s: Setup) -> int:
-    """A quantized base computes each Linear from its weight dequantized into the compute dtype, one at a time
-    (bitsandbytes' MatMul4Bit, forward and backward): the largest such weight."""
+    """The largest quantized weight, dequantized into the compute dtype one at a time."""
     if not s.quant_bits:
         return 0
     return s.width * max(i * o for i, o in quantized.quantized_shapes(s.arch))
 
 
 def logits(s: Setup) -> int:
-    """Peak of TRL's fused LM head + loss; checkpointing does not change it, and the full logits never exist. The
-    reward model has no vocabulary head (trl_ds/plan/trainers.py reward_head_peak)."""
+    """Peak of TRL's fused LM head + loss (the full logits never exist); the reward model has no vocabulary head."""
     if s.trainer == "reward":
         return trainers.reward_head_peak(s)
     if s.head == "full":
@@ -460,8 +457,7 @@ def logits(s: Setup) -> int:
 
 
 def fused_head_peak(tokens: int, vocab: int, hidden: int, width: int, on_cpu: bool, frozen: bool = False) -> int:
-    """One logits tile, the fp32 gradients of the lm_head weight (unless frozen) and of the hidden states,
-    per-token statistics."""
+    """One logits tile, fp32 lm_head (unless frozen) and hidden-state gradients, per-token statistics."""
     c = HEAD_PEAK[width]
     tile_tokens = min(tokens, HEAD_TOKEN_TILE)
     tile = tile_tokens * HEAD_VOCAB_TILE * width
@@ -494,8 +490,7 @@ def device_buffers(s: Setup) -> Dict[str, int]:
 
 
 def host_buffers(s: Setup) -> int:
-    """Pinned host bytes per node beside the model states: ZeRO-3's gradient partition when the optimizer is
-    offloaded, and the NVMe swap buffers (parameters: buffer_count × buffer_size; optimizer: 4 × sub-group)."""
+    """Pinned host bytes per node: ZeRO-3's offloaded gradient partition and the NVMe swap buffers."""
     psi_t, n = s.trainable, s.world
     per_rank = 0
     if s.stage == 3 and s.optimizer_offload != "none":
