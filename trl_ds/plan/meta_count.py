@@ -42,8 +42,7 @@ def meta_model(raw: dict):
 
 
 def count(raw: dict):
-    """(transformers' config object, the entry for a config.json's content: {"config", "modules", "embedding",
-    "lm_head", "experts", "linears"})."""
+    """(transformers' config, the entry: config, modules, embedding, lm_head, experts, linears)."""
     config, model = meta_model(raw)
     modules: Dict[str, List[int]] = {}
     for name, p in model.named_parameters():  # already without the tied duplicates
@@ -57,8 +56,7 @@ def count(raw: dict):
 
 
 def routed_groups(modules: Dict[str, List[int]]) -> List[int]:
-    """The numel of each layer's routed experts: fused experts (one module) or a ModuleList of them, one group per
-    layer, from module names."""
+    """The numel of each layer's routed experts (fused or a ModuleList), one group per layer."""
     groups: Dict[str, int] = {}
     for name, sizes in modules.items():
         found = EXPERTS.match(name)
