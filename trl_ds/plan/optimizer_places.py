@@ -22,8 +22,7 @@ def partial_ratio(s) -> float:
 
 
 def split_elements(s) -> Tuple[float, float]:
-    """(elements on the device, elements offloaded) of one rank's trainable partition. Without a split this is the
-    fractional Ψ_t / n the fixed figures always used; with one, whole sub-groups (even_offload_split)."""
+    """(elements on the device, offloaded) of one rank's trainable partition (even_offload_split)."""
     per_rank = s.trainable / s.world
     if s.optimizer_offload == "none":
         return per_rank, 0.0
