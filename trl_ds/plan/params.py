@@ -126,8 +126,7 @@ def entry(config_json: str) -> dict:
 
 
 def routing(attr) -> Tuple[int, int]:
-    """(routed experts per MoE layer, experts one token passes through) from `attr(name)` (a config's value or None);
-    unknown routing: every expert (an upper bound)."""
+    """(routed experts per MoE layer, experts per token) from `attr(name)`; unknown: every expert."""
     experts = next((attr(k) for k in EXPERT_COUNT_KEYS if attr(k)), 0)
     if experts:
         return experts, attr("num_experts_per_tok") or attr("top_k_experts") or experts  # Gemma 4's name
@@ -146,8 +145,7 @@ def config_attr(config):
 
 
 def described(attr, model_type: str, moe_layers: int) -> Architecture:
-    """The dimensions the estimates use, from `attr(name)` (what getattr(config, name) gives, or None: its
-    attribute_map knows every family's names)."""
+    """The dimensions the estimates use, from `attr(name)` (getattr on the config, or None)."""
     h, heads, layers = attr("hidden_size"), attr("num_attention_heads"), attr("num_hidden_layers")
     missing = [k for k, v in (("hidden_size", h), ("num_attention_heads", heads), ("num_hidden_layers", layers),
                               ("vocab_size", attr("vocab_size"))) if not isinstance(v, int)]
@@ -296,8 +294,7 @@ def layer_modules(arch: Architecture) -> Dict[str, tuple]:
 
 @dataclass(frozen=True)
 class AdapterCounts:
-    """LoRA's trainable parameters, as PEFT adds them: per targeted Linear(in, out), lora_A (r × in) and lora_B
-    (out × r), in every decoder layer."""
+    """LoRA's trainable parameters as PEFT adds them: lora_A (r × in) and lora_B (out × r) per target."""
     total: int
     largest: int  # numel of the largest lora_A or lora_B (ZeRO-3 gathers trainable modules one at a time)
     layer_tensors: tuple  # numel of each adapter tensor in one decoder layer
