@@ -231,8 +231,7 @@ def not_fit_message(cfg, e: Estimate, accepts: Accepts = None, keyed: bool = Fal
 
 
 def qlora_hint(s: Setup, cfg, keyed: bool = False) -> str:
-    """QLoRA changes what is trained (a frozen 4-bit base), so the planner never picks it; it says when it would fit
-    where nothing else does, or only NVMe offload."""
+    """QLoRA changes what is trained, so it is never picked; said where it would fit and nothing else does."""
     lora = PeftConfig()
     targets = s.lora_targets or tuple(t for t in lora.target_modules if t in linear_shapes(s.arch))
     if s.quant_bits or s.arch.is_moe or not targets:  # fused projections (phi3's qkv_proj): no default targets
@@ -300,8 +299,7 @@ VARIED = {"tp": lambda s: str(s.tp_size), "sp": lambda s: str(s.sp_size), "ratio
 
 
 def varied(rows: Sequence[Estimate]) -> Dict[str, Callable[[Setup], str]]:
-    """The tp, sp, ratio and 16-bit option columns, each where the rows differ in it (tp=auto, sp=auto,
-    offload=auto, precision.bf16_optimizer_auto=true)."""
+    """The tp, sp, ratio and 16-bit option columns, each where the rows differ in it."""
     out = {name: shown for name, shown in VARIED.items() if len({shown(e.setup) for e in rows}) > 1}
     if len({partial_ratio(e.setup) for e in rows} - {1.0}) < 2:  # one typed ratio: shown as opt-cpu@0.5, as before
         out.pop("ratio", None)
@@ -335,8 +333,7 @@ def seconds(t: StepTime) -> str:
 
 
 def describe_params(s: Setup) -> str:
-    """'8.04B parameters, 6.82M trainable' under LoRA: the optimizer holds only the adapters; MoE adds the active
-    ones."""
+    """'8.04B parameters, 6.82M trainable' under LoRA; MoE adds the active ones."""
     trainable = f", {describe_count(s.trainable)} trainable" if s.uses_lora else ""
     active = f", {describe_count(s.counts.active)} active per token" if s.arch.is_moe else ""
     if s.tp_size > 1:  # Setup counts one rank's share; the model's own size comes first
