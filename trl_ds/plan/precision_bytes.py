@@ -34,8 +34,7 @@ def optimizer_bytes(bf16_master_weights_and_grads: bool = False, bf16_optimizer_
 
 
 def offload_split(sizes: Sequence[int], ratio: float) -> Tuple[int, int]:
-    """(elements on the device, elements offloaded) of a rank's sub-groups: stage3.py `_create_fp32_partitions` sends
-    sub-group i to the CPU when i >= int((1 - ratio) * n), so the first ones stay on the device."""
+    """(elements on the device, offloaded): sub-group i is offloaded when i >= int((1 - ratio) * n)."""
     on_device = int((1 - ratio) * len(sizes))
     return sum(sizes[:on_device]), sum(sizes[on_device:])
 
