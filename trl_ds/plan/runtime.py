@@ -33,8 +33,7 @@ class RunTime:
         return None if self.steps is None else self.seconds * self.gpus / 3600
 
     def describe(self, estimated: bool = True) -> str:
-        """'2000 steps (trainer.max_steps) × 42.1 s = 23.3 h, 187 GPU-hours on 8 GPUs (estimated)'; the plan, all
-        estimates, leaves the last word out."""
+        """'2000 steps (trainer.max_steps) × 42.1 s = 23.3 h, 187 GPU-hours on 8 GPUs (estimated)'."""
         if self.steps is None:
             return f"not known before launch ({self.how})"
         unit = "GPU" if self.device == "cuda" else "rank"
