@@ -27,118 +27,57 @@ def _c(token: Dict[str, int], layer: Dict[str, int] = None) -> Dict[str, Dict[st
 # ("token") and per layer ("layer") for each feature of `features`.
 LLAMA = {2: _c({"h": 16, "f": 8, "q": 4, "kv": 4, "heads": 4, "one": 8}),
          4: _c({"h": 24, "f": 16, "q": 8, "kv": 8, "heads": 4, "one": 8})}
+GEMMA2 = {w: _c({"h": h, "one": 16, "heads_x_seq": 8, "q": 2 * w, "kv_bmm": 2 * w, "f": 4 * w}, {"layer_h": 16})
+          for w, h in ((2, 36), (4, 40))}
+GEMMA3_LAYER = {"layer_h": 16, "layer_head_dim": 8}
 COEFFICIENTS: Dict[str, Dict[str, Dict[int, dict]]] = {
-    "llama": {
-        "dense": {
-            2: _c({"h": 16, "heads": 4, "one": 8, "q": 4, "kv": 4, "f": 8}),
-            4: _c({"h": 24, "heads": 4, "one": 8, "q": 8, "kv": 8, "f": 16}),
-        },
-    },
-    "mistral": {
-        "dense": {
-            2: _c({"h": 16, "heads": 4, "one": 8, "q": 4, "kv": 4, "f": 8}),
-            4: _c({"h": 24, "heads": 4, "one": 8, "q": 8, "kv": 8, "f": 16}),
-        },
-    },
-    "qwen2": {
-        "dense": {
-            2: _c({"h": 16, "heads": 4, "one": 8, "q": 4, "kv": 4, "f": 8}),
-            4: _c({"h": 24, "heads": 4, "one": 8, "q": 8, "kv": 8, "f": 16}),
-        },
-    },
-    "qwen3": {
-        "dense": {
-            2: _c({"h": 16, "heads": 8, "one": 8, "q": 10, "kv": 10, "kv_heads": 4, "f": 8}),
-            4: _c({"h": 24, "heads": 8, "one": 8, "q": 16, "kv": 16, "kv_heads": 4, "f": 16}),
-        },
-    },
-    "gemma": {
-        "dense": {
-            2: _c({"h": 20, "heads": 4, "one": 8, "q": 4, "kv": 4, "f": 8}, {"layer_h": 8}),
-            4: _c({"h": 24, "heads": 4, "one": 8, "q": 8, "kv": 8, "f": 16}, {"layer_h": 8}),
-        },
-    },
-    "gemma2": {
-        "dense": {
-            2: _c({"h": 36, "one": 16, "heads_x_seq": 8, "q": 4, "kv_bmm": 4, "f": 8}, {"layer_h": 16}),
-            4: _c({"h": 40, "one": 16, "heads_x_seq": 8, "q": 8, "kv_bmm": 8, "f": 16}, {"layer_h": 16}),
-        },
-        "dense_sliding": {
-            2: _c({"h": 36, "one": 16, "heads_x_seq": 8, "q": 4, "kv_bmm": 4, "f": 8}, {"layer_h": 16}),
-            4: _c({"h": 40, "one": 16, "heads_x_seq": 8, "q": 8, "kv_bmm": 8, "f": 16}, {"layer_h": 16}),
-        },
-    },
+    "llama": {"dense": LLAMA}, "mistral": {"dense": LLAMA}, "qwen2": {"dense": LLAMA},
+    "qwen3": {"dense": {2: _c({"h": 16, "heads": 8, "one": 8, "q": 10, "kv": 10, "kv_heads": 4, "f": 8}),
+                        4: _c({"h": 24, "heads": 8, "one": 8, "q": 16, "kv": 16, "kv_heads": 4, "f": 16})}},
+    "gemma": {"dense": {2: _c({"h": 20, "heads": 4, "one": 8, "q": 4, "kv": 4, "f": 8}, {"layer_h": 8}),
+                        4: _c({"h": 24, "heads": 4, "one": 8, "q": 8, "kv": 8, "f": 16}, {"layer_h": 8})}},
+    "gemma2": {"dense": GEMMA2, "dense_sliding": GEMMA2},
     "gemma3_text": {
-        "dense": {
-            2: _c({"h": 36, "heads": 8, "one": 16, "q": 12, "kv": 12, "kv_heads": 4, "f": 8},
-                  {"layer_h": 16, "layer_head_dim": 8}),
-            4: _c({"h": 40, "heads": 8, "one": 16, "q": 16, "kv": 16, "kv_heads": 4, "f": 16},
-                  {"layer_h": 16, "layer_head_dim": 8}),
-        },
+        "dense": {2: _c({"h": 36, "heads": 8, "one": 16, "q": 12, "kv": 12, "kv_heads": 4, "f": 8}, GEMMA3_LAYER),
+                  4: _c({"h": 40, "heads": 8, "one": 16, "q": 16, "kv": 16, "kv_heads": 4, "f": 16}, GEMMA3_LAYER)},
         "dense_sliding": {
             2: _c({"h": 36, "heads": 8, "one": 16, "seq": 2, "q": 12, "kv": 12, "kv_repeated": 4, "kv_heads": 4,
-                   "f": 8},
-                  {"layer_h": 16, "layer_head_dim": 8}),
+                   "f": 8}, GEMMA3_LAYER),
             4: _c({"h": 40, "heads": 8, "one": 16, "seq": 4, "q": 16, "kv": 16, "kv_repeated": 8, "kv_heads": 4,
-                   "f": 16},
-                  {"layer_h": 16, "layer_head_dim": 8}),
-        },
+                   "f": 16}, GEMMA3_LAYER)},
     },
-    "phi3": {
-        "dense": {
-            2: _c({"h": 16, "heads": 4, "one": 8, "q": 8, "kv": 6, "f": 8}),
-            4: _c({"h": 24, "heads": 4, "one": 8, "q": 16, "kv": 12, "f": 16}),
-        },
-    },
-    "olmo2": {
-        "dense": {
-            2: _c({"h": 20, "heads": 4, "one": 16, "q": 12, "kv": 12, "f": 8}),
-            4: _c({"h": 24, "heads": 4, "one": 16, "q": 16, "kv": 16, "f": 16}),
-        },
-    },
-    "mixtral": {
-        "moe": {
-            2: _c({"h": 16, "heads": 4, "one": 12, "q": 4, "kv": 4, "routed": 8, "k_x_h": 4, "experts": 4, "k": 40},
-                  {"layer_experts": 4}),
-            4: _c({"h": 24, "heads": 4, "one": 12, "q": 8, "kv": 8, "routed": 16, "k_x_h": 8, "experts": 4, "k": 40},
-                  {"layer_experts": 4}),
-        },
-    },
-    "qwen2_moe": {
-        "moe": {
-            2: _c({"h": 18, "heads": 4, "one": 10, "q": 4, "kv": 4, "routed": 8, "shared": 8, "k_x_h": 4,
-                   "experts": 4, "k": 34},
-                  {"layer_experts": 4}),
-            4: _c({"h": 28, "heads": 4, "one": 12, "q": 8, "kv": 8, "routed": 16, "shared": 16, "k_x_h": 8,
-                   "experts": 4, "k": 36},
-                  {"layer_experts": 4}),
-        },
-    },
-    "qwen3_moe": {
-        "moe": {
-            2: _c({"h": 16, "heads": 8, "one": 8, "q": 10, "kv": 10, "kv_heads": 4, "routed": 8, "k_x_h": 4,
-                   "experts": 4, "k": 34},
-                  {"layer_experts": 4}),
-            4: _c({"h": 24, "heads": 8, "one": 8, "q": 16, "kv": 16, "kv_heads": 4, "routed": 16, "k_x_h": 8,
-                   "experts": 4, "k": 36},
-                  {"layer_experts": 4}),
-        },
-    },
+    "phi3": {"dense": {2: _c({"h": 16, "heads": 4, "one": 8, "q": 8, "kv": 6, "f": 8}),
+                       4: _c({"h": 24, "heads": 4, "one": 8, "q": 16, "kv": 12, "f": 16})}},
+    "olmo2": {"dense": {2: _c({"h": 20, "heads": 4, "one": 16, "q": 12, "kv": 12, "f": 8}),
+                        4: _c({"h": 24, "heads": 4, "one": 16, "q": 16, "kv": 16, "f": 16})}},
+    "mixtral": {"moe": {
+        2: _c({"h": 16, "heads": 4, "one": 12, "q": 4, "kv": 4, "routed": 8, "k_x_h": 4, "experts": 4, "k": 40},
+              {"layer_experts": 4}),
+        4: _c({"h": 24, "heads": 4, "one": 12, "q": 8, "kv": 8, "routed": 16, "k_x_h": 8, "experts": 4, "k": 40},
+              {"layer_experts": 4})}},
+    "qwen2_moe": {"moe": {
+        2: _c({"h": 18, "heads": 4, "one": 10, "q": 4, "kv": 4, "routed": 8, "shared": 8, "k_x_h": 4, "experts": 4,
+               "k": 34}, {"layer_experts": 4}),
+        4: _c({"h": 28, "heads": 4, "one": 12, "q": 8, "kv": 8, "routed": 16, "shared": 16, "k_x_h": 8, "experts": 4,
+               "k": 36}, {"layer_experts": 4})}},
+    "qwen3_moe": {"moe": {
+        2: _c({"h": 16, "heads": 8, "one": 8, "q": 10, "kv": 10, "kv_heads": 4, "routed": 8, "k_x_h": 4, "experts": 4,
+               "k": 34}, {"layer_experts": 4}),
+        4: _c({"h": 24, "heads": 8, "one": 8, "q": 16, "kv": 16, "kv_heads": 4, "routed": 16, "k_x_h": 8,
+               "experts": 4, "k": 36}, {"layer_experts": 4})}},
     "deepseek_v3": {
         "dense": {
             2: _c({"h": 16, "heads": 4, "one": 16, "q_rank": 8, "q_direct": -4, "kv_rank": 8, "heads_x_nope": 12,
                    "heads_x_rope": 10, "f": 8}),
             4: _c({"h": 24, "heads": 4, "one": 16, "q_rank": 12, "q_direct": -4, "kv_rank": 12, "heads_x_nope": 24,
-                   "heads_x_rope": 20, "rope": 4, "f": 16}),
-        },
+                   "heads_x_rope": 20, "rope": 4, "f": 16})},
         "moe": {
             2: _c({"h": 20, "heads": 4, "one": 20, "q_rank": 8, "q_direct": -4, "kv_rank": 8, "heads_x_nope": 12,
                    "heads_x_rope": 10, "routed": 8, "shared": 8, "k_x_h": 4, "experts": 4, "k": 40},
                   {"layer_experts": 4, "layer_experts_x_h": 4}),
             4: _c({"h": 24, "heads": 4, "one": 20, "q_rank": 12, "q_direct": -4, "kv_rank": 12, "heads_x_nope": 24,
                    "heads_x_rope": 20, "rope": 4, "routed": 16, "shared": 16, "k_x_h": 8, "experts": 4, "k": 40},
-                  {"layer_experts": 4}),
-        },
+                  {"layer_experts": 4})},
     },
 }
 
