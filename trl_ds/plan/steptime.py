@@ -191,8 +191,7 @@ def gather_seconds(s: Setup, hw: Hardware) -> float:
 
 
 def reference_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
-    """The forwards without gradients per optimizer step (module docstring): the reference's, and KTO's KL sequences
-    (trl_ds/plan/trainers.py reference_forwards); under ZeRO-3 each forward gathers the model."""
+    """The no-grad forwards per step (trainers.reference_forwards), each gathering the model under ZeRO-3."""
     forwards = trainers.reference_forwards(s)
     if not forwards:
         return 0.0
@@ -222,8 +221,7 @@ def generation_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
 
 
 def tensor_parallel_seconds(s: Setup, hw: Hardware, accumulation: int) -> float:
-    """tp=autotp's all-reduces of each layer's outputs and input gradients (trl_ds/plan/tensor_parallel.py), within
-    a node unless the group spans nodes; each layer waits for them, so none is hidden."""
+    """tp=autotp's all-reduces (plan/tensor_parallel.py), none hidden: each layer waits for them."""
     gbps = hw.intra_node_gbps if s.tp_size <= s.gpus_per_node else hw.inter_node_gbps
     return accumulation * allreduce_seconds(s.arch, s.tp_size, s.tokens, s.width, s.gradient_checkpointing, gbps,
                                             hw.collective_latency_us or 0.0)
