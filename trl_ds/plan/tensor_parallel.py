@@ -40,8 +40,7 @@ def allreduces_per_layer(arch: Architecture, checkpointing: bool = False) -> int
 
 
 def allreduce_bytes(arch: Architecture, tp: int, tokens: int, width: int, checkpointing: bool = False) -> int:
-    """Bytes each rank sends per micro-step for TP's all-reduces of tokens × hidden activations (a ring all-reduce
-    sends 2 (tp - 1) / tp of the buffer)."""
+    """Bytes each rank sends per micro-step for TP's ring all-reduces of tokens × hidden."""
     if tp <= 1:
         return 0
     buffer = tokens * arch.hidden_size * width
