@@ -32,8 +32,7 @@ def sequences_per_sample(trainer: str) -> int:
 
 
 def keeps_reference(s) -> bool:
-    """TRL builds a separate reference model: DPO, KTO, or GRPO / RLOO with beta != 0, without PEFT and without
-    precompute."""
+    """TRL builds a reference model: DPO, KTO, or GRPO / RLOO with beta != 0, no PEFT, no precompute."""
     return s.reference_wanted and not s.uses_lora and not s.precompute_ref
 
 
@@ -50,12 +49,8 @@ def reference_state(s) -> str:
 
 def reference_places(s) -> Dict[str, int]:
     """Bytes per rank the reference engine holds through training, in the policy's dtype, by place (device, host,
-    nvme). Under ZeRO-3 prepare_deepspeed keeps the policy's offload_param (it drops only offload_optimizer), so the
-    partition goes where the policy's does; the small persistent tensors stay whole on the device.
-
-    prepare_deepspeed also passes ZeRO-3 keys as "zero_optimization.stage3_param_persistence_threshold" at the top
-    of the config; DeepSpeed reads only the nested block, so the policy's threshold applies
-    (tests/integration/test_trainer_memory.py counts the reference engine's tensors)."""
+    nvme). Under ZeRO-3 prepare_deepspeed keeps the policy's offload_param and persistence threshold, so the
+    partition goes where the policy's does; the small persistent tensors stay whole on the device."""
     if not keeps_reference(s):
         return {}
     psi, w = s.counts.total, s.width
@@ -79,10 +74,8 @@ def reference_peak(s) -> int:
 
 
 def head_tokens(s) -> int:
-    """Tokens TRL's fused LM head scores: "On Triton devices, only the valid positions are scored" (labels not -100;
-    trl/trainer/utils.py add_fused_lm_head), which for GRPO are the completion's; elsewhere every position. SFT's and
-    DPO's prompt share is unknown before the data is read, so they are charged every token (a bound). RLOO masks its
-    prompts as GRPO does (rloo_trainer.py _get_per_token_logps_and_entropies)."""
+    """Tokens TRL's fused LM head scores: only the valid positions on Triton devices, which for GRPO and RLOO are the
+    completion's; elsewhere every position (SFT's and DPO's prompt share is unknown before the data: a bound)."""
     if s.trainer in GENERATING and s.device == "cuda":
         return s.micro_batch * s.completion_len // s.sp_size
     return s.tokens
@@ -123,8 +116,7 @@ def reference_forwards(s) -> int:
 
 
 def generation_excess(s, training_transients: int) -> int:
-    """What the generation phase needs beyond the training phase's transients (activations, logits), which it never
-    coexists with: the estimate's sum then holds the larger of the two phases."""
+    """What generation needs beyond the training phase's transients, which it never coexists with."""
     return max(sum(generation_items(s).values()) - training_transients, 0)
 
 
