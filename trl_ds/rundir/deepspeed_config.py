@@ -21,14 +21,10 @@ BF16_OPTIONS = ("bf16_master_weights_and_grads", "bf16_optimizer_states")
 def build_ds_config(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
     precision = dtype(cfg)
     ds: Dict[str, Any] = {
-        "train_batch_size": batch.global_size,
-        "train_micro_batch_size_per_gpu": batch.micro,
-        "gradient_accumulation_steps": batch.accumulation,
-        "gradient_clipping": cfg.trainer.max_grad_norm,
-        "zero_optimization": _zero_block(cfg, run_dir),
-        "optimizer": _optimizer_block(cfg),
-        "bf16": _bf16_block(cfg, precision),
-        "fp16": _fp16_block(cfg) if precision == "fp16" else {"enabled": False},
+        "train_batch_size": batch.global_size, "train_micro_batch_size_per_gpu": batch.micro,
+        "gradient_accumulation_steps": batch.accumulation, "gradient_clipping": cfg.trainer.max_grad_norm,
+        "zero_optimization": _zero_block(cfg, run_dir), "optimizer": _optimizer_block(cfg),
+        "bf16": _bf16_block(cfg, precision), "fp16": _fp16_block(cfg) if precision == "fp16" else {"enabled": False},
         # trl_ds logs metrics itself; max_steps=-1 (epochs) trains an unknown number of steps here
         "steps_per_print": cfg.trainer.max_steps + 1 if cfg.trainer.max_steps > 0 else 2 ** 31 - 1,
         "wall_clock_breakdown": False,
