@@ -19,27 +19,17 @@ AUTO_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_acc
 
 
 def build_accelerate_config(cfg, run_dir: str) -> Dict[str, Any]:
-    """accelerate's ClusterConfig for DeepSpeed with our ds_config.json.
-
-    mixed_precision is left out on purpose: with a deepspeed_config_file, accelerate refuses one from the config file
-    (the JSON's bf16/fp16 blocks decide).
-    """
+    """accelerate's ClusterConfig for DeepSpeed with our ds_config.json; no mixed_precision: with a
+    deepspeed_config_file accelerate refuses one (the JSON's bf16/fp16 blocks decide)."""
     c = cfg.cluster
     config: Dict[str, Any] = {
-        "compute_environment": "LOCAL_MACHINE",
-        "distributed_type": "DEEPSPEED",
-        "deepspeed_config": {
-            "deepspeed_config_file": os.path.join(run_dir, DS_CONFIG),
-            "deepspeed_multinode_launcher": "standard",  # torchrun on each node, as trl_ds launches
-            "zero3_init_flag": cfg.zero.stage == 3,
-        },
-        "machine_rank": c.node_rank,
-        "num_machines": c.nodes,
+        "compute_environment": "LOCAL_MACHINE", "distributed_type": "DEEPSPEED",
+        "deepspeed_config": {"deepspeed_config_file": os.path.join(run_dir, DS_CONFIG),
+                             "deepspeed_multinode_launcher": "standard",  # torchrun on each node, as trl_ds launches
+                             "zero3_init_flag": cfg.zero.stage == 3},
+        "machine_rank": c.node_rank, "num_machines": c.nodes,
         "num_processes": world_size(cfg),  # all ranks of all nodes, as accelerate counts them
-        "rdzv_backend": "static",
-        "same_network": True,
-        "use_cpu": False,
-        "debug": False,
+        "rdzv_backend": "static", "same_network": True, "use_cpu": False, "debug": False,
         "main_training_function": "main",
     }
     if c.nodes > 1:
@@ -54,14 +44,10 @@ def build_accelerate_config(cfg, run_dir: str) -> Dict[str, Any]:
 def _parallelism_block(cfg) -> Dict[str, Any]:
     """Ulysses as accelerate's parallelism_config: sp ranks share a sequence, ZeRO shards over the rest."""
     topo = topology(cfg)
-    return {
-        "parallelism_config_dp_replicate_size": 1,
-        "parallelism_config_dp_shard_size": topo.data_parallel,
-        "parallelism_config_sp_size": topo.sp_size,
-        "parallelism_config_sp_backend": "deepspeed",
-        "parallelism_config_sp_seq_length_is_variable": True,
-        "parallelism_config_sp_attn_implementation": cfg.sp.attn_implementation,
-    }
+    block = {"dp_replicate_size": 1, "dp_shard_size": topo.data_parallel, "sp_size": topo.sp_size,
+             "sp_backend": "deepspeed", "sp_seq_length_is_variable": True,
+             "sp_attn_implementation": cfg.sp.attn_implementation}
+    return {f"parallelism_config_{k}": v for k, v in block.items()}
 
 
 def parallelism_config(cfg):
@@ -99,10 +85,8 @@ def model_note(cfg) -> str:
 
 def write_interop_files(cfg, folder: str, ds_config: Dict[str, Any], trainer_args: Dict[str, Any],
                         run_dir: bool = False) -> None:
-    """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read.
-
-    run_dir: paths inside the folder are written "./..." (relative to it), so a copied run dir is independent;
-    TRL's CLI and accelerate then run with the run dir as the current folder."""
+    """ds_config.json, trainer.yaml and accelerate.yaml: what `trl <cmd>` and `accelerate launch` read. run_dir:
+    paths inside the folder are written "./...", so a copied run dir is independent (run from the run dir)."""
     command = value(cfg.trainer.name)
     machine_rank = " --machine_rank NODE_RANK" if cfg.cluster.nodes > 1 else ""
     accelerate = build_accelerate_config(cfg, folder)
