@@ -1,5 +1,4 @@
 """The run dir, the only thing ranks read: every file and folder name in it, and the helpers that read and write it.
-
 Paths are relative to the run dir unless a function takes `run_dir`.
 """
 import json
@@ -132,8 +131,7 @@ def read_summary(run_dir: str) -> Any:
 
 
 def adopt_summary(run_dir: str) -> None:
-    """A launch in a copied run dir that trains nothing (its run is complete) rewrites the copy's summary.json to name
-    its own folder, as a launch that trains does."""
+    """A launch in a copied, complete run dir rewrites the copy's summary.json to name its own folder."""
     summary = read_summary(run_dir)
     if isinstance(summary, dict) and summary != read_json_or_none(os.path.join(run_dir, SUMMARY)):
         write_json(os.path.join(run_dir, SUMMARY), summary)
