@@ -40,10 +40,8 @@ def this_launch_id() -> str:
 
 
 def die_with_parent(signum: int = signal.SIGTERM):
-    """A Popen preexec_fn: the child gets `signum` when this process ends (Linux; elsewhere nothing is set).
-
-    The signal survives exec (bash execs the launcher). A parent that died between fork and prctl is caught by
-    comparing the parent pid afterwards. prctl is looked up here: between fork and exec the child only calls it."""
+    """A Popen preexec_fn: the child gets `signum` when this process ends (Linux; elsewhere nothing is set). It
+    survives exec; a parent that died between fork and prctl is caught by comparing the parent pid afterwards."""
     import ctypes
 
     parent = os.getpid()
@@ -76,8 +74,7 @@ def start_time(pid) -> Optional[float]:
 
 
 def launch_processes(launch_id: Optional[str]) -> List[int]:
-    """Pids on this host whose environment carries this launch id (the node's launcher, its ranks, what they
-    start)."""
+    """Pids on this host whose environment carries this launch id (the node's launcher, its ranks)."""
     import psutil
 
     if not launch_id:
@@ -94,9 +91,7 @@ def launch_processes(launch_id: Optional[str]) -> List[int]:
 
 
 def watch_launcher(env=os.environ, every_s: float = WATCH_EVERY_S) -> Optional[threading.Thread]:
-    """In a rank: end this process soon after its launching process or its parent ends; returns the watching thread.
-
-    The launcher is watched only when it runs on this host (ranks started over ssh get no launcher pid)."""
+    """In a rank: end soon after the launching process (on this host) or the parent ends; the thread."""
     parent = os.getppid()
     launcher = None
     if env.get(LAUNCHER_PID) and env.get(LAUNCHER_HOST) == socket.gethostname():
