@@ -17,13 +17,8 @@ PASSTHROUGH = ("max_steps", "per_device_train_batch_size", "learning_rate", "wei
                "eval_steps", "per_device_eval_batch_size", "dataset_test_split")
 # Fields only some trainers take (their TRL config classes have no such argument otherwise).
 TRAINER_ONLY: Dict[str, Tuple[str, ...]] = {
-    "max_length": ("sft", "dpo", "reward", "kto"),
-    "beta": ("dpo", "grpo", "kto", "rloo"),
-    "num_generations": ("grpo", "rloo"),
-    "max_completion_length": ("grpo", "rloo"),
-    "temperature": ("grpo", "rloo"),
-    "reward_funcs": ("grpo", "rloo"),
-}
+    "max_length": ("sft", "dpo", "reward", "kto"), "beta": ("dpo", "grpo", "kto", "rloo"),
+    **dict.fromkeys(("num_generations", "max_completion_length", "temperature", "reward_funcs"), ("grpo", "rloo"))}
 
 # trainer.yaml keys that may name a place inside the run dir; there they are written "./..." (relative to the run dir,
 # never a hub name), so a copied run dir points at its own files.
@@ -84,18 +79,12 @@ def build_trainer_args(cfg, batch: Batch, run_dir: str) -> Dict[str, Any]:
     precision = dtype(cfg)
     args: Dict[str, Any] = {
         # ScriptArguments / ModelConfig of `trl <cmd> --config`
-        "model_name_or_path": model_path(cfg, run_dir),
-        "dataset_name": dataset_path(cfg, run_dir),
+        "model_name_or_path": model_path(cfg, run_dir), "dataset_name": dataset_path(cfg, run_dir),
         "dataset_train_split": t.dataset_train_split,
         # training arguments
-        "output_dir": os.path.join(run_dir, CHECKPOINT_DIR),
-        "seed": cfg.seed,
-        "gradient_accumulation_steps": batch.accumulation,
-        "bf16": precision == "bf16",
-        "fp16": precision == "fp16",
-        **checkpoint_args(cfg),
-        "deepspeed": os.path.join(run_dir, DS_CONFIG),
-    }
+        "output_dir": os.path.join(run_dir, CHECKPOINT_DIR), "seed": cfg.seed,
+        "gradient_accumulation_steps": batch.accumulation, "bf16": precision == "bf16", "fp16": precision == "fp16",
+        **checkpoint_args(cfg), "deepspeed": os.path.join(run_dir, DS_CONFIG)}
     if value(cfg.cluster.device) == "cpu":
         # With `deepspeed` set and no GPU, transformers builds accelerate's state with no backend, and accelerate then
         # counts one process per rank (batch mismatch under `trl <cmd>`); use_cpu makes it join with gloo, and the
@@ -132,8 +121,7 @@ def lora_target_modules(targets) -> List[str]:
 
 
 def peft_args(cfg) -> Dict[str, Any]:
-    """TRL's ModelConfig names, which `trl <cmd>` turns into a peft.LoraConfig (get_peft_config) and, for a quantized
-    base, a BitsAndBytesConfig (get_quantization_config)."""
+    """TRL's ModelConfig names, which `trl <cmd>` turns into a LoraConfig (and BitsAndBytesConfig)."""
     p = cfg.peft
     if value(p.name) == "none":
         return {}
@@ -146,11 +134,8 @@ def peft_args(cfg) -> Dict[str, Any]:
 
 
 def sequence_parallel_args(cfg) -> Dict[str, Any]:
-    """Ulysses shards each sequence across sp.size ranks: lengths must divide, attention must take position_ids.
-
-    On CPU every batch is padded to max_length: DeepSpeed gathers each sp group's batches, and gloo (unlike NCCL)
-    gathers equal shapes only.
-    """
+    """Ulysses shards each sequence across sp.size ranks: lengths must divide, attention must take position_ids. On
+    CPU every batch is padded to max_length: gloo (unlike NCCL) gathers each sp group's batches in equal shapes only."""
     size = sp_size(cfg)
     if size == 1:
         return {}
@@ -164,8 +149,7 @@ def _plain(x: Any) -> Any:
 
 
 def checkpoint_args(cfg) -> Dict[str, Any]:
-    """transformers saves; trl_ds marks complete and rotates (transformers' own rotation could delete the last
-    complete checkpoint before the new one is marked)."""
+    """transformers saves; trl_ds marks complete and rotates (theirs could delete the last complete one)."""
     every = cfg.checkpoint.every_steps
     if cfg.checkpoint.every_epoch:
         return {"save_strategy": "epoch", "save_total_limit": None}
