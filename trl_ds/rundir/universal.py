@@ -37,8 +37,7 @@ def sub_groups(cfg) -> Optional[int]:
 
 def shape_change(checkpoint: str, world_size: int, zero_stage: int, sub_group_size: Optional[int] = None
                  ) -> Optional[str]:
-    """How the checkpoint's shape differs from this launch's, in words; None when it loads as it is. A marker
-    written before sub-groups were recorded (or below stage 3) is taken to have this launch's."""
+    """How the checkpoint's shape differs from this launch's, in words; None when it loads as it is."""
     marker = read_marker(checkpoint)
     now = (world_size, zero_stage, sub_group_size)
     saved_sub_groups = marker.get("sub_group_size")
