@@ -42,8 +42,7 @@ ZERO = ZeroConfig()  # trl_ds's defaults, as a run without zero.* overrides gets
 
 
 def steady_step_seconds(run_dir: str, skip: int = 4) -> float:
-    """Median seconds between logged optimizer steps after the first `skip` (warm-up, loading, allocator growth):
-    the steady state, robust to the odd step slowed by other work on a shared machine."""
+    """Median seconds between logged optimizer steps after the first `skip`: the steady state."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         times: List[float] = [json.loads(line)["time"] for line in f if '"step"' in line and '"time"' in line]
     gaps = [b - a for a, b in zip(times[skip:], times[skip + 1:])]
@@ -52,8 +51,9 @@ def steady_step_seconds(run_dir: str, skip: int = 4) -> float:
     return statistics.median(gaps)
 
 
-def timed(fn: Callable[[], None], repeat: int, sync: Callable[[], None] = lambda: None) -> float:
-    """Median seconds of one call, after one warm-up call."""
+def timed(fn: Callable[[], None], repeat: int, sync: Callable[[], None] = lambda: None,
+          pick: Callable[[List[float]], float] = statistics.median) -> float:
+    """Median (or `pick`) seconds of one call, after one warm-up call."""
     fn()
     sync()
     samples = []
@@ -62,7 +62,7 @@ def timed(fn: Callable[[], None], repeat: int, sync: Callable[[], None] = lambda
         fn()
         sync()
         samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return pick(samples)
 
 
 def matmul_tflops(torch, device: str, sync) -> float:
@@ -73,8 +73,7 @@ def matmul_tflops(torch, device: str, sync) -> float:
 
 
 def training_shape(torch, device: str, sync, peak_tflops: float) -> Dict[str, float]:
-    """Forward+backward of a tiny Llama at micro-batch 1 and 4: the slope gives the efficiency training reaches,
-    the intercept the fixed cost of a micro-step."""
+    """Forward+backward of a tiny Llama at micro-batch 1 and 4: efficiency (slope) and fixed cost."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     model = LlamaForCausalLM(LlamaConfig(**TINY)).to(device)
@@ -97,8 +96,7 @@ def copy_gbps(torch, device: str, sync) -> float:
 
 def adam_rates(torch, device: str, sync, deepspeed_adam: bool) -> Dict[str, float]:
     """torch AdamW on the device as an effective bandwidth (28 B per parameter), and the offload optimizer's
-    parameters per second with every core of the node: DeepSpeedCPUAdam with --deepspeed-adam (loading its
-    extension can take minutes), else torch's fused AdamW on the CPU, vectorised like it."""
+    parameters per second on every core: DeepSpeedCPUAdam with --deepspeed-adam, else torch's fused AdamW."""
     from trl_ds.plan.steptime import ADAM_BYTES_PER_PARAM
 
     p = torch.nn.Parameter(torch.randn(ADAM_PARAMS, device=device))
@@ -145,8 +143,7 @@ def _collective_worker(rank: int, world: int, port: int, device: str, out: str) 
 
 
 def zero_micro_step_seconds(torch, device: str, sync, stage: int):
-    """Seconds of a micro-step that is not an accumulation boundary (forward, engine.backward, engine.step:
-    no optimizer update), under DeepSpeed at `stage` with trl_ds's zero defaults; and the model's parameters."""
+    """Seconds of a non-boundary micro-step under DeepSpeed at `stage` (trl_ds's defaults); the sizes."""
     import deepspeed
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -162,20 +159,13 @@ def zero_micro_step_seconds(torch, device: str, sync, stage: int):
         engine.backward(engine(input_ids=ids, labels=ids).loss)
         engine.step()
 
-    micro_step()  # the first one builds DeepSpeed's hooks and buffers
-    samples = []
-    for _ in range(8):  # the fastest: other work on a shared machine only slows a micro-step down
-        start = time.perf_counter()
-        micro_step()
-        sync()
-        samples.append(time.perf_counter() - start)
-    return min(samples), sizes
+    # the first (warm-up) builds DeepSpeed's hooks and buffers; the fastest: other work only slows a micro-step down
+    return timed(micro_step, 8, sync, pick=min), sizes
 
 
 def zero_rates(torch, device: str, sync, world: int, comm: Dict[str, float]) -> Dict[str, float]:
-    """Nanoseconds per parameter per micro-step that ZeRO-2 and ZeRO-3 add to a plain (stage 0) micro-step beyond
-    the collectives steptime already counts at the bandwidth and latency just measured (trl_ds/plan/steptime.py,
-    zero_seconds). Ranks on one machine: gathers and reductions are all intra-node."""
+    """Nanoseconds per parameter per micro-step that ZeRO-2 and ZeRO-3 add to a stage-0 micro-step beyond the
+    collectives steptime.zero_seconds already counts at the bandwidth and latency just measured."""
     os.environ.setdefault("LOCAL_RANK", str(torch.distributed.get_rank()))
     base, sizes = zero_micro_step_seconds(torch, device, sync, 0)
     params, width, ring = sum(sizes), 4, (world - 1) / world  # fp32: the engine trains in the model's dtype
