@@ -8,8 +8,7 @@ Curve = List[Tuple[int, float]]
 
 
 def loss_curves(metrics_path: str) -> Tuple[Curve, Curve]:
-    """(train, eval) as (step, loss) points; a resumed run's repeated steps keep their latest value, and a line a
-    killed writer cut short is skipped (rundir/metrics.py)."""
+    """(train, eval) as (step, loss) points; repeated steps keep the latest, cut lines are skipped."""
     train, evaluation = {}, {}
     for row in read_rows(metrics_path):
         if "loss" in row and "step" in row:
@@ -20,8 +19,7 @@ def loss_curves(metrics_path: str) -> Tuple[Curve, Curve]:
 
 
 def write_loss_plot(run_dir: str, out_dir: str) -> str:
-    """Writes out_dir/loss.png (the report's folder: the run dir itself unless --out says another); returns what was
-    written, for the report's output."""
+    """Writes out_dir/loss.png; returns what was written, for the report's output."""
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.exists(metrics):
         return f"{run_dir} has no metrics.jsonl, so loss.png is not written"
