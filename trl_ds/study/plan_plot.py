@@ -91,8 +91,7 @@ def mark_best(ax, shown: Sequence[Estimate], best: Optional[Estimate], tops: Seq
 
 def plot_rows(cfg, rows: Sequence[Estimate], best: Optional[Estimate], path: str, only_fitting: bool = False,
               to: TextIO = sys.stdout) -> Dict[str, List[float]]:
-    """Draw the plan's rows (the table's order; --fits: the fitting ones, or nothing where none fits) and say where;
-    returns the bars drawn."""
+    """Draw the plan's rows (--fits: the fitting ones) and say where; returns the bars drawn."""
     if only_fitting:
         rows = [e for e in rows if e.verdict == "fits"]
         if not rows:
@@ -122,8 +121,7 @@ def plot_need(fitting: Sequence, path: str, to: TextIO = sys.stdout) -> Dict[str
 
 
 def plot_target(path: str) -> str:
-    """The file --plot writes, checked before any work: ConfigError (one line) for a folder that does not exist or
-    cannot be written, or a format matplotlib cannot write."""
+    """The file --plot writes, checked first: ConfigError for a missing or read-only folder or a format."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     if os.path.isdir(path):
