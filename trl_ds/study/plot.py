@@ -21,8 +21,7 @@ def plottable(rows: Sequence[dict]) -> List[dict]:
 
 
 def bar_label(row: dict, axes: Sequence[str]) -> str:
-    """ZeRO stage, the point's other coordinates, and its status unless it completed (a failed point has no
-    measured bar)."""
+    """ZeRO stage, the point's other coordinates, and its status unless it completed."""
     lines = [f"ZeRO {row['zero_stage']}"] + [f"{k}={row['override_values'][k]}" for k in axes
                                             if k not in ("zero", "zero.stage") and k in row["override_values"]]
     return "\n".join(lines + ([row["status"].upper()] if row["status"] != "completed" else []))
