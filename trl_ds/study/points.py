@@ -20,8 +20,7 @@ RANK_FILE = re.compile(r"rank_(\d+)\.json$")
 
 
 def read_point(run_dir: str) -> dict:
-    """The row of one run dir; a file that a run of its status must have and that is missing or unreadable makes
-    the row `incomplete`, naming the file, and every figure that could be read is still reported."""
+    """The row of one run dir; a missing or unreadable file it needs makes it `incomplete`, naming the file."""
     problems: List[str] = []
     summary = _load(run_dir, SUMMARY, json.load, problems)
     if not isinstance(summary, dict) and not problems:  # it parsed, but as null, a list, a number
@@ -58,8 +57,7 @@ def _load(run_dir: str, name: str, parse, problems: List[str], required: bool = 
 
 
 def read_ranks(run_dir: str, world_size: Optional[int], problems: List[str]) -> List[dict]:
-    """memory/rank_K.json of every rank that wrote one; with world_size (a completed run), ranks without one are
-    problems."""
+    """memory/rank_K.json of every rank that wrote one; with world_size, missing ranks are problems."""
     pattern = os.path.join(glob.escape(run_dir), MEMORY_DIR, "rank_*.json")  # the run dir's name may hold [ * ?
     found = {int(RANK_FILE.search(p).group(1)): p for p in glob.glob(pattern)}
     wanted = range(world_size) if world_size else sorted(found)
