@@ -25,8 +25,7 @@ def is_run_dir(path: str) -> bool:
 
 
 def sweep_points(folder: str) -> List[str]:
-    """A sweep folder's points in job order: numbered folders (Hydra's default subdir, even when the app never
-    got to write in one) and any other visible folder holding a run (a custom hydra.sweep.subdir)."""
+    """A sweep folder's points in job order: numbered folders and any other visible folder holding a run."""
     names = [n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n)) and not n.startswith(".")]
     numbered = sorted((n for n in names if n.isdigit()), key=int)
     named = sorted(n for n in names if not n.isdigit() and is_run_dir(os.path.join(folder, n)))
@@ -78,8 +77,7 @@ def write_plot(rows: Sequence[dict], path: str) -> None:
 
 
 def default_out(runs: Sequence[str], sweeps: Sequence[str]) -> str:
-    """A sweep's report goes into its folder and one run's into its run dir: never into a parent folder, where the
-    report of the next run there would overwrite it."""
+    """A sweep's report goes into its folder, one run's into its run dir: never a shared parent."""
     if sweeps:
         return sweeps[0]
     return runs[0] if len(runs) == 1 else os.path.commonpath([os.path.dirname(r) for r in runs])
