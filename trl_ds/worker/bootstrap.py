@@ -1,7 +1,7 @@
-"""One start-up for every rank trl_ds starts: trl_ds's worker (worker/train.py), a user's script (worker/script.py)
-and `fit`'s one process (worker/fit.py). What a rank needs before any trainer exists: the venv's tools first on PATH,
-DeepSpeed's shared memory freed at exit, op-lock waits that end (and that the launcher shows), the process group,
-the GPU cap, the node's "joined" mark, and the tiny model written once per node."""
+"""One start-up for every rank trl_ds starts (its worker, a user's script, `fit`'s process): the venv's tools first on
+PATH, DeepSpeed's shared memory freed at exit, op-lock waits, the process group, the GPU cap, the node's "joined"
+mark, and the tiny model written once per node.
+"""
 import os
 
 from trl_ds.op_locks import bound_op_lock_waits, waiting_file
@@ -34,11 +34,8 @@ def start_rank(run_dir: str, cfg, joins_a_launch: bool = True):
 
 
 def init_distributed():
-    """Join the process group before any trainer config exists.
-
-    On CPU, Accelerate sees no GPU backend and would give every rank world size 1; a PartialState built with gloo
-    and `use_configured_state` in the trainer args makes the trainer use this state instead.
-    """
+    """Join the process group before any trainer config exists. On CPU accelerate would give every rank world size
+    1; a PartialState built with gloo and `use_configured_state` in the trainer args makes the trainer use it."""
     import torch
     from accelerate import PartialState
 
@@ -60,8 +57,7 @@ LAUNCHER_RANKS = {
 
 
 def adopt_launcher_ranks(env) -> None:
-    """Without RANK (an MPI launcher or srun started this rank): take the ranks from its variables, and the node
-    as rank // ranks per node (every node runs as many)."""
+    """Without RANK (MPI or srun started this rank): the ranks from their variables, node = rank // per node."""
     if "RANK" in env:
         return
     for name, sources in LAUNCHER_RANKS.items():
