@@ -44,8 +44,7 @@ def tiny_preference_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str
 
 
 def tiny_unpaired_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, object]]:
-    """KTO's unpaired format: one completion per prompt, labelled desirable (the right sum) or not (a wrong one).
-    They alternate, so every micro-batch KTO reads in order (its sequential sampling) holds both kinds."""
+    """KTO's unpaired format: desirable (the right sum) or not, alternating, so every micro-batch has both."""
     rng = random.Random(seed)
     examples = []
     for i in range(n):
@@ -57,8 +56,7 @@ def tiny_unpaired_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, 
 
 
 def tiny_prompt_examples(n: int = TINY_SIZE, seed: int = 0) -> List[Dict[str, str]]:
-    """GRPO and RLOO prompts; `answer` reaches the reward function (trl_ds.worker.rewards.arithmetic_reward) as a
-    keyword."""
+    """GRPO and RLOO prompts; `answer` reaches the reward function as a keyword."""
     rng = random.Random(seed)
     examples = []
     for _ in range(n):
@@ -76,8 +74,7 @@ TINY_EXAMPLES = {"sft": tiny_sft_examples, "dpo": tiny_preference_examples, "rew
 
 
 def write_tiny_dataset(folder: str, trainer: str = "sft") -> str:
-    """Write the trainer's train.jsonl and test.jsonl into folder, so `datasets.load_dataset(folder)` and TRL's CLI
-    both read them as the splits "train" and "test"."""
+    """Write train.jsonl and test.jsonl into folder: the splits datasets and TRL's CLI read."""
     os.makedirs(folder, exist_ok=True)
     for split, n, seed in (("test", TINY_TEST_SIZE, 1), ("train", TINY_SIZE, 0)):
         path = os.path.join(folder, f"{split}.jsonl")
@@ -91,8 +88,7 @@ BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "c
 
 
 def load_split(name: str, split: str):
-    """A local file by its suffix, a local folder's files of the split (config/data_files.py), else the folder or
-    hub dataset as datasets resolves it."""
+    """A local file by its suffix, a local folder's split files, else what datasets resolves."""
     import glob
 
     from datasets import load_dataset
