@@ -1,9 +1,8 @@
 """What the DeepSpeed engine a rank built says, against what the run dir says (ds_config.json, config.yaml).
 
-A script can build its engine from another DeepSpeed file (its own `--deepspeed`), from none (a parser trl_ds could not
-see: accelerate's defaults), or with another optimizer; the plan, the launch line and the summary would still say what
-the run dir says. Each rank compares the settings the plan rests on and records the differences (memory/rank_K.json,
-summary.json), which the launcher prints at the end (launch/summary.py), naming both values and the cause it knows.
+A script can build its engine from another DeepSpeed file, from none, or with another optimizer, while the plan and
+the summary would still say what the run dir says. Each rank records the differences in the settings the plan rests
+on (memory/rank_K.json, summary.json), which the launcher prints at the end, naming both values and the cause.
 """
 import os
 from typing import Dict, List, Optional
@@ -23,18 +22,14 @@ def engine_settings(engine) -> Dict:
     """What ran, from the engine's own getters (not the file it may have been given)."""
     zero = engine._config.zero_config
     client = engine.client_optimizer
-    return {
-        "zero_stage": engine.zero_optimization_stage(),
-        "offload_optimizer": _device(zero.offload_optimizer),
-        "offload_param": _device(zero.offload_param),
-        "micro_batch": engine.train_micro_batch_size_per_gpu(),
-        "accumulation": engine.gradient_accumulation_steps(),
-        "gradient_clipping": float(engine.gradient_clipping() or 0.0),
-        "precision": "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32",
-        "world_size": engine.world_size,
-        "optimizer": f"{type(client).__name__} ({IN_CODE})" if client is not None
-        else str(engine._config.optimizer_name or "none").lower(),
-    }
+    return {"zero_stage": engine.zero_optimization_stage(), "offload_optimizer": _device(zero.offload_optimizer),
+            "offload_param": _device(zero.offload_param), "micro_batch": engine.train_micro_batch_size_per_gpu(),
+            "accumulation": engine.gradient_accumulation_steps(),
+            "gradient_clipping": float(engine.gradient_clipping() or 0.0),
+            "precision": "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32",
+            "world_size": engine.world_size,
+            "optimizer": f"{type(client).__name__} ({IN_CODE})" if client is not None
+            else str(engine._config.optimizer_name or "none").lower()}
 
 
 def run_dir_settings(ds_config: Dict, world: int) -> Dict:
@@ -43,22 +38,17 @@ def run_dir_settings(ds_config: Dict, world: int) -> Dict:
     optimizer = ds_config.get("optimizer")
     precision = "bf16" if ds_config.get("bf16", {}).get("enabled") is True else \
         "fp16" if ds_config.get("fp16", {}).get("enabled") is True else "fp32"
-    return {
-        "zero_stage": zero.get("stage", 0),
-        "offload_optimizer": _device(zero.get("offload_optimizer")),
-        "offload_param": _device(zero.get("offload_param")),
-        "micro_batch": ds_config.get("train_micro_batch_size_per_gpu"),
-        "accumulation": ds_config.get("gradient_accumulation_steps"),
-        "gradient_clipping": _number(ds_config.get("gradient_clipping", 0.0)),
-        "precision": precision,
-        "world_size": world,
-        "optimizer": str(optimizer["type"]).lower() if optimizer else f"the script's ({IN_CODE})",
-    }
+    return {"zero_stage": zero.get("stage", 0), "offload_optimizer": _device(zero.get("offload_optimizer")),
+            "offload_param": _device(zero.get("offload_param")),
+            "micro_batch": ds_config.get("train_micro_batch_size_per_gpu"),
+            "accumulation": ds_config.get("gradient_accumulation_steps"),
+            "gradient_clipping": _number(ds_config.get("gradient_clipping", 0.0)), "precision": precision,
+            "world_size": world,
+            "optimizer": str(optimizer["type"]).lower() if optimizer else f"the script's ({IN_CODE})"}
 
 
 def differences(ran: Dict, said: Dict, cause: Optional[str]) -> List[Dict]:
-    """[{setting, name, engine, run_dir, cause}] where both are known and differ (an optimizer built in code where the
-    run dir has none is what the run dir says)."""
+    """[{setting, name, engine, run_dir, cause}] where both are known and differ."""
     found = []
     for key, name in NAMES.items():
         mine, theirs = ran.get(key), said.get(key)
