@@ -86,8 +86,7 @@ def main(argv: List[str]) -> int:
 
 
 def build_engine(run_dir: str, max_steps: int):
-    """The run dir's trainer, and its DeepSpeed engine made as Trainer.train makes it (deepspeed_init and
-    accelerator.prepare, in transformers' _prepare_for_training), without entering its training loop."""
+    """The run dir's trainer and its DeepSpeed engine, made as Trainer.train makes them, without training."""
     from trl_ds.worker.bootstrap import start_rank
     from trl_ds.worker.train import build_trainer
 
