@@ -82,8 +82,7 @@ def model_state_bytes(engine) -> Dict[str, Dict[str, int]]:
 
 
 def quant_state_tensors(p) -> list:
-    """bitsandbytes' constants of a quantized weight (4-bit QuantState, nested with double quantization; 8-bit SCB):
-    attributes, not parameters, so every rank holds them whole."""
+    """bitsandbytes' constants of a quantized weight: attributes, not parameters, whole on every rank."""
     state = getattr(p, "quant_state", None)
     if state is None:
         return [getattr(p, "SCB", None)]
@@ -92,8 +91,7 @@ def quant_state_tensors(p) -> list:
 
 
 def module_quant_tensors(module) -> list:
-    """A bitsandbytes layer's constants: its weight's, and LLM.int8's scales, which its first forward moves from the
-    weight (SCB) into the layer's MatmulLtState."""
+    """A bitsandbytes layer's constants: its weight's, and LLM.int8's scales in its MatmulLtState."""
     weight = getattr(module, "weight", None)
     state = getattr(module, "state", None)
     return (quant_state_tensors(weight) if weight is not None else []) + [getattr(state, "SCB", None)]
