@@ -48,11 +48,8 @@ def save_tokenizer(tokenizer, folder: str) -> None:
 
 
 def save_tiny_model(model_cfg, folder: str, seed: int) -> None:
-    """Build the tiny model with a fixed seed and save it with its tokenizer, atomically.
-
-    Every rank then loads it by path, which exercises the real loading code (and ZeRO-3's partitioned init), and
-    every stage starts from the same weights.
-    """
+    """Build the tiny model with a fixed seed and save it with its tokenizer, atomically: every rank then loads it
+    by path (the real loading code, ZeRO-3's partitioned init), and every stage starts from the same weights."""
     import torch
     from transformers import AutoModelForCausalLM
 
