@@ -9,8 +9,7 @@ from transformers import TrainerCallback
 
 
 def own_steps(optimizer) -> int:
-    """Give every state whose `step` tensor another state shares a copy of its own; how many were copied. Walks the
-    wrappers (accelerate's, DeepSpeed's ZeRO optimizer) down to the optimizer that holds the states."""
+    """Give every state whose `step` tensor another shares its own copy (through the wrappers); how many."""
     seen, copied, depth = set(), 0, 0
     while optimizer is not None and depth < 4:
         for state in getattr(optimizer, "state", {}).values():
