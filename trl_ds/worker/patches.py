@@ -20,8 +20,7 @@ class PatchRefused(SystemExit):
 
 
 def guard(what: str, installed=None) -> None:
-    """Refuse, in one line, to patch `what` under another version than WRITTEN_FOR's. installed: {name: version},
-    by default the environment's."""
+    """Refuse, in one line, to patch `what` under another version than WRITTEN_FOR's."""
     for name, written in WRITTEN_FOR.items():
         version = (installed or {}).get(name) or metadata.version(name)
         if ".".join(version.split(".")[:2]) != written:
@@ -31,8 +30,7 @@ def guard(what: str, installed=None) -> None:
 
 
 class Parsed(BaseException):
-    """Raised once the parser returned: the check stops the script there (BaseException: its own `except Exception`
-    cannot swallow it)."""
+    """Raised once the parser returned (a BaseException: the script's `except Exception` cannot catch it)."""
 
 
 def install_recording(recorder) -> None:
