@@ -44,8 +44,4 @@ class Recorder:
                 trainer.add_callback(OwnAdamSteps())
         return chosen
 
-    def record(self, trainer, result, wall: float, resumed: bool) -> None:
-        """Called by the Trainer.train wrap (worker/patches.py) after train() returns. Nothing is left to do: the
-        files were written by the callback's on_train_end. (The call goes when patches.py's owner drops it.)"""
-
 
