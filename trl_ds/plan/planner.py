@@ -344,7 +344,7 @@ def describe_params(s: Setup) -> str:
 
 def describe_architecture(s: Setup, model_cfg=None) -> List[str]:
     """Where the dimensions came from and how they were counted; for MoE, what is planned and what is not."""
-    a, counted = s.arch, "exact, by transformers' own classes on the meta device, kept by config"
+    a, counted = s.arch, "exact (transformers on the meta device)"
     preset = model_cfg.name if model_cfg is not None else None
     ignored = f"; preset model={preset}'s dimensions not used" if preset and not uses_preset(model_cfg) else ""
     lines = [f"architecture: {a.model_type}, {a.num_hidden_layers} layers, hidden {a.hidden_size}, from "
@@ -374,9 +374,8 @@ def describe_setup(s: Setup, cluster_name: str, model_name: str, unit: str, mode
             *describe_architecture(s, model_cfg), *trainers.describe(s),
             f"cluster {cluster_name}: {s.nodes} node(s) x {s.gpus_per_node} {s.device} rank(s), {capacity}, "
             f"{s.cpu_memory_gb:g} GiB host RAM per node",
-            f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank columns: one rank's "
-            "peak in a step, torch.cuda.max_memory_allocated but for overhead (allocator cache, CUDA context: what "
-            "nvidia-smi adds); host/node: "
+            f"{unit}; rows that fit first, fastest first (estimated seconds per sample); per-rank: a step's peak "
+            "torch.cuda.max_memory_allocated, + overhead (allocator cache, CUDA context); host/node: "
             + ("every rank's bytes plus offloaded states" if s.judged_on_host
                else "offloaded states x DeepSpeed's 1.5, pinned buffers, rank processes")]
 

@@ -79,7 +79,7 @@ def test_cached_hub_id_is_planned_exactly_and_torch_free_once_counted(tmp_path, 
     assert lines[0] == ("trl_ds plan: Qwen/Qwen2.5-7B (7.62B parameters, largest module 545.00M), bf16, sequence "
                         "64 tokens")
     assert lines[1].startswith("architecture: qwen2, 28 layers, hidden 3584, from config.json of hub model "
-                               "Qwen/Qwen2.5-7B (") and "; count exact, " in lines[1]
+                               "Qwen/Qwen2.5-7B (") and "; count exact (" in lines[1]
     assert lines[-1] == "[]"  # neither torch, nor deepspeed, nor transformers
     data = json.loads(plan(env, "model.name_or_path=Qwen/Qwen2.5-7B", "cluster=1x1", "--json").stdout)
     assert (data["model"], data["parameters"], data["active_parameters"]) == ("Qwen/Qwen2.5-7B", counts.total,
@@ -116,7 +116,7 @@ def test_folder_wins_over_the_preset_and_the_output_says_so(tmp_path, capsys):
     assert code == 0
     assert text.splitlines()[1].startswith(f"architecture: qwen3, 3 layers, hidden 256, from config.json in "
                                            f"{tmp_path}/my-qwen; preset model=llama3-8b's dimensions not used; count "
-                                           f"exact, ")
+                                           f"exact (")
     data = json.loads(plan_here(capsys, "model=llama3-8b", f"model.name_or_path={tmp_path}/my-qwen", "--json")[1])
     assert (data["model"], data["parameters"]) == (f"{tmp_path}/my-qwen", meta_count(raw))
     assert data["architecture"]["source"] == f"config.json in {tmp_path}/my-qwen"
@@ -133,4 +133,4 @@ def test_a_config_is_counted_on_the_meta_device_and_says_so(tmp_path, capsys):
     data = json.loads(out)
     assert data["parameters"] == meta_count(raw) and data["architecture"]["count"] == "meta"
     text = plan_here(capsys, f"model.name_or_path={tmp_path}", "cluster=1x1")[1]
-    assert "count exact, by transformers' own classes on the meta device, kept by config" in text
+    assert "count exact (transformers on the meta device)" in text

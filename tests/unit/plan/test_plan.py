@@ -26,8 +26,8 @@ def test_table_and_recommendation_for_llama3_70b():
     lines = out.stdout.splitlines()
     assert lines[0] == ("trl_ds plan: llama3-70b (70.55B parameters, largest module 1.05B), bf16, "
                         "sequence 2048 tokens")
-    assert lines[1] == ("architecture: llama, 80 layers, hidden 8192, from preset model=llama3-70b; count exact, "
-                        "by transformers' own classes on the meta device, kept by config")
+    assert lines[1] == ("architecture: llama, 80 layers, hidden 8192, from preset model=llama3-70b; count exact "
+                        "(transformers on the meta device)")
     assert lines[2].startswith("cluster 1x8: 1 node(s) x 8 cuda rank(s), 80 GiB per GPU, 1024 GiB host RAM")
     assert lines[5].split() == ["zero", "offload", "ckpt", "micro", "params", "gradients", "optimizer", "activations",
                                 "logits", "buffers", "overhead", "per-rank", "host/node", "nvme/node", "s/step",
