@@ -3,11 +3,14 @@
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import run_app
 
 from tests.unit.rundir.test_trainer_yaml import parse_like_trl_cli
 from trl_ds.check.trl_arguments import trainer_fields
+
+pytestmark = pytest.mark.slow  # recipes through the whole resolve and TRL's parser: make test only
 
 # The shape of TRL's documented SFT recipe (docs: "trl sft --config sft_config.yaml"), with bf16: false since TRL's
 # default (bf16 unless fp16) needs a GPU to parse; the dataset is a hub name (a dry run downloads nothing).

@@ -10,6 +10,8 @@ import pytest
 from trl_ds.launch import env as env_probe
 from trl_ds.launch import slurm
 
+pytestmark = pytest.mark.slow  # each test waits out a hung tool's limit: make test runs it, make test-fast does not
+
 
 def sleeping(tmp_path, name, script="exec sleep 60"):
     folder = tmp_path / "bin"

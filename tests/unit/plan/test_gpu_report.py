@@ -9,6 +9,8 @@ import sys
 import pytest
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # every H200 run re-planned (whole products): make test runs it, make test-fast does not
+
 RESULTS = REPO / "docs" / "gpu_check" / "results.json"
 # what tests/gpu/gpu_check.sh ran (tests/gpu/gpu_check.py gpu_mode), with the model presets' own dimensions
 COMMON = ["cluster=1x1", "cluster.gpu_memory_gb=139", "cluster.gpu=h200-141gb", "precision=bf16",

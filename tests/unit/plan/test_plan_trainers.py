@@ -13,6 +13,8 @@ from trl_ds.errors import ConfigError
 from trl_ds.plan.memory import GiB, estimate, setup_from_config
 from trl_ds.plan.planner import check_fit
 
+pytestmark = pytest.mark.slow  # a plan per trainer and preset (whole products): make test only
+
 PSI_8B = 8_030_261_248  # Llama-3-8B's published parameter count
 L, KV_WIDTH, VOCAB, HIDDEN = 32, 8 * 128, 128_256, 4096  # its config.json: layers, kv heads x head_dim
 NORMS_8B = (2 * L + 1) * HIDDEN  # two RMSNorm weights per layer and the final one: below ZeRO-3's threshold
