@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 GROUPS = ["model", "zero", "offload", "cluster", "trainer", "precision", "launcher", "peft", "sp", "tp"]
 OPTIONS = {g: sorted(p.stem for p in (Path(CONFIG_DIR) / g).glob("*.yaml")) for g in GROUPS}
-ZERO, OFFLOAD = ([o for o in OPTIONS[g] if o != "auto"] for g in ("zero", "offload"))  # auto: tests/unit/test_autofit
+ZERO, OFFLOAD = ([o for o in OPTIONS[g] if o != "auto"] for g in ("zero", "offload"))  # auto: test_autofit.py
 CLUSTERS = ["local", "1x1", "1x8", "2x8", "4x8"]
 
 

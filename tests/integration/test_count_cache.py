@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import run_waiting
 from transformers import AutoConfig
-from unit.test_model_families import instantiate, meta_counts, write_config
+from unit.plan.test_model_families import instantiate, meta_counts, write_config
 
 # Plans in fresh interpreters (the point is what they import): not for make test-fast; make test runs them beside the
 # unit tests
