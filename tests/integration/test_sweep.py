@@ -77,11 +77,17 @@ def test_model_states_per_rank_fall_from_stage_0_to_3_as_estimated(stage_sweep):
     assert per_param == AFTER_STEP
     totals = [number(r, "meas_model_states_bytes") / psi for r in rows]
     assert [round(t, 3) for t in totals] == [12, 10, 10, 10]
-    # the estimate's peak model states during a step fall at every stage: 16, 16 - 2 (stage-2 gradient partition
-    # of the reduce), then stage 3 partitions the params too, keeping the largest module gathered with its gradient
+    # the estimate's peak model states during a step (docs/memory-model.md), fp32 on 2 ranks, B per parameter:
+    # stage 0: 4 weights + 4 gradients + 8 Adam = 16; stage 1: 4 + 4 (the whole gradient) + 12/2 = 14; stage 2: the
+    # gradient partitioned, 4 + 4/2 + 6 = 12; stage 3: weights partitioned too, 4/2 + 6, plus the largest module
+    # gathered with its gradient. The step's copy of the gradient partition (4/2) is below what the start of backward
+    # holds (this tiny model's activations and logits), so no stage peaks at the step.
     largest = 65536  # the tiny model's embedding: vocab 256 x hidden 256
     peaks = [sum(number(r, f"est_peak_{k}_bytes") for k in ("params", "gradients", "optimizer")) / psi for r in rows]
-    assert peaks == pytest.approx([16, 16, 14, 10 + 2 * 4 * largest / psi], abs=1e-3)
+    assert peaks == pytest.approx([16, 14, 12, 8 + 2 * 4 * largest / psi], abs=1e-3)
+    # ZeRO-3's 16-bit gradient partition (4/2), resident after the step as measured, is among the estimate's buffers
+    # (grad_partition_16bit), so the estimated peak never falls below the measured model states
+    assert peaks[3] + number(rows[3], "est_peak_buffers_bytes") / psi >= totals[3]
     # No RSS check: on CPU ranks the estimated peak is mostly the rank-process constant (CPU_RANK_BYTES), itself
     # measured on this tiny run, so agreement here would prove nothing.
     assert "4 points: 4 completed." in printed
