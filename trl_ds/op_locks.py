@@ -1,13 +1,10 @@
 """torch's JIT op locks on a shared machine: who holds one, clearing one that nobody holds, and a wait with a limit.
 
-torch's loader (`cpp_extension._jit_compile`) takes `<op folder>/lock` in every new process on its first load of an
-op, built or not: a `FileBaton`, an empty file created with O_EXCL whose descriptor stays open until the release
-closes and removes it. The file names no owner, but its holder has it open, so a process holding it shows in
-/proc/<pid>/fd; a lock that no process has open was left by a killed one. Other loaders poll for the file to go, without
-a limit. `bound_op_lock_waits()` gives trl_ds's own processes (ranks, calibrate, build-ops) a wait that removes a lock
-nobody holds and loads the op again through torch, and that ends after LIMIT_S (or $TRL_DS_OP_LOCK_LIMIT_S) with
-one line naming the lock and its holder, and exit code 2. Imports nothing of trl_ds.
-"""
+torch takes `<op folder>/lock` (a FileBaton: an O_EXCL file, open until released) on each process's first load of an
+op, and other loaders poll for it without a limit. Its holder has it open (/proc/<pid>/fd), so one nobody has open
+was left by a killed process. `bound_op_lock_waits()` gives trl_ds's processes a wait that removes such a lock and
+loads the op again, and ends after LIMIT_S ($TRL_DS_OP_LOCK_LIMIT_S) with one line naming the holder, exit code 2.
+Imports nothing of trl_ds."""
 import glob
 import os
 import sys
@@ -138,8 +135,7 @@ def run_ops(offload_places, device: str) -> List[str]:
 
 
 def clear_left_locks(offload_places, device: str) -> List[str]:
-    """Before a launch starts ranks: remove the locks a process killed while loading one of the run's ops left, each
-    named on stderr before anything spawns. One a live process holds stays: the ranks wait for it, with a limit."""
+    """Before a launch starts ranks: remove (and name on stderr) the run's ops' locks that killed processes left."""
     cleared = [lock for lock in lock_files(run_ops(offload_places, device)) if clear_if_stale(lock)]
     for lock in cleared:
         print(cleared_line(lock), file=sys.stderr, flush=True)
@@ -200,8 +196,7 @@ NOTICE = {"file": None}  # where this process tells its launcher that it waits (
 
 
 def _tell_launcher(line: Optional[str]) -> None:
-    """The rank's log is not the launching terminal: the wait is also written to a file the launcher polls
-    (trl_ds/launch/progress.py), and removed when it ends."""
+    """The wait also goes to a file the launcher polls (launch/progress.py), removed when the wait ends."""
     path = NOTICE["file"]
     if not path:
         return
@@ -259,11 +254,10 @@ class _Cleared(Exception):
 
 
 def bound_op_lock_waits(notice_file: Optional[str] = None) -> None:
-    """In this process, torch's op loads wait with `wait_for`: a lock left behind is removed and the op loaded again
-    (built if the killed process left it half built); a live holder is waited on for at most wait_limit_s(), and then
-    the process ends with exit code 2 and one line, `OpLockTimeoutError: waited ...`: the form a launch's failure
-    report reads as a rank's refusal (launch/rank_exits.py). notice_file: where a wait is also written for the
-    launcher to show (a rank's progress/waiting_rank_K.txt)."""
+    """In this process, torch's op loads wait with `wait_for`: a lock left behind is removed and the op loaded (built)
+    again; a live holder is waited on for at most wait_limit_s(), then the process ends with exit code 2 and one line
+    that a launch's failure report reads as a rank's refusal (launch/rank_exits.py). notice_file: where a wait is also
+    written for the launcher to show (a rank's progress/waiting_rank_K.txt)."""
     import torch
     from torch.utils import cpp_extension, file_baton
 

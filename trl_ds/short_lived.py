@@ -1,11 +1,8 @@
 """Processes that end soon: no cyclic garbage collection they do not need.
 
-Python's last act at exit is a full collection over every object still alive, one by one: seconds for a rank that
-has imported torch, transformers, DeepSpeed and TRL, a noticeable share of a short CLI command that composed a Hydra
-config (the figures are in the commit that added this module). Freezing what is alive at exit skips the pass;
-atexit handlers and stream flushes still run. `resume_collection()` turns collection back on for a process that
-goes on for hours (the launcher watching its ranks).
-"""
+Python's last act at exit is a full collection over every object still alive, slow after importing torch and
+transformers; freezing what is alive at exit skips it (atexit handlers and stream flushes still run).
+`resume_collection()` turns collection back on for a process that goes on for hours (the launcher watching ranks)."""
 import atexit
 import gc
 

@@ -114,9 +114,8 @@ def _batch_key(imp: Importer, key: str, given: Any) -> None:
 
 
 def derived_micro(ds: Dict[str, Any], world: int) -> Tuple[List[Mapping], List[str]]:
-    """A file that gives train_batch_size and leaves train_micro_batch_size_per_gpu out (not "auto"): DeepSpeed
-    derives the micro-batch, train_batch_size / (gradient_accumulation_steps or 1 × world); so does trl_ds, or says
-    why it cannot."""
+    """A file that gives train_batch_size without train_micro_batch_size_per_gpu: the micro-batch derived as DeepSpeed
+    does, train_batch_size / (gradient_accumulation_steps or 1 × world), or why it cannot be."""
     tbs, acc = number(ds.get("train_batch_size")), number(ds.get("gradient_accumulation_steps", 1))
     if "train_micro_batch_size_per_gpu" in ds or not isinstance(tbs, int) or not isinstance(acc, int) or acc < 1:
         return [], []

@@ -4,8 +4,7 @@
 
 Every command that takes overrides, and each sweep point, calls it: relative model and data paths made absolute,
 the files users bring imported (each mapping printed), ModelConfig's quantization fields mapped onto peft.*, and the
-`auto` choices replaced by auto-fit's winner. Nothing after it changes the config; the topology is built here once.
-"""
+`auto` choices replaced by auto-fit's winner. Nothing after it changes the config; the topology is built here once."""
 import copy
 import os
 from dataclasses import dataclass, field
@@ -44,9 +43,8 @@ class Run:
 
 def resolve(overrides: Sequence[str] = (), cfg=None, fit: str = "raise") -> Run:
     """The run `overrides` describe. cfg: the config Hydra's main already composed from them (the run command);
-    fit: "raise" (a ConfigError when no auto candidate fits, as the launch refuses), "keep" (the plan: the open
-    config stays current, the table shows why) or "off". The files' problems are returned, not raised: the launch
-    reports them together with the checks' own."""
+    fit: "raise" (a ConfigError when no auto candidate fits), "keep" (the plan: the open config stays current) or
+    "off". The files' problems are returned, not raised: the launch reports them with the checks' own."""
     command_line = list(overrides)
     cfg = compose(command_line) if cfg is None else cfg
     lines, problems = import_files(cfg, command_line)

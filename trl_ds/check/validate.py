@@ -1,9 +1,7 @@
 """Cross-group rules, checked in the launching process before any rank starts.
 
-`validate` collects every problem into one ConfigError. Rules that depend on this machine (GPUs present, libaio,
-a writable nvme_path, local model and data files missing) apply only when launching for real, not to dry runs; the
-data files present here are read through in both.
-"""
+`validate` collects every problem into one ConfigError. Rules that depend on this machine (GPUs, libaio, nvme_path,
+local files missing) apply only when launching for real; the data files present here are read through in both."""
 import ctypes.util
 import os
 import re
@@ -96,9 +94,8 @@ def check_zero(cfg) -> List[str]:
     if stage == 3 and cfg.save_final_model and not cfg.zero.stage3_gather_16bit_weights_on_model_save:
         problems.append("save_final_model=true with zero=stage3 needs zero.stage3_gather_16bit_weights_on_model_save="
                         "true, or each rank saves only its partition. Set it to true, or save_final_model=false.")
-    # DeepSpeed's bounds (runtime/zero/config.py): reduce_bucket_size > 0; the rest >= 0, where 0 means no prefetch,
-    # no live parameters kept, each parameter its own sub-group (axolotl's zero3.json sets all three). The allgather
-    # bucket divides ZeRO-1/2's all-gather into shards (stage_1_and_2.py): 0 would divide by zero after the ranks start.
+    # DeepSpeed's bounds: reduce_bucket_size > 0, the rest >= 0; the allgather bucket divides ZeRO-1/2's all-gather
+    # into shards, so 0 would divide by zero after the ranks start.
     problems += [f"zero.{k}={cfg.zero[k]} must be positive." for k in ("reduce_bucket_size", "allgather_bucket_size")
                  if cfg.zero[k] <= 0]
     at_least_0 = ("stage3_prefetch_bucket_size", "stage3_max_live_parameters", "sub_group_size",
@@ -213,8 +210,7 @@ TOKENIZER = re.compile(r"^(tokenizer\.json|tokenizer\.model|spiece\.model|vocab\
 
 
 def model_folder_problems(path: str) -> List[str]:
-    """A save_pretrained folder every rank loads the model and its tokenizer from: without weights (config.json
-    alone) or a tokenizer, each rank fails after it starts."""
+    """A save_pretrained folder the ranks load from: without weights or a tokenizer, each rank fails after it starts."""
     names = os.listdir(os.path.expanduser(path))
     wanted = (("weights (model.safetensors or pytorch_model.bin)", WEIGHTS),
               ("tokenizer files (tokenizer.json, tokenizer.model, vocab.json, ...)", TOKENIZER))

@@ -1,10 +1,8 @@
 """Launchers: pure builders of commands and scripts, plus `start`, the only function here that spawns.
 
-The app calls the same things whatever the launcher: `build_commands` (every node's command, as argument lists;
-the last argument of each is the run dir, the rank worker's one argument), `write_launch_files` (launch.sh, and the
-hostfile or sbatch.sh) and `start` (run this node's share, or submit the job). launch.sh is what runs everywhere:
-`start` runs it, srun runs it on each SLURM node, and a user can run it by hand on each node.
-"""
+The app calls the same things whatever the launcher: `build_commands` (every node's command, as argument lists
+ending in the run dir), `write_launch_files` (launch.sh, and the hostfile or sbatch.sh) and `start`. launch.sh is
+what runs everywhere: `start` runs it, srun runs it on each SLURM node, and a user can run it by hand on each node."""
 import os
 from typing import Dict, List
 

@@ -1,11 +1,8 @@
 """`trl-ds build-ops`: JIT-build, once and one at a time, the DeepSpeed ops that offloaded runs need.
 
-A run that needs an op which is not yet built compiles it inside its ranks, after they spawned: cpu_adam and
-async_io take minutes on 2 cores (8.5 min for a cold ZeRO-3 + NVMe run here). Building ahead, in one process, turns
-that wait into a visible setup step with a time per op. A lock that no process holds (a killed build or load left it)
-is removed first; one a live process holds is waited on (trl_ds/op_locks.py).
-`make test` runs it before the suite; on a cluster, run it once per node image.
-"""
+An op not yet built is otherwise compiled inside the ranks after they spawned (cpu_adam and async_io take minutes);
+built ahead, in one process, the wait is a visible setup step with a time per op. A lock that no process holds is
+removed first; one a live process holds is waited on (trl_ds/op_locks.py). On a cluster, run it once per node image."""
 import contextlib
 import os
 import sys

@@ -1,10 +1,8 @@
 """The deepspeed launcher: one command on node 0 that reaches the other hosts over ssh/pdsh, or, with
 launcher.no_ssh, one command per node (each started by hand or by srun) that joins at cluster.master_addr.
 
-Over ssh the runner gives remote ranks none of launch.sh's exports, only PYTHON*/NCCL*/UCX*/... variables and the
-`NAME=value` lines of a `.deepspeed_env` file (DS_ENV_FILE names it): so cluster.env and launcher.env go into the
-run dir's .deepspeed_env as well, and launch.sh points DS_ENV_FILE at it.
-"""
+Over ssh the runner gives remote ranks none of launch.sh's exports, only some prefixes and a `.deepspeed_env` file's
+lines: cluster.env and launcher.env go into the run dir's .deepspeed_env, and launch.sh points DS_ENV_FILE at it."""
 import re
 from typing import Dict, List, Tuple
 

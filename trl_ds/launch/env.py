@@ -1,10 +1,8 @@
 """What this machine has, for trl_ds: `trl-ds env [--json] [--nvme-path PATH]`.
 
-`collect_env` is the fast part, without torch: versions, GPUs and memory, host memory, libaio, SLURM commands and
-free space where NVMe offload would write. It is written into every run dir as env.json. The CLI adds the slow
-part (trl_ds/launch/env_probe.py: torch devices, gloo/NCCL, which DeepSpeed ops are installed, built or buildable here),
-what `ds_report`, `accelerate env` and `trl env` tell, in one place.
-"""
+`collect_env` is the fast part, without torch (versions, GPUs and memory, host memory, libaio, SLURM commands, free
+space where NVMe offload would write), written into every run dir as env.json; the CLI adds the slow part
+(trl_ds/launch/env_probe.py): what `ds_report`, `accelerate env` and `trl env` tell, in one place."""
 import contextlib
 import ctypes.util
 import json

@@ -1,8 +1,5 @@
-"""The slow part of `trl-ds env`: it imports torch and DeepSpeed (seconds), so run dirs never pay for it.
-
-DeepSpeed ops are reported as ds_report does (installed in the wheel; compatible, i.e. buildable here) plus whether
-a just-in-time build is already cached in the torch extensions folder, so the first run will not compile it.
-"""
+"""The slow part of `trl-ds env`: it imports torch and DeepSpeed, so run dirs never pay for it. DeepSpeed ops are
+reported as ds_report does (installed, or buildable here), plus whether a JIT build is cached already."""
 import os
 from typing import Dict, List
 

@@ -19,8 +19,7 @@ DEEPSPEED_RANK = re.compile(r"--local_rank=(\d+).*? exits with return code = (-?
 REMOTE_RANK = re.compile(r"^(\S+): .*?--local_rank=(\d+).*? exits with return code = (-?\d+)", re.M)
 START_EVERY_NODE = ("Start every node (bash launch.sh NODE_RANK, or python -m trl_ds ... cluster.node_rank=N), "
                     "or raise launcher.rdzv_timeout.")
-# Open MPI's mpirun on the first rank to die: by a signal (with its host), or by an exit code (without). Open MPI
-# 4.1 loses this report at times (7 of 23 local runs) and prints only MPIRUN_ABORTED.
+# mpirun on the first rank to die: by a signal (with its host) or an exit code; at times it prints only MPIRUN_ABORTED.
 MPIRUN_ABORTED = "Primary job  terminated normally, but 1 process returned"
 MPIRUN_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
 MPIRUN_EXIT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
@@ -208,8 +207,6 @@ def never_reached(node: NodeView) -> Failure:
                 f"node 0 started, and does that address reach it from here?) within launcher.rdzv_timeout="
                 f"{node.rdzv_timeout} s.")
     return Failure(f"{text} Launcher output: {log}", log, main_reached=node.rank == 0 or node.starts_every_node)
-
-
 
 
 def _latest(pattern: str) -> Optional[str]:

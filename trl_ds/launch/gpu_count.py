@@ -1,9 +1,7 @@
 """GPU counts are checked where the ranks run, not where the command is typed.
 
-A SLURM login node or a head node that starts ranks elsewhere has no GPU to count, so: the launching process checks
-its own GPUs only when every rank runs on it; launch.sh checks each node's GPUs before its launcher starts; and for
-launcher=slurm, where SLURM answers, the partition's GPUs (sinfo's GRES) are compared with cluster.gpus_per_node.
-"""
+The launching process checks its own GPUs only when every rank runs on it; launch.sh checks each node's before its
+launcher starts; for launcher=slurm, the partition's GPUs (sinfo's GRES) are compared with cluster.gpus_per_node."""
 import os
 import re
 import shutil

@@ -1,8 +1,6 @@
 """What one node sees of the network and its software, as JSON: run in-process on this node, or on each host over
-ssh (`python -m trl_ds.launch.host_checks REQUEST_JSON`) for the launchers that start hosts over ssh.
-
-No torch import: versions come from the installed packages' metadata, so a probe answers in a fraction of a second.
-"""
+ssh (`python -m trl_ds.launch.host_checks REQUEST_JSON`) for the launchers that start hosts over ssh. No torch
+import: versions come from the installed packages' metadata."""
 import errno
 import json
 import os

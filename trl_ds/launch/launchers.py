@@ -1,11 +1,8 @@
 """The launchers trl_ds drives, each in one entry: how every node's command is built, which files it needs beside
 launch.sh, how a launch starts (this node's share, or a submitted job), how its nodes are reached, and its checks:
 its own settings' when it is chosen, and, when another is chosen, that its settings were not given to that one.
-
 The rest of trl_ds asks a launcher what it does (`launcher_of(cfg).submits`, `uses_ssh(cfg)`, `launcher_checks`)
-instead of comparing launcher.name with a string, so a launcher is described here once
-(tests/unit/launch/test_launcher_registry.py holds that).
-"""
+instead of comparing launcher.name with a string."""
 import os
 import socket
 from dataclasses import dataclass

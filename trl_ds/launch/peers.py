@@ -1,12 +1,8 @@
 """Node launchers tell each other about a failure through the TCPStore at cluster.master_addr:master_port: torchrun's
 rendezvous store (node 0's agent, static or c10d) or, with the deepspeed launcher's no_ssh, the one rank 0 serves
-for its process group.
-
-Without it, a node whose ranks die before joining the process group leaves the other nodes' ranks waiting for
-them until the process-group timeout (30 minutes). The store exists only while its owner runs: rank 0's appears
-once rank 0 has imported its packages, seconds after a fast-failing node has already given up. So a node that has
-not reached it yet keeps trying (every RETRY_S), and a failure is announced for up to ANNOUNCE_WAIT_S.
-"""
+for its process group (otherwise the other nodes' ranks wait until the process-group timeout). The store exists
+only while its owner runs, so a node that has not reached it yet keeps trying (every RETRY_S), and a failure is
+announced for up to ANNOUNCE_WAIT_S."""
 import os
 import time
 from datetime import timedelta

@@ -1,9 +1,5 @@
-"""Live progress of a run, read from its own files: the launching terminal, `trl-ds watch` and a SLURM job's .out
-file all show the same thing.
-
-Sources: metrics.jsonl (rank 0 appends one row per logged step) and progress/rank_K.json (each rank's peak memory so
-far, rewritten every few seconds). Nothing here talks to the ranks, so it works on any host that sees the run dir.
-"""
+"""Live progress of a run, read from its own files (metrics.jsonl, each rank's progress/rank_K.json) on any host that
+sees the run dir: the launching terminal, `trl-ds watch` and a SLURM job's .out file all show the same thing."""
 import glob
 import json
 import os
@@ -23,11 +19,9 @@ MiB = 2 ** 20
 
 
 class MetricsTail:
-    """Reads the rows appended to metrics.jsonl since the last call; a half-written last line waits for its end.
-
-    A cut line (a killed writer) is skipped, rows marked superseded too; when a resumed launch rewrites the file
-    (rundir/metrics.py, a new inode) reading starts again from its top, past the rows written before the newest seen
-    (or skipped): those are earlier launches' rows, which would fill the progress window."""
+    """Reads the rows appended to metrics.jsonl since the last call; a half-written last line waits for its end, a cut
+    or superseded row is skipped. When a resumed launch rewrites the file (a new inode), reading starts again from its
+    top, past the rows older than the newest seen: earlier launches' rows."""
 
     def __init__(self, path: str):
         self.path = path
@@ -164,9 +158,8 @@ def total_steps(run_dir: str) -> Optional[int]:
 
 
 class Display:
-    """On a terminal, one status line redrawn in place as steps and evaluations arrive; elsewhere (a SLURM .out file,
-    a CI log) one plain line every `every_s` seconds and one at the first step, so a short run still shows that it
-    trained, and a last one at the end when the run went on after the last line."""
+    """On a terminal, one status line redrawn in place; elsewhere one plain line at the first step, then every
+    `every_s` seconds, and a last one at the end when the run went on after the last line."""
 
     def __init__(self, progress: Progress, stream: TextIO, every_s: float, prefix: str = "trl_ds: "):
         self.progress, self.stream, self.every_s, self.prefix = progress, stream, every_s, prefix

@@ -1,10 +1,7 @@
 """Which rank failed first of its own accord, whatever order the launchers logged the exits in.
 
-When one rank ends (killed, signalled, an error of its own, or an exit with no error at all), its peers in the
-process group fail too, on losing it ("Connection reset by peer" from gloo), and their launchers log those exits as
-well, often in the same millisecond. Every launcher path (torchrun, the deepspeed launcher alone, over pdsh or MPI,
-a SLURM job) hands its ranks' exits here in the order it logged them; one rule picks the rank to name.
-"""
+When one rank ends, its peers fail too on losing it, and their launchers log those exits as well, often in the same
+millisecond. Every launcher path hands its ranks' exits here in the order it logged them; one rule picks the rank."""
 import re
 import signal
 from dataclasses import dataclass

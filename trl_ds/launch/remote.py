@@ -1,7 +1,5 @@
 """Ending the deepspeed runner's remote share of a launch over ssh: the per-node launchers and their ranks.
-
-The runner's own stop sends `pkill -f "python -u -m deepspeed.launcher.launch"` to every host, which also ends every
-other DeepSpeed launch on those hosts; this matches only the launchers of this run dir (their rank logs' folder).
+The runner's own stop (`pkill -f` on every host) ends every DeepSpeed launch there; this matches only this run dir's.
 """
 import re
 import shlex

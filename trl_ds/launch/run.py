@@ -1,11 +1,8 @@
 """The one place that spawns: run this node's share of launch.sh, watch it, and say clearly how it ended.
 
-The watch bounds what the launchers alone leave open: a node whose ranks have not joined the process group within
-launcher.rdzv_timeout ends the launch (torchrun has a rendezvous timeout, the deepspeed launcher none), and a
-node started on its own (torchrun, deepspeed no_ssh) whose ranks die tells the others (through the main store,
-launch/peers.py), which stop at once instead of waiting in a process group that will never complete. Stopping a
-launch ends its whole process tree.
-"""
+The watch ends a launch whose ranks have not joined within launcher.rdzv_timeout (the deepspeed launcher has no such
+timeout), and a node started on its own whose ranks die tells the others through the main store (launch/peers.py),
+which stop at once. Stopping a launch ends its whole process tree."""
 import glob
 import os
 import signal
@@ -47,11 +44,9 @@ class Stopped(Exception):
 
 
 def run_node(cmd: List[str], env: dict, node: NodeView, tell_peers: bool, progress=None) -> int:
-    """Run cmd (launch.sh for this node). Its output (the launcher's own messages and warnings) goes to
-    logs/node_K/launcher.log only; the terminal shows `progress` (launch/progress.py) and, at the end, the outcome.
-
-    tell_peers: announce this node's failure in the main store, and stop on another's (nodes started one by one).
-    """
+    """Run cmd (launch.sh for this node); its output goes to logs/node_K/launcher.log only, the terminal shows
+    `progress` (launch/progress.py) and the outcome. tell_peers: announce this node's failure in the main store, and
+    stop on another's (nodes started one by one)."""
     os.makedirs(node.log_dir, exist_ok=True)
     for stale in (FAILURE_FILE, JOINED_FILE):  # from an earlier launch in this run dir
         _remove(os.path.join(node.log_dir, stale))
@@ -154,8 +149,7 @@ def _show(progress, method: str) -> None:
 
 
 def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
-    """Copy the launcher's output to its log; a full disk stops the log, never the reading (an undrained pipe would
-    block the ranks)."""
+    """Copy the launcher's output to its log; a full disk stops the log, never the reading (that would block ranks)."""
     log = open(path, "a")
     try:
         for raw in iter(stream.readline, b""):
@@ -172,8 +166,7 @@ def _tee(stream: IO[bytes], path: str, captured: List[str]) -> None:
 
 
 def _close_quietly(log: IO[str]) -> None:
-    """Close a log whose disk filled up: closing flushes what is buffered, and that fails again (closing a closed
-    file does nothing)."""
+    """Close a log whose disk filled up (closing flushes what is buffered, which fails again)."""
     try:
         log.close()
     except OSError:
@@ -185,13 +178,9 @@ def raise_stopped(signum, frame):
 
 
 def _stop(proc: subprocess.Popen, node: NodeView, env: dict) -> None:
-    """SIGTERM the node's launcher (launch.sh execs it) and everything under it; SIGKILL what outlives STOP_WAIT_S.
-
-    The whole tree, not the launcher alone: the deepspeed runner forwards no SIGTERM on one node or with --no_ssh,
-    so deepspeed.launcher.launch and the ranks would outlive it, holding the port and the CPUs. Over ssh the runner
-    gets SIGKILL instead (its SIGTERM handler ends every DeepSpeed launch on the hosts, not only this one's), and
-    this run's launchers on the hosts are ended over ssh.
-    """
+    """SIGTERM the node's launcher (launch.sh execs it) and its whole tree (the deepspeed runner forwards no SIGTERM on
+    one node or with --no_ssh); SIGKILL what outlives STOP_WAIT_S. Over ssh the runner gets SIGKILL (its SIGTERM
+    handler ends every DeepSpeed launch on the hosts), and this run's launchers on the hosts are ended over ssh."""
     import psutil
 
     try:

@@ -1,14 +1,10 @@
 """One launch per run dir (and node) at a time: a lock file taken before anything is written, released on every exit.
 
-The lock records who holds it (pid, the pid's start time, host, run dir, and the launch id every process of the
-launch carries in its environment, rundir/lifeline.py). It is created whole and at once (written to a private file,
-then hard-linked to its name, which fails if the name exists), so a reader never sees it half-written; where the
-file system has no hard links it is created, then written, so an unreadable lock a few seconds old is held. A lock is
-stale when no process of its launch lives on this host any more (the launcher, torchrun and every rank), or when
-it was copied with its run dir; the next launch takes it over and says so. Takeovers are serialised by an OS lock
-on the run dir, so of two launches that find the same stale lock exactly one wins and the other names the winner.
-A lock held on another host cannot be checked from here: it is reported with how to clear it.
-"""
+The lock names its holder (pid and its start time, host, run dir, launch id: rundir/lifeline.py) and is never seen
+half-written (a private file hard-linked to its name; without hard links, created then written, so an unreadable lock
+a few seconds old is held). It is stale when no process of its launch lives on this host, or when it was copied with
+its run dir; the next launch takes it over and says so, one at a time under a flock on the run dir. A lock held on
+another host cannot be checked from here: it is reported with how to clear it."""
 import fcntl
 import json
 import os
@@ -129,8 +125,8 @@ def me(run_dir: str) -> dict:
 
 
 def stale_reason(holder: Optional[dict], run_dir: str, path: str) -> Optional[str]:
-    """Why the lock's holder cannot be running a launch in this run dir any more; None when it may be.
-    A reason that starts with STILL_RUNNING: its launcher ended but processes of its launch still run."""
+    """Why the lock's holder cannot be running a launch in this run dir any more; None when it may be (STILL_RUNNING:
+    its launcher ended but processes of its launch still run)."""
     if not holder:  # written whole by link(): an empty or cut lock is damage (an older trl_ds, a full disk) ...
         if _age(path) < WRITING_GRACE_S:  # ... or a launch on a file system without links, writing it right now
             return None

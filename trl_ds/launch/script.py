@@ -1,8 +1,5 @@
 """launch.sh: the exact per-node commands, every value shell-quoted, runnable from a copy of the run dir.
-
-Commands are lists of plain strings (quoted when written) and `Shell` words (shell_words.py), which the script
-writes as they are because the shell must expand them on the node ("$MAIN_ADDR").
-"""
+`Shell` words (shell_words.py) are written as they are: the shell must expand them on the node ("$MAIN_ADDR")."""
 import re
 import shlex
 from typing import Dict, List, Optional

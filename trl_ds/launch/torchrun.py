@@ -1,14 +1,11 @@
 """torchrun commands, one per node: a static rendezvous (the default) or torchrun's c10d one
 (launcher.rdzv_backend=c10d).
 
-static: node 0's agent serves the rendezvous at cluster.master_addr:master_port and holds rank 0, so summary.json
-and metrics.jsonl are written on node 0; every node needs its cluster.node_rank.
-c10d: node 0's agent serves it at cluster.master_addr:master_port; nodes may start in any order, come back after a
-max_restarts restart, and with launcher.min_nodes the run starts once that many are there (--nnodes MIN:MAX). torch
-ranks the nodes by the address each publishes ($LOCAL_ADDR: launch.sh takes the one that routes to the main node),
-so rank 0 may sit on any node, which then writes the run dir's summary (a shared filesystem). cluster.node_rank
-still names each node's logs and lock.
-"""
+Node 0's agent serves either at cluster.master_addr:master_port. static: node 0 holds rank 0 (summary.json and
+metrics.jsonl are written there); every node needs its cluster.node_rank. c10d: nodes may start in any order, come
+back after a max_restarts restart, and with launcher.min_nodes the run starts once that many are there; torch ranks
+the nodes by the address each publishes ($LOCAL_ADDR), so rank 0 may sit on any node (a shared filesystem), and
+cluster.node_rank still names each node's logs and lock."""
 import hashlib
 import os
 from typing import List

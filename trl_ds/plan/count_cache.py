@@ -1,8 +1,7 @@
 """Counts kept by config, so that only a config's first plan builds the model on the meta device (meta_count.py,
 imports torch) and every later plan reads the count back without torch: first the presets' counts shipped with the
 package (preset_counts.json, from scripts/preset_counts.py), then one file per config in $TRL_DS_CACHE/counts,
-keyed by the transformers version that counted it.
-"""
+keyed by the transformers version that counted it."""
 import json
 import os
 from functools import lru_cache

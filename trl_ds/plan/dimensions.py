@@ -1,10 +1,8 @@
 """The dimensions auto-fit and the plan grid vary beyond stage × offload × checkpointing × micro-batch, when asked: the
 tensor-parallel size (`tp=auto`), the Ulysses size (`sp=auto`), the offload ratio (`offload=auto`) and, under bf16,
 16-bit master weights and optimizer states (`precision.bf16_optimizer_auto=true`, apart since they change numerics).
-Each tp × sp pair is a base Setup of its own, counted from a copy of the config with that pair set. Sizes tried:
-every divisor of the world from 2 up, within one node; which ones the launch accepts is the launch's check's answer
-(trl_ds/check/plan_rows.py RowCheck), never a copy here.
-"""
+Each tp × sp pair is a base Setup of its own. Sizes tried: every divisor of the world from 2 up, within one node;
+which ones the launch accepts is the launch's check's answer (trl_ds/check/plan_rows.py RowCheck)."""
 import copy
 from dataclasses import replace
 from typing import Iterator, List

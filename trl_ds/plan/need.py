@@ -1,17 +1,13 @@
 """`trl-ds plan --need [--gpus A,B] [--counts 1,8,16,32] [--tokens N] [overrides]`: which hardware can train this?
 
-For every GPU preset trl_ds ships (trl_ds/plan/hardware/*.yaml with a memory_gb; --gpus names presets or hardware
-YAML files instead) × every GPU count (8 per node from 8 up) that the global batch divides over (the others are
-listed as skipped, with why), auto-fit (trl_ds/plan/autofit.py) finds the fastest configuration that fits, over the
-choices the command line and the files it names (deepspeed.from_file=, launcher.from_accelerate=,
-trainer.from_trl_config=, read by the one resolve the command passes in as `load`) leave open: zero, offload,
-checkpointing and, with batch.global_size, the micro-batch; a ZeRO-3 file plans ZeRO-3. Host RAM per node
-(cluster.cpu_memory_gb, cluster=1x8's unless given) is part of "fits", as in every plan. The shapes that fit are
-sorted by the whole run's GPU-hours (trl_ds/plan/runtime.py; at one global batch, GPU-seconds per sample when the
-steps are not known before launch); the one with the least GPU memory in all (then the fewest GPUs) is marked as the
-smallest that fits. Each row's configuration is printed as the overrides that set it, and the whole command that
-launches it (planner.run_command).
-"""
+For every GPU preset (trl_ds/plan/hardware/*.yaml with a memory_gb; --gpus names presets or YAML files instead) ×
+every GPU count (8 per node from 8 up) that the global batch divides over (the others listed as skipped, with why),
+auto-fit finds the fastest configuration that fits (host RAM per node included: cluster.cpu_memory_gb, cluster=1x8's
+unless given) over the choices the command line
+and the files it names leave open (read by the one resolve the command passes in as `load`). The shapes that fit are
+sorted by the whole run's GPU-hours (trl_ds/plan/runtime.py; GPU-seconds per sample when the steps are not known);
+the one with the least GPU memory in all (then the fewest GPUs) is marked as the smallest that fits. Each row is
+printed as the overrides that set it and the whole command that launches it (planner.run_command)."""
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 

@@ -2,11 +2,10 @@
 
 Every nn.Linear of the decoder layers becomes Linear4bit/Linear8bitLt; embeddings, norms, lm_head and biases stay in
 the training dtype. Per quantized weight of n elements:
-- 4-bit: the packed weight, n / 2 bytes (ZeRO-3 partitions it), and its QuantState, no parameter, whole on every
-  rank: an fp32 absmax per block of 64 and a 16-value code; double quantization stores the absmax in uint8 plus an
-  fp32 absmax per 256 blocks, a 256-value code and an offset.
-- 8-bit: the int8 weight, n bytes, and an fp32 scale per output row.
-"""
+- 4-bit: the packed weight, n / 2 bytes (ZeRO-3 partitions it), and its QuantState, whole on every rank: an fp32
+  absmax per block of 64 and a 16-value code (double quantization: uint8 absmax plus an fp32 absmax per 256 blocks,
+  a 256-value code and an offset).
+- 8-bit: the int8 weight, n bytes, and an fp32 scale per output row."""
 from typing import Tuple
 
 from trl_ds.plan.params import Architecture, linear_shapes

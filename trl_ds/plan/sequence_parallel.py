@@ -1,9 +1,8 @@
 """What Ulysses (sp=ulysses) adds to a step: the all-to-alls around each attention. Pure: sizes in, seconds out.
 
 DeepSpeed's DistributedAttention turns q, k and v from a rank's tokens × all heads into all tokens × its heads and
-the output back: four all-to-alls per layer in forward, four in backward, four more when checkpointing recomputes.
-Each rank sends (sp - 1) / sp of its buffer.
-"""
+the output back: four all-to-alls per layer in forward, four in backward, four more when checkpointing recomputes;
+each rank sends (sp - 1) / sp of its buffer."""
 from trl_ds.plan.params import Architecture
 
 ALL_TO_ALLS = 4  # q, k, v and the attention output, per layer and pass

@@ -13,9 +13,8 @@ from trl_ds.worker.shm_buffers import unlink_at_exit
 
 
 def start_rank(run_dir: str, cfg, joins_a_launch: bool = True):
-    """The accelerate state of this rank, in a started process group. joins_a_launch: a rank of a launch (it marks
-    its node joined, for the launcher's join deadline, and rank 0 forgets the files of ranks an earlier launch had);
-    fit's one process is not."""
+    """The accelerate state of this rank, in a started process group. joins_a_launch (not fit's one process): mark the
+    node joined for the launcher's deadline; rank 0 forgets the files of ranks an earlier launch had."""
     os.environ["PATH"] = this_python_first(os.environ.get("PATH", ""))  # a rank started over ssh has the login PATH
     unlink_at_exit()  # DeepSpeed's shared-memory all-reduce buffer (shm_buffers.py)
     # DeepSpeed's ops load in this rank: a lock left behind is cleared, a held one waited on (and shown by the launcher)

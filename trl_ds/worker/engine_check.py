@@ -1,9 +1,7 @@
 """What the DeepSpeed engine a rank built says, against what the run dir says (ds_config.json, config.yaml).
 
-A script can build its engine from another DeepSpeed file, from none, or with another optimizer, while the plan and
-the summary would still say what the run dir says. Each rank records the differences in the settings the plan rests
-on (memory/rank_K.json, summary.json), which the launcher prints at the end, naming both values and the cause.
-"""
+A script can build its engine from another DeepSpeed file, from none, or with another optimizer: each rank records
+the differences in the settings the plan rests on; the launcher prints them at the end, with both values and why."""
 import os
 from typing import Dict, List, Optional
 

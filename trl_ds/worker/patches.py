@@ -4,8 +4,7 @@ patched. torch's op loader is patched in trl_ds/op_locks.py, guarded alike.
 
 On a rank running a user's script: TrainingArguments.__post_init__, Trainer.__init__ and Trainer.train (recording,
 resume), HfArgumentParser.parse_dict. In the parser check: every HfArgumentParser and TrlParser entry and
-Trainer.__init__ stop the script once it parsed, and TrainingArguments.world_size is the launch's.
-"""
+Trainer.__init__ stop the script once it parsed, and TrainingArguments.world_size is the launch's."""
 import dataclasses
 import functools
 import json
@@ -84,9 +83,8 @@ def record_trainers(cls, recorder) -> None:
 
 
 def as_the_ranks_see_it(cfg) -> None:
-    """The check is one process, the launch several: arguments derived from the world size (GRPOConfig's and
-    RLOOConfig's generation_batch_size = micro × processes × steps, which must hold whole groups of num_generations)
-    are judged at the launch's world size, as each rank will derive them."""
+    """The check is one process, the launch several: arguments derived from the world size (GRPO's and RLOO's
+    generation_batch_size) are judged at the launch's world size, as each rank will derive them."""
     import transformers
 
     from trl_ds.config.values import world_size
@@ -131,10 +129,9 @@ def stop_after_parsing(parsed: list) -> None:
 
 
 def under_its_own_values(ours: dict) -> None:
-    """A script that parses only its own file or dict (parse_yaml_file, parse_json_file, parse_dict: they read no
-    flags) gets trl_ds's training arguments under its own values, as flags before its script_args: HfArgumentParser's
-    parse_dict, which the other two call, is given them first (ours: TrainingArguments' values). Its own `deepspeed` is
-    refused before launch."""
+    """A script that parses only its own file or dict (they read no flags) gets trl_ds's training arguments under its
+    own values: HfArgumentParser's parse_dict, which the file parsers call, is given ours first. Its own `deepspeed`
+    is refused before launch."""
     import transformers
 
     guard("HfArgumentParser.parse_dict")

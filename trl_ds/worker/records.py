@@ -33,8 +33,7 @@ def forget_other_ranks(run_dir: str, world_size: int) -> None:
 
 
 class LiveMemory(TrainerCallback):
-    """Each rank's peak memory so far, in progress/rank_K.json, for the live display (launch/progress.py).
-    At most every EVERY_S seconds: one small file write per rank."""
+    """Each rank's peak memory so far, in progress/rank_K.json, for the live display, at most every EVERY_S seconds."""
 
     EVERY_S = 2.0
 
@@ -89,12 +88,10 @@ class MetricsLogger(TrainerCallback):
 
 
 class TokenCount(TrainerCallback):
-    """TRL's num_tokens (SFT, DPO, KTO), right under AutoTP and continued across a resume.
-
-    TRL divides its count, gathered over every rank, by accelerate's tp size, which DeepSpeed's AutoTP leaves at 1;
-    the trainer's get_tp_size() reads the DeepSpeed config. TRL also starts the count at 0 in every launch: it is
-    kept in the trainer state that each checkpoint saves (num_input_tokens_seen, which transformers fills itself
-    only when include_num_input_tokens_seen asks it to; then a resume starts from the last logged count)."""
+    """TRL's num_tokens (SFT, DPO, KTO), right under AutoTP (TRL divides by accelerate's tp size, which AutoTP leaves
+    at 1; get_tp_size() reads the DeepSpeed config) and continued across a resume (TRL restarts it at 0: it is kept
+    in the checkpoint's num_input_tokens_seen, or, where transformers fills that itself, taken from the last logged
+    count)."""
 
     def __init__(self, trainer):
         self.trainer = trainer
@@ -177,10 +174,9 @@ class MarkComplete(TrainerCallback):
 
 
 class EndOfTrain(TrainerCallback):
-    """The one writer of the end-of-train files: when train() ends (after its last step and transformers' train
-    metrics, before the caller saves the model, which under ZeRO-3 gathers weights), memory/rank_K.json on every rank,
-    with the engine comparison, then summary.json on rank 0. ended(): what the caller adds to the summary (a script's
-    name and trainer count), asked on every rank."""
+    """The one writer of the end-of-train files, when train() ends (before the caller saves the model, which under
+    ZeRO-3 gathers weights): memory/rank_K.json on every rank, with the engine comparison, then summary.json on rank
+    0. ended(): what the caller adds to the summary (a script's name and trainer count), asked on every rank."""
 
     def __init__(self, cfg, run_dir: str, state, trainer, ended: Callable[[], dict] = dict):
         self.cfg, self.run_dir, self.state, self.trainer, self.ended = cfg, run_dir, state, trainer, ended
@@ -233,9 +229,8 @@ def remove_nvme_swap(cfg, trainer, state) -> None:
 
 
 def recording_callbacks(cfg, run_dir: str, state, trainer, ended: Callable[[], dict] = dict) -> list:
-    """The one recorder of every trainer of a run (the worker's, and each one a user's script builds:
-    worker/script_hooks.py): metrics.jsonl (sp × tp ranks share each sample), checkpoint markers, live memory, token
-    counts, and the end-of-train memory and summary files (ended: the caller's additions to the summary)."""
+    """The callbacks of every trainer of a run (the worker's, and each one a user's script builds): the module's
+    recorders, in order (ended: the caller's additions to the summary)."""
     return [MetricsLogger(os.path.join(run_dir, METRICS), topology(cfg).shares_samples),
             MarkComplete(cfg.checkpoint.keep_last, state.num_processes, cfg.zero.stage, sub_groups(cfg)),
             LiveMemory(run_dir, state.process_index), TokenCount(trainer),

@@ -1,13 +1,10 @@
 """A user's script on a rank: `python -m trl_ds.worker.script <run dir>`, started by torchrun or the deepspeed launcher
 in place of trl_ds.worker.train (config key `script=`).
 
-It prepares the process as the worker does (the process group, the tiny model), wraps transformers' classes so the
-script's trainers record into the run dir (worker/script_hooks.py), then runs the script unchanged as __main__ with
-the arguments its parser expects (worker/script_argv.py).
-
-`--check <run dir>` (the launcher, before spawning ranks): run the script only up to its argument parser, with the
-same arguments, and print the parser's verdict: exit 0 once it parsed, 2 with one line when it refused.
-"""
+Prepared as the worker's process, with transformers' classes wrapped to record into the run dir
+(worker/script_hooks.py), the script runs unchanged as __main__ with the arguments its parser expects
+(worker/script_argv.py). `--check <run dir>` (the launcher, before spawning ranks): run it only up to its parser and
+print the verdict: exit 0 once it parsed, 2 with one line when it refused."""
 import atexit
 import json
 import os
@@ -56,9 +53,8 @@ def main(argv) -> int:
 
 
 def leave_process_group() -> None:
-    """Scripts rarely end their process group; left to the interpreter's exit, gloo's threads can still be joinable
-    when their objects are destroyed, and a rank then aborts ("terminate called without an active exception")
-    after training. Both ranks meet first, so neither tears down while the other still communicates."""
+    """Scripts rarely end their process group, and gloo's threads left to the interpreter's exit can abort a rank after
+    training; the ranks meet first, so none tears down while another still communicates."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -67,9 +63,8 @@ def leave_process_group() -> None:
 
 
 def run_script(cfg, run_dir: str) -> None:
-    """A file runs from the run dir's copy (written at launch: it reaches every node the run dir reaches, and a job
-    that starts later runs what was checked); a folder with __main__.py where it lies, as `python some_folder` runs
-    it; a module as the environment installs it."""
+    """A file runs from the run dir's copy (on every node the run dir reaches, as checked); a folder with __main__.py
+    where it lies, as `python some_folder` runs it; a module as the environment installs it."""
     original = source_file(cfg.script)
     if is_folder_target(cfg.script):
         path = os.path.abspath(cfg.script)
@@ -130,10 +125,9 @@ def verdict(parsed: list, cfg, run_dir: str) -> int:
 
 
 def end_here(code: int) -> None:
-    """End a finished rank without the interpreter's teardown: the script's exit handlers run (atexit), but not the
-    destruction of C++ objects, where a thread a library left joinable still aborted a rank after a completed run
-    ("terminate called without an active exception", SIGABRT: TRL's rloo.py at ZeRO-3, even after
-    leave_process_group), and the launch failed."""
+    """End a finished rank without the interpreter's teardown: atexit handlers run, C++ destructors do not (a thread
+    a library left joinable aborted ranks after completed runs: TRL's rloo.py at ZeRO-3, even after
+    leave_process_group)."""
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

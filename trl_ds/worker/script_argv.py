@@ -5,9 +5,7 @@
 - HfArgumentParser script: trainer.yaml's TrainingArguments fields as `--name value` flags.
 - HfArgumentParser script that parses only its own file or dict: its script_args, the TrainingArguments applied under
   its own values (worker/script.py under_its_own_values).
-- Any other script: nothing but its own script_args.
-Its own script_args come last, so they override what trl_ds passes.
-"""
+- Any other script: nothing but its own script_args, which come last in every case, over what trl_ds passes."""
 import dataclasses
 import json
 import os

@@ -1,13 +1,10 @@
 """The recorder of a user's script on a rank: what the two wraps of transformers' classes (worker/patches.py
 install_recording) call.
 
-- Trainer.__init__: every Trainer the script builds (SFTTrainer, DPOTrainer, ... are Trainers) gets the worker's
-  recording callbacks (metrics.jsonl, progress/rank_K.json, checkpoint markers);
-- Trainer.train: each train() ends by writing memory/rank_K.json (with the engine comparison) and, on rank 0,
-  summary.json, through the worker's own callback (records.EndOfTrain), with the script's name and trainer count.
-  A train() called without resume_from_checkpoint resumes, with resume=auto, from the newest complete checkpoint
-  in its output_dir, as the worker does: a relaunch of a killed run continues it without the script asking.
-"""
+- Trainer.__init__: every Trainer the script builds gets the worker's recording callbacks (worker/records.py);
+- Trainer.train: each train() ends through the worker's own end-of-train files, with the script's name and trainer
+  count. One called without resume_from_checkpoint resumes, with resume=auto, from the newest complete checkpoint in
+  its output_dir, as the worker does."""
 from trl_ds.worker.own_steps import OwnAdamSteps
 from trl_ds.worker.records import recording_callbacks
 

@@ -1,8 +1,7 @@
 """What the parser check (worker/script.py --check) sees in the arguments a script's parser returned, before any rank:
 the DeepSpeed config its TrainingArguments name, and transformers' own DeepSpeed mismatch check on them (what
 trainer_config_finalize would raise on every rank after spawn). Each problem is one REFUSAL-prefixed line on stderr,
-naming the argument and the fix; check/script.py prints them.
-"""
+naming the argument and the fix; check/script.py prints them."""
 import os
 import re
 from typing import List

@@ -1,9 +1,7 @@
 """The per-rank worker: `python -m trl_ds.worker.train <run dir>`, started by torchrun or the deepspeed launcher.
 
 It reads only the run dir (Hydra never runs here), trains with TRL + DeepSpeed, and records through the same
-callbacks as a user's script (worker/records.py): metrics.jsonl (rank 0), memory/rank_K.json (every rank) and
-summary.json (rank 0).
-"""
+callbacks as a user's script (worker/records.py)."""
 # ruff: noqa: E402  (the rank keeps out unused packages before transformers is imported)
 import glob
 import os
@@ -97,9 +95,7 @@ def save_final_model(trainer, run_dir: str, state) -> None:
 
 def choose_resume(cfg, output_dir: str, state):
     """(the checkpoint in output_dir to resume from or None, whether to load it in DeepSpeed's universal format).
-
-    Rank 0 readies it (trl_ds/rundir/resume.py); the other ranks wait, then read the same answer from the folder.
-    """
+    Rank 0 readies it (trl_ds/rundir/resume.py); the other ranks wait, then read the same answer from the folder."""
     if state.is_main_process:
         for line in prepare_resume(output_dir, state.num_processes, cfg.zero.stage, sub_groups(cfg))[2]:
             print(line, flush=True)
@@ -113,9 +109,7 @@ def choose_resume(cfg, output_dir: str, state):
 
 def save_probe_logits(trainer, path: str, state) -> None:
     """The trained engine's logits on a fixed batch, so a reload of the saved model can be checked against them.
-
-    Every rank runs the forward (ZeRO-3 gathers parameters collectively); rank 0 writes the file.
-    """
+    Every rank runs the forward (ZeRO-3 gathers parameters collectively); rank 0 writes the file."""
     import torch
 
     probe = torch.arange(16, dtype=torch.long).remainder(trainer.model.config.vocab_size).reshape(2, 8)
@@ -129,10 +123,9 @@ def save_probe_logits(trainer, path: str, state) -> None:
 
 @contextmanager
 def unpacked_4bit(model):
-    """bitsandbytes' 4-bit Linear, in eval mode on CPU without gradients, repacks its weight for its CPU kernel
-    (nn/modules.py Linear4bit.forward, _convert_weight_packed_for_cpu), which needs in_features in blocks of 64 and
-    out_features of 32: the tiny model's down_proj (352 -> 128) is not. Marked training for the probe (the flag only
-    chooses that path; dropout and the rest stay in eval mode), its weight is used as trained, at any width."""
+    """bitsandbytes' 4-bit Linear in eval mode on CPU repacks its weight for a kernel that needs in_features in blocks
+    of 64 and out_features of 32 (the tiny model's down_proj, 352 -> 128, is not). Marked training for the probe (the
+    flag only chooses that path), its weight is used as trained, at any width."""
     four_bit = [m for m in model.modules() if type(m).__name__ == "Linear4bit"
                 and type(m).__module__.startswith("bitsandbytes")]
     for module in four_bit:
