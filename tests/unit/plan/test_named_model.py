@@ -6,12 +6,15 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from conftest import REPO, read_json, run_app
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from trl_ds.cli.plan import main as plan_main
 from trl_ds.plan import params
+
+pytestmark = pytest.mark.slow  # counts hub models on the meta device in fresh processes: make test only
 
 # Qwen/Qwen2.5-7B's and Qwen/Qwen2.5-72B's config.json (the keys that shape the model), as the hub serves them.
 QWEN_7B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
